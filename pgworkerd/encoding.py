@@ -1,0 +1,75 @@
+"""JSON in and out of the jobs table: strict for payloads, forgiving for outcomes.
+
+PostgreSQL's jsonb refuses the NUL character and json refuses NaN; a payload with
+either is refused before any SQL runs, while an error text or result that carries
+one is escaped, so recording an outcome can never fail on its content.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pgworkerd.errors import InvalidJob
+
+ESCAPED_NUL = "\\u0000"  # what a NUL becomes in stored error texts and results
+MAX_ERROR_CHARS = 32_000  # last_error keeps this much of a message and traceback
+
+
+def dump_payload(payload: Any, *, max_bytes: int, where: str = "payload") -> str:
+    """The payload as JSON text, or InvalidJob saying in one line what is wrong."""
+    try:
+        text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"{where} is not JSON-serialisable: {_one_line(exc)}") from None
+    # json escapes a NUL as \u0000; only then walk the value to tell it apart from a
+    # string that holds a literal backslash-u-0-0-0-0.
+    if ESCAPED_NUL in text and _contains_nul(payload):
+        raise InvalidJob(f"{where} contains a NUL character, which PostgreSQL cannot store")
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise InvalidJob(f"{where} is {size} bytes of JSON, over the limit of {max_bytes} bytes")
+    return text
+
+
+def dump_result(value: Any) -> str | None:
+    """A handler's return value as JSON text; None when it is not JSON-serialisable."""
+    if value is None:
+        return None
+    try:
+        return json.dumps(_without_nul(value), allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
+
+
+def clean_error(text: str) -> str:
+    """An error text safe to store: NULs escaped, bounded in length."""
+    text = text.replace("\x00", ESCAPED_NUL)
+    if len(text) > MAX_ERROR_CHARS:
+        cut = len(text) - MAX_ERROR_CHARS
+        text = text[:MAX_ERROR_CHARS] + f"\n... [{cut} more characters cut]"
+    return text
+
+
+def _contains_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_contains_nul(k) or _contains_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_contains_nul(item) for item in value)
+    return False
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", ESCAPED_NUL)
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(item) for item in value]
+    return value
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())

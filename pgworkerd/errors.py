@@ -1,0 +1,15 @@
+"""The exceptions pgworkerd raises. Each one's message is a single line for a user."""
+
+from __future__ import annotations
+
+
+class PgworkerdError(Exception):
+    """Base of every error pgworkerd raises on purpose."""
+
+
+class InvalidJob(PgworkerdError, ValueError):  # noqa: N818 - reads as "enqueue raised InvalidJob"
+    """An enqueue was refused before any SQL ran."""
+
+
+class SchemaError(PgworkerdError):
+    """The database schema is missing, too old or newer than this pgworkerd."""

@@ -1,0 +1,76 @@
+"""What a handler receives, and what it may raise to steer the job."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One claimed job, as a handler sees it.
+
+    `attempt` counts this start (the first run is attempt 1). `lease_token` identifies
+    this claim: every write about the job is fenced by it.
+    """
+
+    id: int
+    kind: str
+    queue: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    priority: int = 0
+    max_runtime_s: float | None = None  # None: the queue's, else the defaults' setting
+    run_at: datetime | None = None
+    created_at: datetime | None = None
+    lease_token: uuid.UUID | None = field(default=None, repr=False)
+    # Position of the job's queue in the claimer's queue list, for ordering a batch.
+    queue_order: int = field(default=0, repr=False, compare=False)
+
+    @property
+    def lease(self) -> Lease:
+        if self.lease_token is None:
+            raise ValueError(f"job {self.id} holds no lease")
+        return Lease(self.id, self.lease_token)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claim on a job: the job id and the token its claim drew."""
+
+    job_id: int
+    token: uuid.UUID
+
+
+class Retry(Exception):  # noqa: N818 - `raise pgworkerd.Retry(after=60)` is the contract
+    """Raise in a handler to run the job again after `after` seconds.
+
+    The start still counts: a job that keeps asking to retry ends `dead` at
+    `max_attempts`, like any other bounded retry.
+    """
+
+    def __init__(self, after: float = 0.0, reason: str | None = None) -> None:
+        if isinstance(after, bool) or not isinstance(after, int | float) or not after >= 0:
+            raise ValueError(f"Retry(after=...) needs seconds >= 0, got {after!r}")
+        super().__init__(reason or f"retry requested in {after:g}s")
+        self.after = float(after)
+        self.reason = reason
+
+
+class Discard(Exception):  # noqa: N818 - `raise pgworkerd.Discard("why")` is the contract
+    """Raise in a handler to end the job `dead` at once, with `reason` as its error."""
+
+    def __init__(self, reason: str = "discarded by handler") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class JobTimeout(BaseException):  # noqa: N818 - a signal, not a failure to catch casually
+    """Raised inside a handler when its job passed its max runtime (the soft limit).
+
+    A BaseException so a handler's `except Exception` does not swallow it; the hard
+    limit (SIGKILL) follows anyway.
+    """

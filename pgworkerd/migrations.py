@@ -1,0 +1,97 @@
+"""Forward-only schema migrations: numbered `.sql` files in `pgworkerd/sql/`.
+
+`migrate` applies the missing ones in one transaction under an advisory lock, so two
+hosts migrating at once serialise (the second finds nothing to do) and a failing
+migration leaves the schema as it was.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgworkerd import queries
+from pgworkerd.errors import SchemaError
+
+_MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql_text: str
+
+
+def available() -> list[Migration]:
+    """Every migration shipped with this pgworkerd, in order."""
+    found = []
+    for entry in resources.files("pgworkerd").joinpath("sql").iterdir():
+        match = _MIGRATION_FILE.match(entry.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))
+    return sorted(found, key=lambda m: m.version)
+
+
+def latest_version() -> int:
+    return available()[-1].version
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str) -> list[Migration]:
+    """Bring `schema` up to date; returns the migrations applied (none if current)."""
+    statements = queries.statements(schema)
+    with conn.transaction():
+        conn.execute(statements["migrations_lock"], {"schema_name": schema})
+        conn.execute(statements["migrations_create_schema"])
+        conn.execute(statements["migrations_create_table"])
+        applied = {row[0] for row in conn.execute(statements["migrations_applied"])}
+        missing = [m for m in available() if m.version not in applied]
+        if missing:
+            # Migration files use unqualified names; this transaction resolves them in
+            # our schema (set_config(..., true) ends with the transaction).
+            conn.execute(
+                statements["search_path_set"],
+                {"search_path": sql.Identifier(schema).as_string(conn)},
+            )
+        for migration in missing:
+            conn.execute(migration.sql_text.encode("utf-8"))
+            conn.execute(
+                statements["migrations_record"],
+                {"version": migration.version, "name": migration.name},
+            )
+    return missing
+
+
+def current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """The schema's version, or None when it was never migrated."""
+    statements = queries.statements(schema)
+    table = f"{sql.Identifier(schema).as_string(conn)}.migrations"
+    present = conn.execute(statements["migrations_table_exists"], {"migrations_table": table})
+    if not present.fetchone()[0]:  # type: ignore[index]
+        return None
+    versions = [row[0] for row in conn.execute(statements["migrations_applied"])]
+    return max(versions, default=None)
+
+
+def check_version(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The schema's version, or SchemaError when it is missing, behind or ahead."""
+    version = current_version(conn, schema)
+    latest = latest_version()
+    if version is None:
+        raise SchemaError(f"schema {schema!r} is not set up: run `pgworkerd migrate`")
+    if version < latest:
+        raise SchemaError(
+            f"schema {schema!r} is at version {version}, this pgworkerd needs {latest}: "
+            "run `pgworkerd migrate`"
+        )
+    if version > latest:
+        raise SchemaError(
+            f"schema {schema!r} is at version {version}, newer than this pgworkerd "
+            f"({latest}): upgrade pgworkerd"
+        )
+    return version

@@ -1,0 +1,203 @@
+"""The producer API: `enqueue` and `enqueue_many` in the caller's own transaction.
+
+Everything is validated before any SQL runs, so a refused job leaves the caller's
+transaction untouched; a whole list is inserted by one statement.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pgworkerd.encoding import dump_payload
+from pgworkerd.errors import InvalidJob
+from pgworkerd.store import DEFAULT_SCHEMA, JobStore, NewJob
+
+MAX_NAME_CHARS = 255  # kind, queue and unique_key
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # the column is a PostgreSQL integer
+MAX_ATTEMPTS_LIMIT = 1_000_000
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+ENQUEUE_KEYS = frozenset(
+    {"kind", "payload", "queue", "priority", "delay", "run_at", "unique_key",
+     "max_attempts", "max_runtime"}
+)
+
+
+class ProducerSettings(BaseSettings):
+    """What the producer reads from the environment (the same names the daemon's
+    config file takes as overrides)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PGWORKERD_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    database__schema: str = DEFAULT_SCHEMA
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+
+
+class Producer:
+    """Enqueues into the jobs table of one schema."""
+
+    def __init__(
+        self, *, schema: str = DEFAULT_SCHEMA, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    ) -> None:
+        self.store = JobStore(schema)
+        self.max_payload_bytes = max_payload_bytes
+
+    def enqueue(
+        self,
+        conn: psycopg.Connection[Any],
+        kind: str,
+        payload: Any,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+        max_runtime: float | timedelta | None = None,
+    ) -> int:
+        """Enqueue one job in `conn`'s transaction; returns its id (or, for a
+        `unique_key` held by a queued or running job, that job's id)."""
+        new_job = self._validate(
+            kind=kind, payload=payload, queue=queue, priority=priority, delay=delay,
+            run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
+            max_runtime=max_runtime,
+        )
+        return self._insert(conn, [new_job])[0]
+
+    def enqueue_many(
+        self, conn: psycopg.Connection[Any], jobs: Iterable[Mapping[str, Any]]
+    ) -> list[int]:
+        """Enqueue dicts with `enqueue`'s argument names in one statement; ids in order."""
+        new_jobs = []
+        for index, spec in enumerate(jobs):
+            if not isinstance(spec, Mapping):
+                raise InvalidJob(f"jobs[{index}] must be a dict, got {type(spec).__name__}")
+            unknown = sorted(set(spec) - ENQUEUE_KEYS, key=str)
+            if unknown:
+                raise InvalidJob(f"jobs[{index}] has unknown key(s): {', '.join(map(str, unknown))}")
+            for required in ("kind", "payload"):
+                if required not in spec:
+                    raise InvalidJob(f"jobs[{index}] lacks {required!r}")
+            try:
+                new_jobs.append(self._validate(**spec))
+            except InvalidJob as exc:
+                raise InvalidJob(f"jobs[{index}]: {exc}") from None
+        return self._insert(conn, new_jobs)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _insert(self, conn: psycopg.Connection[Any], new_jobs: list[NewJob]) -> list[int]:
+        ids = self.store.insert(conn, new_jobs)
+        for index, job_id in enumerate(ids):
+            # The holder of this unique key committed while we inserted: it is live (we
+            # conflicted with it) or just finished, in which case our job goes in.
+            while job_id is None:
+                key = new_jobs[index].unique_key
+                assert key is not None  # only unique-key rows can come back without an id
+                job_id = self.store.find_live_by_unique_key(conn, key)
+                if job_id is None:
+                    job_id = self.store.insert(conn, [new_jobs[index]])[0]
+            ids[index] = job_id
+        return ids  # type: ignore[return-value]  # no None is left
+
+    def _validate(
+        self,
+        *,
+        kind: Any,
+        payload: Any,
+        queue: Any = "default",
+        priority: Any = 0,
+        delay: Any = None,
+        run_at: Any = None,
+        unique_key: Any = None,
+        max_attempts: Any = None,
+        max_runtime: Any = None,
+    ) -> NewJob:
+        _check_name("kind", kind)
+        _check_name("queue", queue)
+        if unique_key is not None:
+            _check_name("unique_key", unique_key)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidJob(f"priority must be an integer, got {type(priority).__name__}")
+        if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+            raise InvalidJob(f"priority must fit in 32 bits, got {priority}")
+        if delay is not None and run_at is not None:
+            raise InvalidJob("give delay or run_at, not both")
+        delay_s = _seconds("delay", delay, allow_zero=True)
+        if run_at is not None:
+            if not isinstance(run_at, datetime):
+                raise InvalidJob(f"run_at must be a datetime, got {type(run_at).__name__}")
+            if run_at.tzinfo is None or run_at.utcoffset() is None:
+                raise InvalidJob("run_at must be timezone-aware (a naive datetime is ambiguous)")
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+        ):
+            raise InvalidJob(
+                f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, "
+                f"got {max_attempts!r}"
+            )
+        return NewJob(
+            queue=queue,
+            kind=kind,
+            payload_json=dump_payload(payload, max_bytes=self.max_payload_bytes),
+            priority=priority,
+            run_at=run_at,
+            delay_s=delay_s,
+            unique_key=unique_key,
+            max_attempts=max_attempts,
+            max_runtime_s=_seconds("max_runtime", max_runtime, allow_zero=False),
+        )
+
+
+def _check_name(what: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise InvalidJob(f"{what} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidJob(f"{what} must not be empty")
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidJob(f"{what} is {len(value)} characters, over the limit of {MAX_NAME_CHARS}")
+    if any(ch < " " or ch == "\x7f" for ch in value):
+        raise InvalidJob(f"{what} must not contain control characters (NUL included)")
+
+
+def _seconds(what: str, value: Any, *, allow_zero: bool) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidJob(f"{what} must be seconds or a timedelta, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidJob(f"{what} must be a finite number of seconds {bound}, got {value!r}")
+    return float(value)
+
+
+@functools.cache
+def default_producer() -> Producer:
+    """The producer behind `pgworkerd.enqueue`, configured from the environment once."""
+    settings = ProducerSettings()
+    return Producer(
+        schema=settings.database__schema, max_payload_bytes=settings.max_payload_bytes
+    )
+
+
+def enqueue(conn: psycopg.Connection[Any], kind: str, payload: Any, **options: Any) -> int:
+    """`Producer.enqueue` with the environment's settings (see `ProducerSettings`)."""
+    return default_producer().enqueue(conn, kind, payload, **options)
+
+
+def enqueue_many(conn: psycopg.Connection[Any], jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+    """`Producer.enqueue_many` with the environment's settings."""
+    return default_producer().enqueue_many(conn, jobs)

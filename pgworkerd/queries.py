@@ -1,0 +1,45 @@
+"""Loads `sql/queries.sql` once and renders its statements for one schema.
+
+The schema name enters SQL only as a `psycopg.sql.Identifier`, never by string
+formatting, so a schema called `"; DROP TABLE x; --` is just an odd name.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+
+from psycopg import sql
+
+_NAME_MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+# Fragments spliced into other statements rather than run on their own.
+_FRAGMENTS = ("apply_failure",)
+
+
+@functools.cache
+def _source_by_name() -> dict[str, str]:
+    text = resources.files("pgworkerd").joinpath("sql/queries.sql").read_text("utf-8")
+    parts = _NAME_MARKER.split(text)
+    # parts = [header, name1, body1, name2, body2, ...]
+    bodies = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        # Whole-line comments go: psycopg would read a `%(x)s` in them as a parameter.
+        lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
+        bodies[name] = "\n".join(lines).strip().rstrip(";")
+    return bodies
+
+
+@functools.cache
+def statements(schema: str) -> dict[str, sql.Composed]:
+    """Every named statement, rendered for `schema`."""
+    source = _source_by_name()
+    schema_id = sql.Identifier(schema)
+    fragments = {
+        name: sql.SQL(source[name]).format(schema=schema_id) for name in _FRAGMENTS
+    }
+    return {
+        name: sql.SQL(body).format(schema=schema_id, **fragments)
+        for name, body in source.items()
+        if name not in _FRAGMENTS
+    }

@@ -1,0 +1,317 @@
+-- Every statement pgworkerd runs outside its migrations, loaded by name (`-- name: x`).
+--
+-- `{schema}` is replaced by the quoted schema identifier (psycopg.sql.Identifier, never
+-- string formatting of user input); parameters are named (`%(name)s`), so a literal
+-- percent sign is written `%%` and a literal brace `{{` `}}`.
+--
+-- The guarantees live in a few clauses, marked FENCE and SKIP LOCKED below:
+--   * FENCE: every write after a claim names the lease token it was claimed with and
+--     requires state = 'running'. A holder whose lease was rescued, cancelled or
+--     released can no longer change the job: its write matches no row and the caller
+--     is told the lease was lost.
+--   * SKIP LOCKED: claimers and rescuers never wait on each other's rows and never
+--     take the same row twice.
+--   * Every time that decides a lease or a schedule is the database's now().
+
+
+-- name: jobs_insert
+-- Inserts a whole list of jobs in one statement and returns their ids in input order.
+-- Ids are drawn from the identity sequence up front so each input row knows its id;
+-- a row whose unique_key is held by a live job inserts nothing and gets that job's id
+-- (an earlier row of the same list, or a committed job). Returns NULL for a row whose
+-- holder committed after this statement's snapshot; the caller looks that one up again.
+WITH input AS MATERIALIZED (
+    SELECT nextval(%(sequence)s::regclass) AS id, t.*
+    FROM unnest(
+        %(queue)s::text[], %(kind)s::text[], %(payload)s::text[], %(priority)s::int[],
+        %(run_at)s::timestamptz[], %(delay_s)s::float8[], %(unique_key)s::text[],
+        %(max_attempts)s::int[], %(max_runtime_s)s::float8[]
+    ) WITH ORDINALITY AS t(queue, kind, payload, priority, run_at, delay_s, unique_key,
+                            max_attempts, max_runtime_s, ord)
+),
+inserted AS (
+    INSERT INTO {schema}.jobs AS j
+        (id, queue, kind, payload, priority, run_at, unique_key, max_attempts, max_runtime)
+    SELECT id, queue, kind, payload::jsonb, priority,
+           COALESCE(run_at, now() + make_interval(secs => COALESCE(delay_s, 0))),
+           unique_key, max_attempts, make_interval(secs => max_runtime_s)
+    FROM input
+    ORDER BY ord
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
+    DO NOTHING
+    RETURNING j.id, j.queue, j.unique_key, j.run_at
+),
+-- Wake idle workers of each queue that got a job it can run now. The payload is the
+-- queue name only (NOTIFY payloads are limited to 8000 bytes); PostgreSQL delivers
+-- them at commit and folds duplicates within a transaction.
+notified AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) AS q
+)
+SELECT COALESCE(
+           inserted.id,
+           (SELECT min(twin.id) FROM inserted AS twin WHERE twin.unique_key = input.unique_key),
+           (SELECT live.id FROM {schema}.jobs AS live
+             WHERE live.unique_key = input.unique_key AND live.state IN ('queued', 'running'))
+       ) AS id
+FROM input
+LEFT JOIN inserted USING (id)
+CROSS JOIN (SELECT count(*) FROM notified) AS force_notify  -- an unreferenced CTE never runs
+ORDER BY input.ord;
+
+
+-- name: jobs_find_live_by_unique_key
+SELECT id FROM {schema}.jobs
+WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running');
+
+
+-- name: jobs_claim
+-- Claims up to `limit` ready jobs of the given queues: queue order first (the caller
+-- passes queues sorted by queue priority, then pool order), then job priority (higher
+-- first), then run_at, then id.
+--
+-- `levels` enumerates, per queue, the distinct priorities present among queued jobs
+-- by one index descent each (a loose index scan), so that within a level the scan is
+-- a range on run_at that stops at the first future row: a million jobs scheduled for
+-- later cost nothing. The picks come from a nested loop over levels sorted in claim
+-- order; the outer LIMIT stops it as soon as enough rows are locked, so no row is
+-- locked that is not claimed.
+WITH RECURSIVE queues AS (
+    SELECT q.name, q.max_attempts, q.ord
+    FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
+         WITH ORDINALITY AS q(name, max_attempts, ord)
+),
+levels AS (
+    SELECT q.name, q.ord, top.priority
+    FROM queues AS q
+    CROSS JOIN LATERAL (
+        SELECT j.priority FROM {schema}.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = q.name
+        ORDER BY j.priority DESC
+        LIMIT 1
+    ) AS top
+  UNION ALL
+    SELECT l.name, l.ord, lower_level.priority
+    FROM levels AS l
+    CROSS JOIN LATERAL (
+        SELECT j.priority FROM {schema}.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = l.name AND j.priority < l.priority
+        ORDER BY j.priority DESC
+        LIMIT 1
+    ) AS lower_level
+),
+picked AS MATERIALIZED (
+    SELECT ready.id
+    FROM (SELECT * FROM levels ORDER BY ord, priority DESC) AS l
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM {schema}.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
+          AND j.run_at <= now()
+        ORDER BY j.run_at, j.id
+        LIMIT %(limit)s
+        -- SKIP LOCKED: rows another claimer is taking right now are passed over, not
+        -- waited for; FOR UPDATE rechecks state = 'queued' on the newest row version,
+        -- so a row claimed and committed meanwhile is never claimed twice.
+        FOR UPDATE SKIP LOCKED
+    ) AS ready
+    LIMIT %(limit)s
+)
+UPDATE {schema}.jobs AS j
+SET state            = 'running',
+    attempt          = j.attempt + 1,          -- every start is charged
+    lease_token      = gen_random_uuid(),      -- a fresh token per claim: the FENCE
+    lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s),
+    worker           = %(worker)s,
+    started_at       = now(),
+    max_attempts     = COALESCE(j.max_attempts, q.max_attempts)
+FROM picked, queues AS q
+WHERE j.id = picked.id AND q.name = j.queue
+RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
+          extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
+          j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord;
+
+
+-- name: jobs_complete
+-- Ends leased jobs `succeeded`, a batch at a time. Returns the ids whose lease held.
+UPDATE {schema}.jobs AS j
+SET state            = 'succeeded',
+    result           = done.result::jsonb,
+    finished_at      = now(),
+    lease_token      = NULL,
+    lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::text[])
+     AS done(id, token, result)
+WHERE j.id = done.id
+  AND j.lease_token = done.token AND j.state = 'running'  -- FENCE
+RETURNING j.id;
+
+
+-- name: jobs_fail
+-- Records a failed attempt of one leased job: retried at now() + delay, where the
+-- delay is the caller's (Retry(after=...)) or exponential backoff with full jitter
+-- (uniform in [0, min(cap, base * 2^(attempt-1))]) so failures that happen together
+-- do not come back together; `dead` when attempts are exhausted or on a discard.
+WITH target AS (
+    SELECT j.id, j.attempt, %(error)s::text AS error,
+           (%(discard)s OR j.attempt >= j.max_attempts) AS dead,
+           COALESCE(%(delay_s)s::float8,
+                    random() * least(%(backoff_max_s)s::float8,
+                                     %(backoff_base_s)s::float8 * power(2, j.attempt - 1)))
+               AS delay_s
+    FROM {schema}.jobs AS j
+    WHERE j.id = %(id)s
+      AND j.lease_token = %(token)s AND j.state = 'running'  -- FENCE
+    FOR UPDATE
+)
+{apply_failure};
+
+
+-- name: jobs_rescue
+-- Jobs whose lease expired (their holder crashed, froze or lost the database): the
+-- start stays charged, then each is retried with backoff or dead-lettered. SKIP LOCKED
+-- and the lease predicate rechecked under the row lock mean a job that is being
+-- completed, or was renewed or claimed afresh meanwhile, is left alone.
+WITH target AS (
+    SELECT j.id, j.attempt,
+           format('lease expired: worker %%s stopped renewing it during attempt %%s',
+                  j.worker, j.attempt) AS error,
+           j.attempt >= j.max_attempts AS dead,
+           random() * least(%(backoff_max_s)s::float8,
+                            %(backoff_base_s)s::float8 * power(2, j.attempt - 1)) AS delay_s
+    FROM {schema}.jobs AS j
+    WHERE j.state = 'running' AND j.lease_expires_at < now()
+    ORDER BY j.lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+{apply_failure};
+
+
+-- name: apply_failure
+-- Shared tail of jobs_fail and jobs_rescue: `target` holds locked rows with the
+-- error to record, whether the job is dead, and the retry delay.
+UPDATE {schema}.jobs AS j
+SET state            = CASE WHEN t.dead THEN 'dead' ELSE 'queued' END,
+    run_at           = CASE WHEN t.dead THEN j.run_at
+                            ELSE now() + make_interval(secs => t.delay_s) END,
+    finished_at      = CASE WHEN t.dead THEN now() END,
+    last_error       = COALESCE(t.error, j.last_error),
+    -- the last 20 errors, newest last, each cut to 4000 characters
+    errors           = CASE WHEN t.error IS NULL THEN j.errors
+                            ELSE jsonb_path_query_array(
+                                j.errors || jsonb_build_array(jsonb_build_object(
+                                    'attempt', t.attempt, 'at', now(),
+                                    'error', left(t.error, 4000))),
+                                '$[last-19 to last]')
+                       END,
+    lease_token      = NULL,
+    lease_expires_at = NULL
+FROM target AS t
+WHERE j.id = t.id
+RETURNING j.id, j.state, j.run_at, j.attempt
+
+
+-- name: jobs_release
+-- Gives leased jobs back at once without charging the start: a graceful shutdown, or
+-- jobs of a claimed batch that never started. run_at is kept, so they keep their place.
+UPDATE {schema}.jobs AS j
+SET state            = 'queued',
+    attempt          = j.attempt - 1,
+    lease_token      = NULL,
+    lease_expires_at = NULL,
+    started_at       = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
+WHERE j.id = r.id
+  AND j.lease_token = r.token AND j.state = 'running'  -- FENCE
+RETURNING j.id;
+
+
+-- name: jobs_renew
+-- Extends the leases still held. The ids missing from the result lost their lease.
+UPDATE {schema}.jobs AS j
+SET lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
+WHERE j.id = r.id
+  AND j.lease_token = r.token AND j.state = 'running'  -- FENCE
+RETURNING j.id;
+
+
+-- name: jobs_cancel
+-- Cancels waiting or running jobs. A running job's holder loses its lease: its outcome
+-- will match no row.
+UPDATE {schema}.jobs
+SET state            = 'cancelled',
+    finished_at      = now(),
+    lease_token      = NULL,
+    lease_expires_at = NULL
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'running')
+RETURNING id;
+
+
+-- name: jobs_retry_finished
+-- Puts dead (or, by id, cancelled) jobs back in their queue to run now, with one more
+-- attempt if they had used them all (attempt keeps counting every start). A job whose
+-- unique_key is held by a live job meanwhile is left as it is.
+UPDATE {schema}.jobs AS j
+SET state        = 'queued',
+    run_at       = now(),
+    finished_at  = NULL,
+    max_attempts = GREATEST(j.max_attempts, j.attempt + 1)
+WHERE j.state = ANY(%(states)s::text[])
+  AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (j.unique_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {schema}.jobs AS live
+        WHERE live.unique_key = j.unique_key AND live.state IN ('queued', 'running')))
+RETURNING j.id;
+
+
+-- name: jobs_prune
+-- Deletes up to `limit` finished jobs older than the retention, oldest first, by the
+-- finished-rows index; callers loop so no single statement holds many locks.
+DELETE FROM {schema}.jobs
+WHERE id IN (
+    SELECT id FROM {schema}.jobs
+    WHERE state IN ('succeeded', 'dead', 'cancelled')
+      AND finished_at < now() - make_interval(secs => %(retention_s)s)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+
+-- name: jobs_get
+SELECT * FROM {schema}.jobs WHERE id = %(id)s;
+
+
+-- name: migrations_lock
+-- One migrator at a time per schema, across hosts; released at commit.
+SELECT pg_advisory_xact_lock(hashtextextended('pgworkerd.migrate:' || %(schema_name)s, 0));
+
+
+-- name: migrations_create_schema
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+
+-- name: migrations_create_table
+CREATE TABLE IF NOT EXISTS {schema}.migrations (
+    version     integer     PRIMARY KEY,
+    name        text        NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+);
+
+
+-- name: migrations_applied
+SELECT version FROM {schema}.migrations ORDER BY version;
+
+
+-- name: migrations_record
+INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s, %(name)s);
+
+
+-- name: migrations_table_exists
+SELECT to_regclass(%(migrations_table)s) IS NOT NULL AS present;
+
+
+-- name: search_path_set
+SELECT set_config('search_path', %(search_path)s, true);

@@ -1,0 +1,292 @@
+"""Every state transition of a job, one method each, over the statements of
+`sql/queries.sql`.
+
+    queued --claim--> running --complete--> succeeded
+                         |--fail / retry_after / rescue--> queued (later) | dead
+                         |--release--> queued (start not charged)
+    queued | running --cancel--> cancelled;   dead | cancelled --retry--> queued
+
+Each method runs one statement on the caller's connection and leaves the transaction
+to the caller (workers use autocommit connections). Writes after a claim take the
+job's Lease and report which leases still held: a write on a lost lease changes
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from pgworkerd import queries
+from pgworkerd.encoding import clean_error
+from pgworkerd.job import Job, Lease
+
+DEFAULT_SCHEMA = "pgworkerd"
+FINAL_STATES = ("succeeded", "dead", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with full jitter: the n-th failure waits a uniform time in
+    [0, min(max_s, base_s * 2**(n-1))] seconds."""
+
+    base_s: float = 30.0
+    max_s: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """One validated job for `JobStore.insert` (built by the producer)."""
+
+    queue: str
+    kind: str
+    payload_json: str
+    priority: int = 0
+    run_at: datetime | None = None
+    delay_s: float | None = None
+    unique_key: str | None = None
+    max_attempts: int | None = None
+    max_runtime_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailureOutcome:
+    """Where a failed, retried or rescued job went."""
+
+    job_id: int
+    state: str  # 'queued' (to run again at run_at) or 'dead'
+    run_at: datetime
+    attempt: int
+
+
+class JobStore:
+    """The jobs table of one schema."""
+
+    def __init__(self, schema: str = DEFAULT_SCHEMA, *, backoff: Backoff | None = None) -> None:
+        self.schema = schema
+        self.backoff = backoff or Backoff()
+        self._sql = queries.statements(schema)
+        self.notify_channel = notify_channel(schema)
+        # The identity sequence, quoted for a ::regclass cast.
+        self._sequence = f"{_quote_ident(schema)}.jobs_id_seq"
+
+    # -- producing ----------------------------------------------------------------------
+
+    def insert(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]) -> list[int | None]:
+        """Insert `jobs` in one statement; ids in input order. An id is None only when
+        its unique_key's holder committed after the statement began: look it up."""
+        if not jobs:
+            return []
+        params = {
+            "sequence": self._sequence,
+            "channel": self.notify_channel,
+            "queue": [j.queue for j in jobs],
+            "kind": [j.kind for j in jobs],
+            "payload": [j.payload_json for j in jobs],
+            "priority": [j.priority for j in jobs],
+            "run_at": [j.run_at for j in jobs],
+            "delay_s": [j.delay_s for j in jobs],
+            "unique_key": [j.unique_key for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs],
+            "max_runtime_s": [j.max_runtime_s for j in jobs],
+        }
+        rows = conn.execute(self._sql["jobs_insert"], params).fetchall()
+        return [row[0] for row in rows]
+
+    def find_live_by_unique_key(self, conn: psycopg.Connection[Any], unique_key: str) -> int | None:
+        row = conn.execute(
+            self._sql["jobs_find_live_by_unique_key"], {"unique_key": unique_key}
+        ).fetchone()
+        return row[0] if row else None
+
+    # -- the lease life cycle -------------------------------------------------------------
+
+    def claim(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        queues: Sequence[str],
+        limit: int,
+        lease_ttl_s: float,
+        worker: str,
+        max_attempts: Sequence[int] | int = 5,
+    ) -> list[Job]:
+        """Lease up to `limit` ready jobs of `queues` (in that order of preference),
+        returned in the order they should run. `max_attempts` (one per queue, or one for
+        all) applies to jobs enqueued without their own."""
+        queues = list(dict.fromkeys(queues))  # a queue named twice is claimed once
+        if isinstance(max_attempts, int):
+            max_attempts = [max_attempts] * len(queues)
+        params = {
+            "queues": queues,
+            "queue_max_attempts": list(max_attempts),
+            "limit": limit,
+            "lease_ttl_s": float(lease_ttl_s),
+            "worker": worker,
+        }
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(self._sql["jobs_claim"], params).fetchall()
+        jobs = [_job_from_row(row) for row in rows]
+        jobs.sort(key=lambda j: (j.queue_order, -j.priority, j.run_at, j.id))
+        return jobs
+
+    def complete(
+        self, conn: psycopg.Connection[Any], done: Iterable[tuple[Lease, str | None]]
+    ) -> set[int]:
+        """End jobs `succeeded` with their JSON result text (or None); returns the ids
+        whose lease still held. One statement for the whole batch."""
+        done = list(done)
+        if not done:
+            return set()
+        params = {
+            "ids": [lease.job_id for lease, _ in done],
+            "tokens": [lease.token for lease, _ in done],
+            "results": [result for _, result in done],
+        }
+        return {row[0] for row in conn.execute(self._sql["jobs_complete"], params)}
+
+    def fail(
+        self,
+        conn: psycopg.Connection[Any],
+        lease: Lease,
+        error: str,
+        *,
+        discard: bool = False,
+    ) -> FailureOutcome | None:
+        """Record a failed attempt: retry after backoff, or `dead` when attempts are
+        exhausted or `discard`. None when the lease was lost."""
+        return self._fail(conn, lease, clean_error(error), discard=discard, delay_s=None)
+
+    def retry_after(
+        self,
+        conn: psycopg.Connection[Any],
+        lease: Lease,
+        delay_s: float,
+        error: str | None = None,
+    ) -> FailureOutcome | None:
+        """Run the job again after `delay_s` (the start stays charged: `dead` if it was
+        the last attempt). None when the lease was lost."""
+        if error is None:
+            error = f"retry requested in {delay_s:g}s"
+        return self._fail(conn, lease, clean_error(error), discard=False, delay_s=delay_s)
+
+    def release(self, conn: psycopg.Connection[Any], leases: Iterable[Lease]) -> set[int]:
+        """Give jobs back to `queued` at once without charging the start."""
+        return self._by_leases(conn, "jobs_release", leases)
+
+    def renew(
+        self, conn: psycopg.Connection[Any], leases: Iterable[Lease], lease_ttl_s: float
+    ) -> set[int]:
+        """Extend leases to now() + lease_ttl_s; returns the ids whose lease held."""
+        return self._by_leases(conn, "jobs_renew", leases, lease_ttl_s=float(lease_ttl_s))
+
+    def rescue(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[FailureOutcome]:
+        """Retry or dead-letter up to `limit` jobs whose lease expired."""
+        params = {"limit": limit, **self._backoff_params()}
+        rows = conn.execute(self._sql["jobs_rescue"], params).fetchall()
+        return [FailureOutcome(*row) for row in rows]
+
+    # -- operator actions -----------------------------------------------------------------
+
+    def cancel(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[int]:
+        """Cancel queued or running jobs; returns the ids that were cancelled."""
+        rows = conn.execute(self._sql["jobs_cancel"], {"ids": list(ids)}).fetchall()
+        return sorted(row[0] for row in rows)
+
+    def retry_finished(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        ids: Sequence[int] | None = None,
+        queue: str | None = None,
+    ) -> list[int]:
+        """Queue dead jobs again (all of them, or `ids`, which may also name cancelled
+        jobs), optionally only of `queue`; returns the ids queued."""
+        states = ["dead"] if ids is None else ["dead", "cancelled"]
+        params = {"states": states, "ids": list(ids) if ids is not None else None, "queue": queue}
+        rows = conn.execute(self._sql["jobs_retry_finished"], params).fetchall()
+        return sorted(row[0] for row in rows)
+
+    def prune(
+        self, conn: psycopg.Connection[Any], *, retention_s: float, batch: int = 1000
+    ) -> int:
+        """Delete at most `batch` finished jobs older than `retention_s`; returns how
+        many. Call again while it returns `batch`."""
+        cur = conn.execute(
+            self._sql["jobs_prune"], {"retention_s": float(retention_s), "limit": batch}
+        )
+        return cur.rowcount
+
+    def get(self, conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any] | None:
+        with conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(self._sql["jobs_get"], {"id": job_id}).fetchone()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _fail(
+        self,
+        conn: psycopg.Connection[Any],
+        lease: Lease,
+        error: str,
+        *,
+        discard: bool,
+        delay_s: float | None,
+    ) -> FailureOutcome | None:
+        params = {
+            "id": lease.job_id,
+            "token": lease.token,
+            "error": error,
+            "discard": discard,
+            "delay_s": delay_s,
+            **self._backoff_params(),
+        }
+        row = conn.execute(self._sql["jobs_fail"], params).fetchone()
+        return FailureOutcome(*row) if row else None
+
+    def _by_leases(
+        self, conn: psycopg.Connection[Any], statement: str, leases: Iterable[Lease], **extra: Any
+    ) -> set[int]:
+        leases = list(leases)
+        if not leases:
+            return set()
+        params = {
+            "ids": [lease.job_id for lease in leases],
+            "tokens": [lease.token for lease in leases],
+            **extra,
+        }
+        return {row[0] for row in conn.execute(self._sql[statement], params)}
+
+    def _backoff_params(self) -> dict[str, float]:
+        return {"backoff_base_s": self.backoff.base_s, "backoff_max_s": self.backoff.max_s}
+
+
+def notify_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel on which enqueues announce their queue's name."""
+    return f"{schema}.jobs"
+
+
+def _quote_ident(name: str) -> str:
+    return sql.Identifier(name).as_string(None)
+
+
+def _job_from_row(row: dict[str, Any]) -> Job:
+    return Job(
+        id=row["id"],
+        kind=row["kind"],
+        queue=row["queue"],
+        payload=row["payload"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        priority=row["priority"],
+        max_runtime_s=row["max_runtime_s"],
+        run_at=row["run_at"],
+        created_at=row["created_at"],
+        lease_token=row["lease_token"],
+        queue_order=row["queue_ord"],
+    )
