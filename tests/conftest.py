@@ -1,0 +1,92 @@
+"""A real PostgreSQL for the suite: one throwaway cluster per session (or the server
+that PGWORKERD_TEST_DSN names), a template database migrated once, and a fresh
+database per test made from it with CREATE DATABASE ... TEMPLATE."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from pgworkerd.embedded import FAST_UNSAFE_SETTINGS, EmbeddedCluster, free_port
+from pgworkerd.migrations import migrate
+from pgworkerd.store import DEFAULT_SCHEMA, JobStore
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn() -> Iterator[str]:
+    """A superuser DSN of a server the suite may create databases on."""
+    existing = os.environ.get("PGWORKERD_TEST_DSN")
+    if existing:
+        yield existing
+        return
+    base = Path(tempfile.mkdtemp(prefix="pgworkerd-test-"))
+    cluster = EmbeddedCluster(base_dir=base, port=free_port(), settings=FAST_UNSAFE_SETTINGS)
+    try:
+        cluster.ensure_running()
+        yield cluster.dsn()
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_dsn: str) -> Iterator[str]:
+    """Name of a database holding the migrated schema, built once per session."""
+    name = f"pgworkerd_template_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    with psycopg.connect(make_conninfo(pg_admin_dsn, dbname=name)) as conn:
+        migrate(conn, DEFAULT_SCHEMA)
+    yield name
+    _drop_database(pg_admin_dsn, name)
+
+
+@pytest.fixture
+def empty_db_dsn(pg_admin_dsn: str) -> Iterator[str]:
+    """A fresh database with no pgworkerd schema at all."""
+    name = f"pgworkerd_empty_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield make_conninfo(pg_admin_dsn, dbname=name)
+    _drop_database(pg_admin_dsn, name)
+
+
+@pytest.fixture
+def db_dsn(pg_admin_dsn: str, template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"pgworkerd_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template_db)
+            )
+        )
+    yield make_conninfo(pg_admin_dsn, dbname=name)
+    _drop_database(pg_admin_dsn, name)
+
+
+@pytest.fixture
+def conn(db_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to the test's database, as workers use."""
+    with psycopg.connect(db_dsn, autocommit=True) as connection:
+        yield connection
+
+
+@pytest.fixture
+def store() -> JobStore:
+    return JobStore()
+
+
+def _drop_database(admin_dsn: str, name: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )

@@ -1,0 +1,285 @@
+"""The producer API on a real server: the caller's transaction, unique keys, bulk
+inserts, notifications, and input refused before any SQL."""
+
+from __future__ import annotations
+
+import math
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from unittest import mock
+
+import psycopg
+import pytest
+
+import pgworkerd
+from pgworkerd import InvalidJob, Producer
+from pgworkerd.producer import default_producer
+from pgworkerd.store import JobStore, notify_channel
+
+
+def count_jobs(conn: psycopg.Connection[Any]) -> int:
+    return conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0]
+
+
+def test_enqueue_stores_the_job_as_given(conn):
+    job_id = pgworkerd.enqueue(conn, "send_email", {"to": "a@example.com", "n": [1, 2.5]},
+                               queue="mail", priority=7, max_attempts=3, max_runtime=90)
+    row = JobStore().get(conn, job_id)
+    assert row["kind"] == "send_email" and row["queue"] == "mail"
+    assert row["payload"] == {"to": "a@example.com", "n": [1, 2.5]}
+    assert row["priority"] == 7 and row["max_attempts"] == 3
+    assert row["max_runtime"] == timedelta(seconds=90)
+    assert row["state"] == "queued" and row["attempt"] == 0
+
+
+def test_enqueue_commits_and_rolls_back_with_the_callers_transaction(db_dsn):
+    with psycopg.connect(db_dsn) as conn:
+        pgworkerd.enqueue(conn, "k", {"keep": True})
+        conn.commit()
+        with conn.transaction(force_rollback=True):
+            pgworkerd.enqueue(conn, "k", {"keep": False})
+            pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {"keep": False}}] * 3)
+        conn.rollback()
+    with psycopg.connect(db_dsn) as check:
+        payloads = [r[0] for r in check.execute("SELECT payload FROM pgworkerd.jobs")]
+    assert payloads == [{"keep": True}]
+
+
+def test_delay_is_counted_from_the_database_clock(conn):
+    now = conn.execute("SELECT now()").fetchone()[0]
+    job_id = pgworkerd.enqueue(conn, "k", {}, delay=timedelta(minutes=5))
+    run_at = JobStore().get(conn, job_id)["run_at"]
+    assert timedelta(minutes=4, seconds=55) < run_at - now < timedelta(minutes=5, seconds=10)
+
+
+def test_enqueue_many_returns_ids_in_order_from_one_statement(conn):
+    specs = [{"kind": f"k{n % 3}", "payload": {"n": n}, "priority": n % 5} for n in range(10_000)]
+    with mock.patch.object(psycopg.Connection, "execute", autospec=True,
+                           side_effect=psycopg.Connection.execute) as execute:
+        ids = pgworkerd.enqueue_many(conn, specs)
+    assert execute.call_count == 1, "one statement for the whole list"
+    assert len(ids) == 10_000 and len(set(ids)) == 10_000
+    rows = dict(conn.execute("SELECT id, payload->>'n' FROM pgworkerd.jobs").fetchall())
+    assert [int(rows[i]) for i in ids] == list(range(10_000))
+
+
+def test_enqueue_many_of_nothing_does_nothing(conn):
+    assert pgworkerd.enqueue_many(conn, []) == []
+
+
+# -- unique keys ---------------------------------------------------------------------------
+
+def test_unique_key_returns_the_live_job_and_frees_up_when_it_finishes(conn):
+    first = pgworkerd.enqueue(conn, "k", {"v": 1}, unique_key="daily-report")
+    assert pgworkerd.enqueue(conn, "k", {"v": 2}, unique_key="daily-report") == first
+    assert count_jobs(conn) == 1
+    store = JobStore()
+    (job,) = store.claim(conn, queues=["default"], limit=1, lease_ttl_s=30, worker="w")
+    assert pgworkerd.enqueue(conn, "k", {"v": 3}, unique_key="daily-report") == first, \
+        "a running job still holds its key"
+    store.complete(conn, [(job.lease, None)])
+    third = pgworkerd.enqueue(conn, "k", {"v": 4}, unique_key="daily-report")
+    assert third != first
+
+
+def test_unique_key_repeated_within_one_batch(conn):
+    ids = pgworkerd.enqueue_many(conn, [
+        {"kind": "k", "payload": {"n": 0}, "unique_key": "a"},
+        {"kind": "k", "payload": {"n": 1}},
+        {"kind": "k", "payload": {"n": 2}, "unique_key": "a"},
+        {"kind": "k", "payload": {"n": 3}, "unique_key": "b"},
+    ])
+    assert ids[0] == ids[2] and len(set(ids)) == 3
+    existing = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "unique_key": "b"}])
+    assert existing == [ids[3]]
+    assert count_jobs(conn) == 3
+
+
+def test_concurrent_enqueues_of_one_unique_key_make_one_row(db_dsn):
+    """RELIABILITY §28: both callers get the id of the single row."""
+    with psycopg.connect(db_dsn) as first, psycopg.connect(db_dsn) as second:
+        first_id = pgworkerd.enqueue(first, "k", {}, unique_key="once")
+        result: dict[str, Any] = {}
+
+        def enqueue_second() -> None:
+            try:
+                result["id"] = pgworkerd.enqueue(second, "k", {}, unique_key="once")
+                second.commit()
+            except Exception as exc:  # pragma: no cover - reported below
+                result["error"] = exc
+
+        thread = threading.Thread(target=enqueue_second)
+        thread.start()
+        waiting = _wait_for_lock_waiter(db_dsn)
+        assert waiting, "the second enqueue should wait on the first's uncommitted key"
+        first.commit()
+        thread.join(timeout=30)
+        assert result == {"id": first_id}
+    with psycopg.connect(db_dsn) as check:
+        assert count_jobs(check) == 1
+
+
+def test_unique_key_is_free_again_when_the_holder_rolls_back(db_dsn):
+    with psycopg.connect(db_dsn) as first, psycopg.connect(db_dsn) as second:
+        pgworkerd.enqueue(first, "k", {}, unique_key="once")
+        result: dict[str, int] = {}
+        thread = threading.Thread(
+            target=lambda: result.update(id=pgworkerd.enqueue(second, "k", {}, unique_key="once")))
+        thread.start()
+        assert _wait_for_lock_waiter(db_dsn)
+        first.rollback()
+        thread.join(timeout=30)
+        second.commit()
+    with psycopg.connect(db_dsn) as check:
+        assert [r[0] for r in check.execute("SELECT id FROM pgworkerd.jobs")] == [result["id"]]
+
+
+def _wait_for_lock_waiter(dsn: str, timeout_s: float = 10) -> bool:
+    """True once some backend of this database waits on a lock (polled, with a deadline)."""
+    with psycopg.connect(dsn, autocommit=True) as observer:
+        deadline = observer.execute("SELECT clock_timestamp() + %s * interval '1s'",
+                                    (timeout_s,)).fetchone()[0]
+        while True:
+            row = observer.execute(
+                "SELECT count(*) > 0, clock_timestamp() > %s FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                (deadline,)).fetchone()
+            if row[0]:
+                return True
+            if row[1]:
+                return False
+            observer.execute("SELECT pg_sleep(0.01)")
+
+
+# -- notifications -------------------------------------------------------------------------
+
+def test_enqueue_notifies_the_queue_name_at_commit_only(db_dsn):
+    with psycopg.connect(db_dsn, autocommit=True) as listener, psycopg.connect(db_dsn) as conn:
+        listener.execute(f'LISTEN "{notify_channel("pgworkerd")}"')
+        pgworkerd.enqueue(conn, "k", {"big": "x" * 20_000}, queue="mail")
+        conn.rollback()
+        pgworkerd.enqueue(conn, "k", {}, queue="later", delay=60)
+        pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "queue": "reports"}] * 5)
+        pgworkerd.enqueue(conn, "k", {}, queue="mail")
+        conn.commit()
+        received = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
+    assert sorted(received) == ["mail", "reports"], "one per ready queue, queue name only"
+
+
+# -- bad input -----------------------------------------------------------------------------
+
+class Cycle(list):
+    pass
+
+
+_cycle: list[Any] = Cycle()
+_cycle.append(_cycle)
+
+BAD_ENQUEUES = [
+    pytest.param({"kind": ""}, "kind must not be empty", id="empty-kind"),
+    pytest.param({"kind": "   "}, "kind must not be empty", id="blank-kind"),
+    pytest.param({"kind": None}, "kind must be a string", id="kind-none"),
+    pytest.param({"kind": "k" * 256}, "over the limit of 255", id="long-kind"),
+    pytest.param({"kind": "a\x00b"}, "control characters", id="nul-in-kind"),
+    pytest.param({"queue": ""}, "queue must not be empty", id="empty-queue"),
+    pytest.param({"queue": 5}, "queue must be a string", id="queue-int"),
+    pytest.param({"queue": "q\n"}, "control characters", id="newline-queue"),
+    pytest.param({"payload": datetime.now(UTC)}, "not JSON-serialisable", id="datetime"),
+    pytest.param({"payload": {1, 2}}, "not JSON-serialisable", id="set"),
+    pytest.param({"payload": b"bytes"}, "not JSON-serialisable", id="bytes"),
+    pytest.param({"payload": {"x": math.nan}}, "not JSON-serialisable", id="nan"),
+    pytest.param({"payload": {"x": math.inf}}, "not JSON-serialisable", id="inf"),
+    pytest.param({"payload": _cycle}, "not JSON-serialisable", id="cycle"),
+    pytest.param({"payload": {"a": "x\x00y"}}, "NUL character", id="nul-value"),
+    pytest.param({"payload": {"a\x00": 1}}, "NUL character", id="nul-key"),
+    pytest.param({"payload": "x" * (1024 * 1024)}, "over the limit of 1048576 bytes",
+                 id="oversized"),
+    pytest.param({"priority": "1"}, "priority must be an integer", id="priority-str"),
+    pytest.param({"priority": 1.5}, "priority must be an integer", id="priority-float"),
+    pytest.param({"priority": True}, "priority must be an integer", id="priority-bool"),
+    pytest.param({"priority": 2**40}, "32 bits", id="priority-huge"),
+    pytest.param({"delay": 5, "run_at": datetime.now(UTC)}, "not both", id="delay-and-run-at"),
+    pytest.param({"delay": -1}, ">= 0", id="negative-delay"),
+    pytest.param({"delay": math.nan}, "finite", id="nan-delay"),
+    pytest.param({"delay": "5s"}, "seconds or a timedelta", id="delay-str"),
+    pytest.param({"run_at": datetime(2030, 1, 1)}, "timezone-aware", id="naive-run-at"),
+    pytest.param({"run_at": "2030-01-01"}, "must be a datetime", id="run-at-str"),
+    pytest.param({"unique_key": ""}, "unique_key must not be empty", id="empty-unique-key"),
+    pytest.param({"max_attempts": 0}, "max_attempts must be an integer from 1", id="attempts-0"),
+    pytest.param({"max_attempts": "3"}, "max_attempts must be an integer", id="attempts-str"),
+    pytest.param({"max_runtime": 0}, "> 0", id="runtime-0"),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), BAD_ENQUEUES)
+def test_bad_input_is_refused_before_any_sql(db_dsn, changes, message):
+    args = {"kind": "k", "payload": {}} | changes
+    with psycopg.connect(db_dsn) as conn:  # not autocommit: any statement would open a tx
+        with pytest.raises(InvalidJob) as refused:
+            pgworkerd.enqueue(conn, args.pop("kind"), args.pop("payload"), **args)
+        assert message in str(refused.value)
+        assert "\n" not in str(refused.value)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE, \
+            "no statement may run for a refused job"
+        with pytest.raises(InvalidJob, match=r"^jobs\[1\]: "):
+            pgworkerd.enqueue_many(conn, [{"kind": "ok", "payload": {}},
+                                          {"kind": "k", "payload": {}} | changes])
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert count_jobs(conn) == 0
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("not a dict", "must be a dict"),
+    ({"kind": "k"}, "lacks 'payload'"),
+    ({"payload": {}}, "lacks 'kind'"),
+    ({"kind": "k", "payload": {}, "colour": "red"}, "unknown key(s): colour"),
+])
+def test_enqueue_many_refuses_malformed_entries(conn, spec, message):
+    with pytest.raises(InvalidJob, match=r"^jobs\[0\]") as refused:
+        pgworkerd.enqueue_many(conn, [spec])
+    assert message in str(refused.value)
+    assert count_jobs(conn) == 0
+
+
+def test_odd_but_valid_names_are_stored_as_data(conn):
+    names = ["it's", 'q"; DROP TABLE pgworkerd.jobs; --', "émoji 🚀", "x" * 200]
+    ids = pgworkerd.enqueue_many(conn, [{"kind": n, "payload": {"n": n}, "queue": n}
+                                        for n in names])
+    rows = conn.execute("SELECT kind, queue FROM pgworkerd.jobs WHERE id = ANY(%s) ORDER BY id",
+                        (ids,)).fetchall()
+    assert rows == [(n, n) for n in names]
+
+
+def test_payload_limit_is_configurable(conn, monkeypatch):
+    small = Producer(max_payload_bytes=100)
+    with pytest.raises(InvalidJob, match="over the limit of 100 bytes"):
+        small.enqueue(conn, "k", {"x": "y" * 100})
+    assert small.enqueue(conn, "k", {"x": "y" * 10}) > 0
+
+    monkeypatch.setenv("PGWORKERD_MAX_PAYLOAD_BYTES", "50")
+    default_producer.cache_clear()
+    try:
+        with pytest.raises(InvalidJob, match="over the limit of 50 bytes"):
+            pgworkerd.enqueue(conn, "k", {"x": "y" * 60})
+    finally:
+        default_producer.cache_clear()
+
+
+def test_schema_comes_from_the_environment(empty_db_dsn, monkeypatch):
+    from pgworkerd.migrations import migrate
+
+    monkeypatch.setenv("PGWORKERD_DATABASE__SCHEMA", "jobs_elsewhere")
+    default_producer.cache_clear()
+    try:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            migrate(conn, "jobs_elsewhere")
+            job_id = pgworkerd.enqueue(conn, "k", {})
+            assert conn.execute("SELECT id FROM jobs_elsewhere.jobs").fetchone()[0] == job_id
+    finally:
+        default_producer.cache_clear()
+
+
+def test_payload_may_hold_a_literal_backslash_u0000(conn):
+    job_id = pgworkerd.enqueue(conn, "k", {"text": "\\u0000 is how JSON writes NUL"})
+    assert JobStore().get(conn, job_id)["payload"]["text"].startswith("\\u0000")

@@ -1,0 +1,406 @@
+"""Every state transition of JobStore on a real server, and the lease fence."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgworkerd
+from pgworkerd.job import Lease
+from pgworkerd.store import Backoff, JobStore
+
+Conn = psycopg.Connection[Any]
+
+
+def claim(store: JobStore, conn: Conn, limit: int = 10, **kwargs: Any) -> list[pgworkerd.Job]:
+    options = {"queues": ["default"], "lease_ttl_s": 30, "worker": "test-host:1"} | kwargs
+    return store.claim(conn, limit=limit, **options)
+
+
+def db_now(conn: Conn) -> datetime:
+    return conn.execute("SELECT now()").fetchone()[0]
+
+
+def expire_leases(conn: Conn) -> None:
+    conn.execute("UPDATE pgworkerd.jobs SET lease_expires_at = now() - interval '1 second'"
+                 " WHERE state = 'running'")
+
+
+def stale(lease: Lease) -> Lease:
+    return Lease(lease.job_id, uuid.uuid4())
+
+
+# -- claim ---------------------------------------------------------------------------------
+
+def test_claim_leases_a_batch_charges_an_attempt_and_uses_the_database_clock(conn, store):
+    ids = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {"n": n}} for n in range(5)])
+    before = db_now(conn)
+    jobs = claim(store, conn, limit=3, lease_ttl_s=45)
+
+    assert [j.id for j in jobs] == ids[:3]
+    assert all(j.attempt == 1 and j.max_attempts == 5 for j in jobs)
+    assert len({j.lease_token for j in jobs}) == 3, "each claim draws its own token"
+    for job in jobs:
+        row = store.get(conn, job.id)
+        assert row["state"] == "running"
+        assert row["worker"] == "test-host:1"
+        assert row["lease_token"] == job.lease_token
+        expected = before + timedelta(seconds=45)
+        assert abs((row["lease_expires_at"] - expected).total_seconds()) < 5
+    assert [j.id for j in claim(store, conn)] == ids[3:], "claimed jobs are not claimed again"
+    assert claim(store, conn) == []
+
+
+def test_claim_order_is_priority_then_run_at_then_id(conn, store):
+    now = db_now(conn)
+    low = pgworkerd.enqueue(conn, "k", {}, priority=-5)
+    late = pgworkerd.enqueue(conn, "k", {}, run_at=now - timedelta(seconds=10))
+    early = pgworkerd.enqueue(conn, "k", {}, run_at=now - timedelta(seconds=20))
+    high = pgworkerd.enqueue(conn, "k", {}, priority=10)
+    mid_a = pgworkerd.enqueue(conn, "k", {}, priority=3)
+    mid_b = pgworkerd.enqueue(conn, "k", {}, priority=3)
+    one_by_one = [claim(store, conn, limit=1)[0].id for _ in range(6)]
+    assert one_by_one == [high, mid_a, mid_b, early, late, low]
+
+
+def test_claim_prefers_queues_in_the_order_given_then_priority(conn, store):
+    bulk = pgworkerd.enqueue_many(conn, [
+        {"kind": "k", "payload": {}, "queue": "bulk", "priority": 100},
+        {"kind": "k", "payload": {}, "queue": "critical", "priority": 0},
+        {"kind": "k", "payload": {}, "queue": "critical", "priority": 1},
+        {"kind": "k", "payload": {}, "queue": "other"},
+    ])
+    jobs = claim(store, conn, limit=10, queues=["critical", "bulk"])
+    assert [j.id for j in jobs] == [bulk[2], bulk[1], bulk[0]], "queue order wins over priority"
+    assert store.get(conn, bulk[3])["state"] == "queued", "unlisted queues are left alone"
+
+
+def test_claim_batch_stops_at_the_limit_across_queues(conn, store):
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "queue": q}
+                                  for q in ("a", "a", "b", "b")])
+    jobs = claim(store, conn, limit=3, queues=["a", "b"])
+    assert [j.queue for j in jobs] == ["a", "a", "b"]
+    running = conn.execute("SELECT count(*) FROM pgworkerd.jobs WHERE state = 'running'")
+    assert running.fetchone()[0] == 3
+
+
+def test_claim_skips_jobs_scheduled_for_later(conn, store):
+    later = pgworkerd.enqueue(conn, "k", {}, delay=3600)
+    ready = pgworkerd.enqueue(conn, "k", {})
+    assert [j.id for j in claim(store, conn)] == [ready]
+    assert store.get(conn, later)["state"] == "queued"
+
+
+def test_claim_applies_the_queue_max_attempts_only_to_jobs_without_their_own(conn, store):
+    own = pgworkerd.enqueue(conn, "k", {}, max_attempts=9)
+    default = pgworkerd.enqueue(conn, "k", {})
+    jobs = {j.id: j for j in claim(store, conn, max_attempts=3)}
+    assert jobs[own].max_attempts == 9
+    assert jobs[default].max_attempts == 3
+    assert store.get(conn, default)["max_attempts"] == 3
+
+
+def test_claim_of_an_empty_queue_returns_nothing(conn, store):
+    assert claim(store, conn, queues=["nothing-here"]) == []
+
+
+# -- complete ------------------------------------------------------------------------------
+
+def test_complete_records_result_and_finish_time(conn, store):
+    job_id = pgworkerd.enqueue(conn, "k", {})
+    (job,) = claim(store, conn)
+    assert store.complete(conn, [(job.lease, '{"answer": 42}')]) == {job_id}
+    row = store.get(conn, job_id)
+    assert row["state"] == "succeeded"
+    assert row["result"] == {"answer": 42}
+    assert row["finished_at"] is not None
+    assert row["lease_token"] is None and row["lease_expires_at"] is None
+
+
+def test_complete_a_batch_in_one_call(conn, store):
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in range(20)])
+    jobs = claim(store, conn, limit=20)
+    assert store.complete(conn, [(j.lease, None) for j in jobs]) == {j.id for j in jobs}
+
+
+def test_stale_lease_cannot_complete_fail_renew_or_release(conn, store):
+    job_id = pgworkerd.enqueue(conn, "k", {})
+    (job,) = claim(store, conn)
+    before = store.get(conn, job_id)
+    wrong = stale(job.lease)
+
+    assert store.complete(conn, [(wrong, None)]) == set()
+    assert store.fail(conn, wrong, "boom") is None
+    assert store.retry_after(conn, wrong, 5) is None
+    assert store.renew(conn, [wrong], lease_ttl_s=3600) == set()
+    assert store.release(conn, [wrong]) == set()
+    assert store.get(conn, job_id) == before, "a stale token changed the job"
+
+
+def test_old_holder_cannot_touch_the_job_after_rescue_and_reclaim(conn, store):
+    job_id = pgworkerd.enqueue(conn, "k", {})
+    (first,) = claim(store, conn)
+    expire_leases(conn)
+    store_no_wait = JobStore(backoff=Backoff(base_s=0, max_s=0))
+    assert [o.job_id for o in store_no_wait.rescue(conn)] == [job_id]
+    (second,) = claim(store, conn)
+    assert second.attempt == 2
+
+    assert store.complete(conn, [(first.lease, None)]) == set()
+    assert store.renew(conn, [first.lease], 3600) == set()
+    assert store.fail(conn, first.lease, "late failure") is None
+    row = store.get(conn, job_id)
+    assert row["state"] == "running" and row["lease_token"] == second.lease_token
+    assert store.complete(conn, [(second.lease, None)]) == {job_id}
+
+
+def test_an_outcome_is_accepted_once(conn, store):
+    job_id = pgworkerd.enqueue(conn, "k", {})
+    (job,) = claim(store, conn)
+    assert store.complete(conn, [(job.lease, None)]) == {job_id}
+    assert store.complete(conn, [(job.lease, '"again"')]) == set()
+    assert store.fail(conn, job.lease, "late") is None
+    assert store.get(conn, job_id)["result"] is None
+
+
+# -- fail, retry_after, backoff ------------------------------------------------------------
+
+def test_fail_retries_later_then_dead_letters_with_bounded_history(conn):
+    store = JobStore(backoff=Backoff(base_s=0, max_s=0))  # retry at once: no waiting here
+    job_id = pgworkerd.enqueue(conn, "k", {}, max_attempts=25)
+    for attempt in range(1, 26):
+        (job,) = claim(store, conn)
+        assert job.attempt == attempt
+        outcome = store.fail(conn, job.lease, f"error number {attempt}")
+        assert outcome is not None
+        assert outcome.state == ("dead" if attempt == 25 else "queued")
+    row = store.get(conn, job_id)
+    assert row["state"] == "dead" and row["finished_at"] is not None
+    assert row["last_error"] == "error number 25"
+    assert len(row["errors"]) == 20, "the history keeps the last 20 errors"
+    assert [e["attempt"] for e in row["errors"]] == list(range(6, 26))
+    assert claim(store, conn) == []
+
+
+def test_fail_schedules_the_retry_from_the_database_clock_with_backoff(conn):
+    store = JobStore(backoff=Backoff(base_s=100, max_s=1000))
+    job_id = pgworkerd.enqueue(conn, "k", {})
+    (job,) = claim(store, conn)
+    before = db_now(conn)
+    outcome = store.fail(conn, job.lease, "boom")
+    assert outcome.state == "queued"
+    assert before <= outcome.run_at <= before + timedelta(seconds=101)
+    assert claim(store, conn) == [] or outcome.run_at <= db_now(conn)
+    row = store.get(conn, job_id)
+    assert row["attempt"] == 1 and row["lease_token"] is None
+
+
+def test_backoff_grows_exponentially_is_capped_and_jittered(conn):
+    """Over 200 jobs per attempt: delays stay under base*2^(n-1) (capped), spread over
+    that range (full jitter), and their mean doubles from one attempt to the next."""
+    base, cap, jobs_per_attempt = 10.0, 80.0, 200
+    store = JobStore(backoff=Backoff(base_s=base, max_s=cap))
+    delays_by_attempt: dict[int, list[float]] = {}
+    for attempt in range(1, 6):
+        # Fake the earlier attempts so each job fails at exactly this attempt.
+        pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "queue": f"a{attempt}"}
+                                      for _ in range(jobs_per_attempt)])
+        conn.execute("UPDATE pgworkerd.jobs SET attempt = %s WHERE queue = %s",
+                     (attempt - 1, f"a{attempt}"))
+        jobs = claim(store, conn, limit=jobs_per_attempt, queues=[f"a{attempt}"], max_attempts=99)
+        delays = []
+        for job in jobs:
+            now = db_now(conn)
+            outcome = store.fail(conn, job.lease, "boom")
+            delays.append((outcome.run_at - now).total_seconds())
+        delays_by_attempt[attempt] = delays
+
+    means = []
+    for attempt, delays in delays_by_attempt.items():
+        ceiling = min(cap, base * 2 ** (attempt - 1))
+        assert all(-0.5 <= d <= ceiling + 0.5 for d in delays), (attempt, max(delays))
+        assert max(delays) - min(delays) > ceiling * 0.8, "full jitter spreads the delays"
+        means.append(sum(delays) / len(delays))
+    for earlier, later in zip(means[:3], means[1:4], strict=True):  # attempts 1..4: uncapped
+        assert 1.5 < later / earlier < 2.6, means
+    assert means[4] < cap * 0.65, "attempt 5 is capped at 80s, not 160s"
+
+
+def test_discard_dead_letters_at_once(conn, store):
+    job_id = pgworkerd.enqueue(conn, "k", {}, max_attempts=10)
+    (job,) = claim(store, conn)
+    outcome = store.fail(conn, job.lease, "bad input, will never work", discard=True)
+    assert outcome.state == "dead"
+    row = store.get(conn, job_id)
+    assert row["state"] == "dead" and row["attempt"] == 1
+    assert row["last_error"] == "bad input, will never work"
+
+
+def test_retry_after_uses_the_explicit_delay(conn, store):
+    job_id = pgworkerd.enqueue(conn, "k", {})
+    (job,) = claim(store, conn)
+    now = db_now(conn)
+    outcome = store.retry_after(conn, job.lease, 120)
+    assert outcome.state == "queued"
+    assert timedelta(seconds=119) < outcome.run_at - now < timedelta(seconds=125)
+    assert store.get(conn, job_id)["attempt"] == 1
+
+
+def test_retry_after_on_the_last_attempt_is_dead(conn, store):
+    job_id = pgworkerd.enqueue(conn, "k", {}, max_attempts=1)
+    (job,) = claim(store, conn)
+    assert store.retry_after(conn, job.lease, 1).state == "dead"
+    assert "retry requested" in store.get(conn, job_id)["last_error"]
+
+
+def test_error_text_with_nul_and_huge_size_is_stored_escaped_and_cut(conn, store):
+    job_id = pgworkerd.enqueue(conn, "k", {})
+    (job,) = claim(store, conn)
+    assert store.fail(conn, job.lease, "bad\x00byte " + "x" * 100_000) is not None
+    row = store.get(conn, job_id)
+    assert row["last_error"].startswith("bad\\u0000byte")
+    assert len(row["last_error"]) < 33_000
+    assert len(row["errors"][0]["error"]) == 4000
+
+
+# -- release, renew ------------------------------------------------------------------------
+
+def test_release_gives_the_job_back_uncharged_and_in_place(conn, store):
+    first, second = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 2)
+    jobs = claim(store, conn, limit=2)
+    assert store.release(conn, [j.lease for j in jobs]) == {first, second}
+    for job_id in (first, second):
+        row = store.get(conn, job_id)
+        assert row["state"] == "queued" and row["attempt"] == 0
+        assert row["lease_token"] is None
+    assert [j.id for j in claim(store, conn, limit=1)] == [first], "keeps its place"
+
+
+def test_renew_extends_live_leases_only(conn, store):
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 2)
+    kept, lost = claim(store, conn, limit=2, lease_ttl_s=5)
+    store.cancel(conn, [lost.id])
+    now = db_now(conn)
+    assert store.renew(conn, [kept.lease, lost.lease], lease_ttl_s=600) == {kept.id}
+    expires = store.get(conn, kept.id)["lease_expires_at"]
+    assert timedelta(seconds=590) < expires - now < timedelta(seconds=610)
+
+
+# -- rescue --------------------------------------------------------------------------------
+
+def test_rescue_charges_the_attempt_and_dead_letters_at_max_attempts(conn):
+    store = JobStore(backoff=Backoff(base_s=0, max_s=0))
+    job_id = pgworkerd.enqueue(conn, "k", {}, max_attempts=3)
+    for attempt in (1, 2, 3):
+        (job,) = claim(store, conn)
+        assert job.attempt == attempt
+        expire_leases(conn)
+        (outcome,) = store.rescue(conn)
+        assert outcome.job_id == job_id
+        assert outcome.state == ("dead" if attempt == 3 else "queued")
+    row = store.get(conn, job_id)
+    assert row["state"] == "dead" and row["attempt"] == 3
+    assert "lease expired" in row["last_error"] and "test-host:1" in row["last_error"]
+    assert [e["attempt"] for e in row["errors"]] == [1, 2, 3]
+
+
+def test_rescue_leaves_live_leases_alone(conn, store):
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 3)
+    claim(store, conn, limit=3, lease_ttl_s=60)
+    assert store.rescue(conn) == []
+    assert conn.execute(
+        "SELECT count(*) FROM pgworkerd.jobs WHERE state = 'running'").fetchone()[0] == 3
+
+
+def test_rescue_skips_a_row_locked_by_a_completion_in_flight(conn, store, db_dsn):
+    job_id = pgworkerd.enqueue(conn, "k", {})
+    (job,) = claim(store, conn)
+    expire_leases(conn)
+    with psycopg.connect(db_dsn) as completer:  # a transaction, not autocommit
+        assert store.complete(completer, [(job.lease, None)]) == {job_id}
+        assert store.rescue(conn) == [], "rescue must skip, not wait for or override, the row"
+        completer.commit()
+    assert store.get(conn, job_id)["state"] == "succeeded"
+
+
+# -- cancel, retry, prune ------------------------------------------------------------------
+
+def test_cancel_queued_and_running_but_not_finished_jobs(conn, store):
+    queued, running, done = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 3)
+    jobs = claim(store, conn, limit=2)
+    store.complete(conn, [(jobs[0].lease, None)])  # `queued` is done now
+    done_id, running_id = jobs[0].id, jobs[1].id
+    assert store.cancel(conn, [queued, running, done]) == sorted({running_id, done})
+    assert store.get(conn, done_id)["state"] == "succeeded"
+    assert store.get(conn, running_id)["state"] == "cancelled"
+    assert store.complete(conn, [(jobs[1].lease, None)]) == set(), "holder lost its lease"
+
+
+def test_retry_finished_requeues_dead_jobs_with_one_more_attempt(conn, store):
+    dead_a, dead_b, other_queue = pgworkerd.enqueue_many(conn, [
+        {"kind": "k", "payload": {}, "max_attempts": 1},
+        {"kind": "k", "payload": {}, "max_attempts": 1},
+        {"kind": "k", "payload": {}, "max_attempts": 1, "queue": "other"},
+    ])
+    for job in claim(store, conn, limit=3, queues=["default", "other"]):
+        store.fail(conn, job.lease, "boom")
+    assert store.retry_finished(conn, ids=[dead_a]) == [dead_a]
+    assert store.retry_finished(conn, queue="default") == [dead_b]
+    assert store.retry_finished(conn) == [other_queue]
+    row = store.get(conn, dead_a)
+    assert row["state"] == "queued" and row["finished_at"] is None
+    assert row["attempt"] == 1 and row["max_attempts"] == 2
+    (job, *_) = claim(store, conn, limit=1)
+    assert job.attempt == 2
+
+
+def test_retry_finished_leaves_a_job_whose_unique_key_is_live_again(conn, store):
+    first = pgworkerd.enqueue(conn, "k", {}, unique_key="report-1", max_attempts=1)
+    (job,) = claim(store, conn)
+    store.fail(conn, job.lease, "boom")
+    second = pgworkerd.enqueue(conn, "k", {}, unique_key="report-1")
+    assert second != first
+    assert store.retry_finished(conn, ids=[first]) == []
+    assert store.get(conn, first)["state"] == "dead"
+
+
+def test_prune_deletes_only_old_finished_jobs(conn, store):
+    ids = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 6)
+    jobs = claim(store, conn, limit=4)
+    store.complete(conn, [(j.lease, None) for j in jobs[:3]])
+    store.cancel(conn, [jobs[3].id])
+    conn.execute("UPDATE pgworkerd.jobs SET finished_at = now() - interval '2 days'"
+                 " WHERE id = ANY(%s)", ([ids[0], ids[1], ids[3]],))
+    assert store.prune(conn, retention_s=86400, batch=2) == 2
+    assert store.prune(conn, retention_s=86400, batch=2) == 1
+    assert store.prune(conn, retention_s=86400, batch=2) == 0
+    left = {r[0] for r in conn.execute("SELECT id FROM pgworkerd.jobs")}
+    assert left == {ids[2], ids[4], ids[5]}
+
+
+def test_run_at_far_past_and_far_future_are_accepted(conn, store):
+    past = pgworkerd.enqueue(conn, "k", {}, run_at=datetime(1970, 1, 1, tzinfo=UTC))
+    future = pgworkerd.enqueue(conn, "k", {}, run_at=datetime(9999, 1, 1, tzinfo=UTC))
+    assert [j.id for j in claim(store, conn)] == [past]
+    assert store.get(conn, future)["run_at"].year == 9999
+
+
+@pytest.mark.parametrize("schema", ["tenant_a", 'we"ird; DROP TABLE x; --'])
+def test_a_custom_schema_is_used_as_data(empty_db_dsn, schema):
+    from pgworkerd.migrations import migrate
+
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        migrate(conn, schema)
+        producer = pgworkerd.Producer(schema=schema)
+        job_id = producer.enqueue(conn, "k", {"x": 1})
+        store = JobStore(schema)
+        (job,) = store.claim(conn, queues=["default"], limit=1, lease_ttl_s=30, worker="w")
+        assert job.id == job_id
+        assert store.complete(conn, [(job.lease, None)]) == {job_id}
+        tables = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)).fetchone()[0]
+        assert tables == 3  # jobs, daemons, migrations
