@@ -7,7 +7,7 @@ class PgworkerdError(Exception):
     """Base of every error pgworkerd raises on purpose."""
 
 
-class InvalidJob(PgworkerdError, ValueError):  # noqa: N818 - reads as "enqueue raised InvalidJob"
+class InvalidJob(PgworkerdError, ValueError):
     """An enqueue was refused before any SQL ran."""
 
 

@@ -45,7 +45,7 @@ class Lease:
     token: uuid.UUID
 
 
-class Retry(Exception):  # noqa: N818 - `raise pgworkerd.Retry(after=60)` is the contract
+class Retry(Exception):
     """Raise in a handler to run the job again after `after` seconds.
 
     The start still counts: a job that keeps asking to retry ends `dead` at
@@ -60,7 +60,7 @@ class Retry(Exception):  # noqa: N818 - `raise pgworkerd.Retry(after=60)` is the
         self.reason = reason
 
 
-class Discard(Exception):  # noqa: N818 - `raise pgworkerd.Discard("why")` is the contract
+class Discard(Exception):
     """Raise in a handler to end the job `dead` at once, with `reason` as its error."""
 
     def __init__(self, reason: str = "discarded by handler") -> None:
@@ -68,7 +68,7 @@ class Discard(Exception):  # noqa: N818 - `raise pgworkerd.Discard("why")` is th
         self.reason = reason
 
 
-class JobTimeout(BaseException):  # noqa: N818 - a signal, not a failure to catch casually
+class JobTimeout(BaseException):
     """Raised inside a handler when its job passed its max runtime (the soft limit).
 
     A BaseException so a handler's `except Exception` does not swallow it; the hard

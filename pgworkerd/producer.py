@@ -83,7 +83,8 @@ class Producer:
                 raise InvalidJob(f"jobs[{index}] must be a dict, got {type(spec).__name__}")
             unknown = sorted(set(spec) - ENQUEUE_KEYS, key=str)
             if unknown:
-                raise InvalidJob(f"jobs[{index}] has unknown key(s): {', '.join(map(str, unknown))}")
+                names = ", ".join(map(str, unknown))
+                raise InvalidJob(f"jobs[{index}] has unknown key(s): {names}")
             for required in ("kind", "payload"):
                 if required not in spec:
                     raise InvalidJob(f"jobs[{index}] lacks {required!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -225,7 +226,8 @@ def test_backoff_grows_exponentially_is_capped_and_jittered(conn):
         assert all(-0.5 <= d <= ceiling + 0.5 for d in delays), (attempt, max(delays))
         assert max(delays) - min(delays) > ceiling * 0.8, "full jitter spreads the delays"
         means.append(sum(delays) / len(delays))
-    for earlier, later in zip(means[:3], means[1:4], strict=True):  # attempts 1..4: uncapped
+    uncapped = means[:4]  # attempts 1..4
+    for earlier, later in itertools.pairwise(uncapped):
         assert 1.5 < later / earlier < 2.6, means
     assert means[4] < cap * 0.65, "attempt 5 is capped at 80s, not 160s"
 
