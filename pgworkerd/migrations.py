@@ -42,15 +42,21 @@ def latest_version() -> int:
     return available()[-1].version
 
 
-def migrate(conn: psycopg.Connection[Any], schema: str) -> list[Migration]:
-    """Bring `schema` up to date; returns the migrations applied (none if current)."""
+def migrate(
+    conn: psycopg.Connection[Any], schema: str, *, target: int | None = None
+) -> list[Migration]:
+    """Bring `schema` up to date (or up to version `target`); returns the migrations
+    applied, none if it was current."""
     statements = queries.statements(schema)
     with conn.transaction():
         conn.execute(statements["migrations_lock"], {"schema_name": schema})
         conn.execute(statements["migrations_create_schema"])
         conn.execute(statements["migrations_create_table"])
         applied = {row[0] for row in conn.execute(statements["migrations_applied"])}
-        missing = [m for m in available() if m.version not in applied]
+        missing = [
+            m for m in available()
+            if m.version not in applied and (target is None or m.version <= target)
+        ]
         if missing:
             # Migration files use unqualified names; this transaction resolves them in
             # our schema (set_config(..., true) ends with the transaction).

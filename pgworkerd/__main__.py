@@ -1,0 +1,3 @@
+from pgworkerd.cli import main
+
+main()

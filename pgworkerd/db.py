@@ -1,0 +1,70 @@
+"""Connections to the database: where the URL comes from, how a connection is opened,
+and how its errors are told without a password."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgworkerd.config import Config
+from pgworkerd.embedded import local_cluster
+
+# Half-open TCP after a network cut would otherwise hang a worker for hours: probe an
+# idle connection after 10 s, give up after 3 unanswered probes 5 s apart, and fail a
+# write that stays unacknowledged for 30 s.
+KEEPALIVE_OPTIONS = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # milliseconds
+    "connect_timeout": 10,
+}
+
+_URL_PASSWORD = re.compile(r"(://[^:/?#@\s]*:)[^@/?#\s]*@")
+_KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def database_url(config: Config) -> str:
+    """The configured URL, or the embedded local cluster's (started if need be)."""
+    if config.database.url is not None:
+        return config.database.url.get_secret_value()
+    return local_cluster().ensure_running().dsn()
+
+
+def connect(url: str, *, application_name: str, autocommit: bool = True,
+            **options: Any) -> psycopg.Connection[Any]:
+    """A connection with keepalives and a name that shows in pg_stat_activity."""
+    conninfo = make_conninfo(url, **{**KEEPALIVE_OPTIONS, **options},
+                             application_name=application_name)
+    try:
+        return psycopg.connect(conninfo, autocommit=autocommit)
+    except psycopg.Error as exc:
+        raise psycopg.OperationalError(describe_error(exc, url)) from None
+
+
+def redact(url: str) -> str:
+    """The URL or conninfo string with any password replaced by `***`."""
+    text = _URL_PASSWORD.sub(r"\1***@", url)
+    return _KEYWORD_PASSWORD.sub(r"\1***", text)
+
+
+def describe_error(exc: BaseException, url: str | None = None) -> str:
+    """One line about a database error, with no password in it even if libpq or the
+    server repeated one."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if url:
+        password = _password_of(url)
+        if password:
+            text = text.replace(password, "***")
+    return redact(text)
+
+
+def _password_of(url: str) -> str | None:
+    try:
+        return conninfo_to_dict(url).get("password")  # type: ignore[return-value]
+    except psycopg.ProgrammingError:
+        return None

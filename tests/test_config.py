@@ -1,0 +1,115 @@
+"""The config file: durations, defaults, environment overrides and one line per problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgworkerd.config import ConfigError, parse, parse_duration
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    (30, 30), (2.5, 2.5), ("500ms", 0.5), ("30s", 30), ("15m", 900), ("1h", 3600),
+    ("1d", 86400), ("1.5h", 5400), ("45", 45),
+])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_the_contract_example_loads():
+    config = parse("""
+database:
+  url: postgresql://app@db.internal/app
+  schema: pgworkerd
+handlers:
+  send_email: myapp.jobs:send_email
+  build_report: myapp.reports:build
+queues:
+  critical: {priority: 10}
+  default: {}
+  reports: {max_runtime: 1h, max_attempts: 3}
+workers:
+  - queues: [critical, default]
+    concurrency: 4
+  - queues: [reports]
+    concurrency: 1
+defaults: {max_attempts: 5, max_runtime: 15m, batch_size: 10}
+lease_ttl: 30s
+shutdown_timeout: 30s
+""")
+    assert config.database.schema_name == "pgworkerd"
+    assert [p.concurrency for p in config.pools()] == [4, 1]
+    assert config.claim_order(config.pools()[0]) == ["critical", "default"]
+    assert config.max_runtime_for("reports", None) == 3600
+    assert config.max_runtime_for("default", None) == 900
+    assert config.max_runtime_for("reports", 5) == 5
+    assert config.max_attempts_for("reports") == 3
+    assert config.max_attempts_for("default") == 5
+    assert "app@db.internal" not in repr(config), "the URL is a secret in reprs"
+
+
+def test_no_workers_means_one_pool_over_all_queues_one_process_per_cpu(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 3)
+    config = parse("queues: {a: {}, b: {priority: 5}}")
+    (pool,) = config.pools()
+    assert pool.concurrency == 3
+    assert config.claim_order(pool) == ["b", "a"]
+
+
+def test_empty_file_gives_defaults():
+    config = parse("")
+    assert list(config.queues) == ["default"]
+    assert config.lease_ttl == 30 and config.shutdown_timeout == 30
+
+
+def test_environment_wins_over_the_file(monkeypatch):
+    monkeypatch.setenv("PGWORKERD_DATABASE_URL", "postgresql://env@host/db")
+    monkeypatch.setenv("PGWORKERD_LEASE_TTL", "10s")
+    monkeypatch.setenv("PGWORKERD_DEFAULTS__MAX_ATTEMPTS", "9")
+    monkeypatch.setenv("PGWORKERD_DATABASE__SCHEMA", "from_env")
+    config = parse("database: {url: postgresql://file@host/db, schema: s}\nlease_ttl: 30\n"
+                   "defaults: {max_attempts: 2, batch_size: 7}")
+    assert config.database.url.get_secret_value() == "postgresql://env@host/db"
+    assert config.database.schema_name == "from_env"
+    assert config.lease_ttl == 10
+    assert config.defaults.max_attempts == 9 and config.defaults.batch_size == 7
+
+
+BAD_CONFIGS = [
+    ("lease_ttl: [1\n", "invalid YAML"),
+    ("lease_ttl: 30\nlease_ttl: 40\n", "duplicate key 'lease_ttl'"),
+    ("queues:\n  a: {}\n  a: {}\n", "duplicate key 'a'"),
+    ("colour: red\n", "colour: unknown key"),
+    ("defaults: {max_runtime: 15m, colour: red}\n", "defaults.colour: unknown key"),
+    ("workers: [{queues: [default], concurrency: -1}]\n", "workers[0].concurrency: must be ≥ 1"),
+    ("workers: [{queues: [default], concurrency: 0}]\n", "workers[0].concurrency: must be ≥ 1"),
+    ("workers: [{queues: [default], concurrency: yes}]\n",
+     "workers[0].concurrency: must be an integer"),
+    ("workers: [{queues: [default], concurrency: '10'}, {queues: [default], concurrency: x}]\n",
+     "workers[1].concurrency: must be an integer"),
+    ("workers: [{queues: [default], concurrency: 1000000000}]\n",
+     "workers[0].concurrency: must be ≤ 512"),
+    ("workers: [{queues: [nowhere]}]\n", "'nowhere' is not declared under queues"),
+    ("workers: [{queues: []}]\n", "workers[0].queues"),
+    ("lease_ttl: 15x\n", "lease_ttl: must be a duration"),
+    ("lease_ttl: -5\n", "lease_ttl: must be ≥ 1"),
+    ("x: !!python/object/apply:os.system ['true']\n", "could not determine a constructor"),
+    ("lease_ttl: !!binary aGVsbG8=\n", "lease_ttl"),
+    ("handlers: {k: 'rm -rf /'}\n", "is not an import path"),
+    ("- just\n- a list\n", "top level must be a mapping"),
+    ("queues: {'': {}}\n", "queues"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BAD_CONFIGS)
+def test_bad_configs_give_one_line_per_problem_naming_the_key(text, expected):
+    with pytest.raises(ConfigError) as refused:
+        parse(text, origin="pgworkerd.yaml")
+    problems = refused.value.problems
+    assert any(expected in line for line in problems), problems
+    assert all("\n" not in line and line.startswith("pgworkerd.yaml: ") for line in problems)
+
+
+def test_every_problem_is_reported_not_just_the_first():
+    with pytest.raises(ConfigError) as refused:
+        parse("lease_ttl: x\nshutdown_timeout: y\ncolour: red\n")
+    assert len(refused.value.problems) == 3

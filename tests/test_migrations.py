@@ -1,0 +1,106 @@
+"""Schema migrations: idempotent, all-or-nothing, safe from several hosts at once, and
+a schema built in one go equals one upgraded version by version."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgworkerd import migrations
+from pgworkerd.errors import SchemaError
+from pgworkerd.migrations import Migration
+
+
+def describe_schema(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[Any]]:
+    """Tables, columns, constraints, indexes and storage options, names without schema."""
+    def rows(query: str) -> list[Any]:
+        return conn.execute(query, {"s": schema}).fetchall()
+
+    return {
+        "columns": rows("""
+            SELECT table_name, column_name, data_type, is_nullable, column_default,
+                   is_identity, identity_generation
+            FROM information_schema.columns WHERE table_schema = %(s)s
+            ORDER BY table_name, ordinal_position"""),
+        "constraints": rows("""
+            SELECT r.relname, c.conname, pg_get_constraintdef(c.oid)
+            FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
+            JOIN pg_class r ON r.oid = c.conrelid
+            WHERE n.nspname = %(s)s ORDER BY 2"""),
+        "indexes": rows("""
+            SELECT tablename, indexname, replace(indexdef, %(s)s || '.', '')
+            FROM pg_indexes WHERE schemaname = %(s)s ORDER BY indexname"""),
+        "options": rows("""
+            SELECT c.relname, c.reloptions FROM pg_class c
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = %(s)s AND c.relkind = 'r' ORDER BY 1"""),
+    }
+
+
+def test_migrate_is_idempotent(empty_db_dsn):
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert migrations.current_version(conn, "pgworkerd") is None
+        applied = migrations.migrate(conn, "pgworkerd")
+        assert [m.version for m in applied] == [m.version for m in migrations.available()]
+        assert migrations.migrate(conn, "pgworkerd") == []
+        assert migrations.check_version(conn, "pgworkerd") == migrations.latest_version()
+        recorded = conn.execute("SELECT count(*) FROM pgworkerd.migrations").fetchone()[0]
+        assert recorded == len(migrations.available())
+
+
+def test_schema_built_at_once_equals_schema_upgraded_step_by_step(empty_db_dsn):
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        migrations.migrate(conn, "at_once")
+        for migration in migrations.available():
+            migrations.migrate(conn, "stepwise", target=migration.version)
+            assert migrations.current_version(conn, "stepwise") == migration.version
+        assert describe_schema(conn, "at_once") == describe_schema(conn, "stepwise")
+        assert describe_schema(conn, "at_once")["columns"], "the comparison saw no tables"
+
+
+def test_a_failing_migration_changes_nothing(empty_db_dsn, monkeypatch):
+    good = migrations.available()
+    broken = Migration(version=good[-1].version + 1, name="broken",
+                       sql_text="CREATE TABLE half_done (x int); SELECT 1/0;")
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        migrations.migrate(conn, "pgworkerd")
+        before = describe_schema(conn, "pgworkerd")
+        monkeypatch.setattr(migrations, "available", lambda: [*good, broken])
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            migrations.migrate(conn, "pgworkerd")
+        assert describe_schema(conn, "pgworkerd") == before
+        assert migrations.current_version(conn, "pgworkerd") == good[-1].version
+        assert conn.execute("SELECT to_regclass('pgworkerd.half_done')").fetchone()[0] is None
+
+
+def test_concurrent_migrate_commands_from_several_hosts(empty_db_dsn):
+    env = {**os.environ, "PGWORKERD_DATABASE_URL": empty_db_dsn}
+    env.pop("PGWORKERD_CONFIG", None)
+    procs = [subprocess.Popen([sys.executable, "-m", "pgworkerd", "migrate"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
+    for proc in procs:
+        proc.stdout.close()
+        proc.stderr.close()
+    assert [code for code, _, _ in results] == [0] * 6, results
+    outputs = sorted(out for _, out, _ in results)
+    assert sum("migrated to version" in out for out in outputs) == 1, outputs
+    assert sum("up to date" in out for out in outputs) == 5, outputs
+    with psycopg.connect(empty_db_dsn) as conn:
+        assert migrations.check_version(conn, "pgworkerd") == migrations.latest_version()
+
+
+def test_check_version_names_what_to_do(empty_db_dsn):
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        with pytest.raises(SchemaError, match="run `pgworkerd migrate`"):
+            migrations.check_version(conn, "pgworkerd")
+        migrations.migrate(conn, "pgworkerd")
+        conn.execute("INSERT INTO pgworkerd.migrations (version, name) VALUES (9999, 'future')")
+        with pytest.raises(SchemaError, match="newer than this pgworkerd"):
+            migrations.check_version(conn, "pgworkerd")
