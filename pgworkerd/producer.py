@@ -23,6 +23,8 @@ MAX_NAME_CHARS = 255  # kind, queue and unique_key
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # the column is a PostgreSQL integer
 MAX_ATTEMPTS_LIMIT = 1_000_000
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+# Look-up-then-insert rounds for a unique key whose holder finishes while we look.
+MAX_UNIQUE_KEY_ROUNDS = 5
 ENQUEUE_KEYS = frozenset(
     {"kind", "payload", "queue", "priority", "delay", "run_at", "unique_key",
      "max_attempts", "max_runtime"}
@@ -98,17 +100,30 @@ class Producer:
 
     def _insert(self, conn: psycopg.Connection[Any], new_jobs: list[NewJob]) -> list[int]:
         ids = self.store.insert(conn, new_jobs)
+        inserted_by_key: dict[str, int] = {}
         for index, job_id in enumerate(ids):
-            # The holder of this unique key committed while we inserted: it is live (we
-            # conflicted with it) or just finished, in which case our job goes in.
-            while job_id is None:
-                key = new_jobs[index].unique_key
-                assert key is not None  # only unique-key rows can come back without an id
-                job_id = self.store.find_live_by_unique_key(conn, key)
-                if job_id is None:
-                    job_id = self.store.insert(conn, [new_jobs[index]])[0]
-            ids[index] = job_id
-        return ids  # type: ignore[return-value]  # no None is left
+            key = new_jobs[index].unique_key
+            if job_id is not None:
+                if key is not None:
+                    inserted_by_key.setdefault(key, job_id)
+                continue
+            assert key is not None  # only a unique key can leave a job out
+            # Its holder is an earlier job of this list, or a live job this transaction
+            # can see now; or it finished meanwhile and our job goes in after all.
+            ids[index] = inserted_by_key.get(key) or self._live_or_insert(conn, new_jobs[index])
+        return ids  # type: ignore[return-value]  # every None was replaced
+
+    def _live_or_insert(self, conn: psycopg.Connection[Any], new_job: NewJob) -> int:
+        assert new_job.unique_key is not None
+        for _ in range(MAX_UNIQUE_KEY_ROUNDS):
+            live = self.store.find_live_by_unique_key(conn, new_job.unique_key)
+            if live is not None:
+                return live
+            (inserted,) = self.store.insert(conn, [new_job])
+            if inserted is not None:
+                return inserted
+        raise InvalidJob(  # a holder that keeps appearing and finishing: give up clearly
+            f"unique_key {new_job.unique_key!r} kept changing hands; try again")
 
     def _validate(
         self,

@@ -79,8 +79,8 @@ class JobStore:
     # -- producing ----------------------------------------------------------------------
 
     def insert(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]) -> list[int | None]:
-        """Insert `jobs` in one statement; ids in input order. An id is None only when
-        its unique_key's holder committed after the statement began: look it up."""
+        """Insert `jobs` in one statement; ids in input order. An id is None where the
+        job's unique_key is held by a live job: see `find_live_by_unique_key`."""
         if not jobs:
             return []
         params = {
@@ -97,7 +97,7 @@ class JobStore:
             "max_runtime_s": [j.max_runtime_s for j in jobs],
         }
         rows = conn.execute(self._sql["jobs_insert"], params).fetchall()
-        return [row[0] for row in rows]
+        return [None if left_out else job_id for job_id, left_out in rows]
 
     def find_live_by_unique_key(self, conn: psycopg.Connection[Any], unique_key: str) -> int | None:
         row = conn.execute(

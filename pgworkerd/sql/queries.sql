@@ -15,11 +15,11 @@
 
 
 -- name: jobs_insert
--- Inserts a whole list of jobs in one statement and returns their ids in input order.
--- Ids are drawn from the identity sequence up front so each input row knows its id;
--- a row whose unique_key is held by a live job inserts nothing and gets that job's id
--- (an earlier row of the same list, or a committed job). Returns NULL for a row whose
--- holder committed after this statement's snapshot; the caller looks that one up again.
+-- Inserts a whole list of jobs in one statement. Ids are drawn from the identity
+-- sequence up front, so the statement returns, in input order, each row's id and
+-- whether it was left out because its unique_key is held by a live job (the caller
+-- then looks that job up). Kept free of per-row subqueries: their estimated cost on a
+-- big list would cross jit_above_cost, and JIT compilation costs more than the insert.
 WITH input AS MATERIALIZED (
     SELECT nextval(%(sequence)s::regclass) AS id, t.*
     FROM unnest(
@@ -39,7 +39,7 @@ inserted AS (
     ORDER BY ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
     DO NOTHING
-    RETURNING j.id, j.queue, j.unique_key, j.run_at
+    RETURNING j.id, j.queue, j.run_at
 ),
 -- Wake idle workers of each queue that got a job it can run now. The payload is the
 -- queue name only (NOTIFY payloads are limited to 8000 bytes); PostgreSQL delivers
@@ -48,14 +48,10 @@ notified AS (
     SELECT pg_notify(%(channel)s, q.queue)
     FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) AS q
 )
-SELECT COALESCE(
-           inserted.id,
-           (SELECT min(twin.id) FROM inserted AS twin WHERE twin.unique_key = input.unique_key),
-           (SELECT live.id FROM {schema}.jobs AS live
-             WHERE live.unique_key = input.unique_key AND live.state IN ('queued', 'running'))
-       ) AS id
+SELECT input.id,
+       -- a hashed subplan: one pass over `inserted`, whatever the list's length
+       input.unique_key IS NOT NULL AND input.id NOT IN (SELECT id FROM inserted) AS left_out
 FROM input
-LEFT JOIN inserted USING (id)
 CROSS JOIN (SELECT count(*) FROM notified) AS force_notify  -- an unreferenced CTE never runs
 ORDER BY input.ord;
 
