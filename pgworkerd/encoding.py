@@ -16,10 +16,35 @@ ESCAPED_NUL = "\\u0000"  # what a NUL becomes in stored error texts and results
 MAX_ERROR_CHARS = 32_000  # last_error keeps this much of a message and traceback
 
 
+# Built once: json.dumps with options builds a new encoder on every call.
+_STRICT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def dump_records(records: list[dict[str, Any]], *, max_payload_bytes: int) -> str | None:
+    """Job records (each with a `payload`) as one JSON array in one encoder call, or
+    None when some payload may be at fault: then `dump_payload` on each says which.
+
+    The fast path needs no per-payload work: if the whole text is within the payload
+    limit, so is every payload; NUL and NaN show in the text or raise."""
+    try:
+        text = _STRICT.encode(records)
+    except (TypeError, ValueError):
+        return None
+    if ESCAPED_NUL in text:
+        return None if any(_contains_nul(r["payload"]) for r in records) else text
+    if len(text) > max_payload_bytes or len(text.encode("utf-8")) > max_payload_bytes:
+        return None if any(_oversized(r["payload"], max_payload_bytes) for r in records) else text
+    return text
+
+
+def _oversized(payload: Any, max_bytes: int) -> bool:
+    return len(_STRICT.encode(payload).encode("utf-8")) > max_bytes
+
+
 def dump_payload(payload: Any, *, max_bytes: int, where: str = "payload") -> str:
     """The payload as JSON text, or InvalidJob saying in one line what is wrong."""
     try:
-        text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text = _STRICT.encode(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"{where} is not JSON-serialisable: {_one_line(exc)}") from None
     # json escapes a NUL as \u0000; only then walk the value to tell it apart from a

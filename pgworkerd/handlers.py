@@ -46,7 +46,7 @@ def load_registry(handlers: Mapping[str, str]) -> dict[str, Handler]:
     for kind, path in handlers.items():
         try:
             registry[kind] = resolve(path)
-        except BaseException as exc:  # noqa: BLE001 - a module may raise anything on import
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             reason = " ".join(str(exc).split()) or type(exc).__name__

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,10 +16,11 @@ from typing import Any
 import psycopg
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pgworkerd.encoding import dump_payload
+from pgworkerd.encoding import dump_payload, dump_records
 from pgworkerd.errors import InvalidJob
-from pgworkerd.store import DEFAULT_SCHEMA, JobStore, NewJob
+from pgworkerd.store import DEFAULT_SCHEMA, JobStore
 
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME_CHARS = 255  # kind, queue and unique_key
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # the column is a PostgreSQL integer
 MAX_ATTEMPTS_LIMIT = 1_000_000
@@ -68,18 +70,18 @@ class Producer:
     ) -> int:
         """Enqueue one job in `conn`'s transaction; returns its id (or, for a
         `unique_key` held by a queued or running job, that job's id)."""
-        new_job = self._validate(
+        record = _job_record(
             kind=kind, payload=payload, queue=queue, priority=priority, delay=delay,
             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
             max_runtime=max_runtime,
         )
-        return self._insert(conn, [new_job])[0]
+        return self._insert(conn, [record], label_index=False)[0]
 
     def enqueue_many(
         self, conn: psycopg.Connection[Any], jobs: Iterable[Mapping[str, Any]]
     ) -> list[int]:
         """Enqueue dicts with `enqueue`'s argument names in one statement; ids in order."""
-        new_jobs = []
+        records = []
         for index, spec in enumerate(jobs):
             if not isinstance(spec, Mapping):
                 raise InvalidJob(f"jobs[{index}] must be a dict, got {type(spec).__name__}")
@@ -91,18 +93,22 @@ class Producer:
                 if required not in spec:
                     raise InvalidJob(f"jobs[{index}] lacks {required!r}")
             try:
-                new_jobs.append(self._validate(**spec))
+                records.append(_job_record(**spec))
             except InvalidJob as exc:
                 raise InvalidJob(f"jobs[{index}]: {exc}") from None
-        return self._insert(conn, new_jobs)
+        return self._insert(conn, records, label_index=True)
 
     # -- internals ------------------------------------------------------------------------
 
-    def _insert(self, conn: psycopg.Connection[Any], new_jobs: list[NewJob]) -> list[int]:
-        ids = self.store.insert(conn, new_jobs)
+    def _insert(
+        self, conn: psycopg.Connection[Any], records: list[dict[str, Any]], *, label_index: bool
+    ) -> list[int]:
+        if not records:
+            return []
+        ids = self.store.insert(conn, self._encode(records, label_index=label_index))
         inserted_by_key: dict[str, int] = {}
         for index, job_id in enumerate(ids):
-            key = new_jobs[index].unique_key
+            key = records[index].get("unique_key")
             if job_id is not None:
                 if key is not None:
                     inserted_by_key.setdefault(key, job_id)
@@ -110,70 +116,78 @@ class Producer:
             assert key is not None  # only a unique key can leave a job out
             # Its holder is an earlier job of this list, or a live job this transaction
             # can see now; or it finished meanwhile and our job goes in after all.
-            ids[index] = inserted_by_key.get(key) or self._live_or_insert(conn, new_jobs[index])
+            ids[index] = inserted_by_key.get(key) or self._live_or_insert(conn, records[index])
         return ids  # type: ignore[return-value]  # every None was replaced
 
-    def _live_or_insert(self, conn: psycopg.Connection[Any], new_job: NewJob) -> int:
-        assert new_job.unique_key is not None
+    def _live_or_insert(self, conn: psycopg.Connection[Any], record: dict[str, Any]) -> int:
+        key = record["unique_key"]
         for _ in range(MAX_UNIQUE_KEY_ROUNDS):
-            live = self.store.find_live_by_unique_key(conn, new_job.unique_key)
+            live = self.store.find_live_by_unique_key(conn, key)
             if live is not None:
                 return live
-            (inserted,) = self.store.insert(conn, [new_job])
+            (inserted,) = self.store.insert(conn, self._encode([record], label_index=False))
             if inserted is not None:
                 return inserted
         raise InvalidJob(  # a holder that keeps appearing and finishing: give up clearly
-            f"unique_key {new_job.unique_key!r} kept changing hands; try again")
+            f"unique_key {key!r} kept changing hands; try again")
 
-    def _validate(
-        self,
-        *,
-        kind: Any,
-        payload: Any,
-        queue: Any = "default",
-        priority: Any = 0,
-        delay: Any = None,
-        run_at: Any = None,
-        unique_key: Any = None,
-        max_attempts: Any = None,
-        max_runtime: Any = None,
-    ) -> NewJob:
-        _check_name("kind", kind)
-        _check_name("queue", queue)
-        if unique_key is not None:
-            _check_name("unique_key", unique_key)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidJob(f"priority must be an integer, got {type(priority).__name__}")
-        if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
-            raise InvalidJob(f"priority must fit in 32 bits, got {priority}")
-        if delay is not None and run_at is not None:
-            raise InvalidJob("give delay or run_at, not both")
-        delay_s = _seconds("delay", delay, allow_zero=True)
-        if run_at is not None:
-            if not isinstance(run_at, datetime):
-                raise InvalidJob(f"run_at must be a datetime, got {type(run_at).__name__}")
-            if run_at.tzinfo is None or run_at.utcoffset() is None:
-                raise InvalidJob("run_at must be timezone-aware (a naive datetime is ambiguous)")
-        if max_attempts is not None and (
-            isinstance(max_attempts, bool)
-            or not isinstance(max_attempts, int)
-            or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
-        ):
-            raise InvalidJob(
-                f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, "
-                f"got {max_attempts!r}"
-            )
-        return NewJob(
-            queue=queue,
-            kind=kind,
-            payload_json=dump_payload(payload, max_bytes=self.max_payload_bytes),
-            priority=priority,
-            run_at=run_at,
-            delay_s=delay_s,
-            unique_key=unique_key,
-            max_attempts=max_attempts,
-            max_runtime_s=_seconds("max_runtime", max_runtime, allow_zero=False),
-        )
+    def _encode(self, records: list[dict[str, Any]], *, label_index: bool) -> str:
+        """The records as one JSON array, or InvalidJob naming the payload at fault."""
+        text = dump_records(records, max_payload_bytes=self.max_payload_bytes)
+        if text is not None:
+            return text
+        for index, record in enumerate(records):  # the slow path: find the culprit
+            try:
+                dump_payload(record["payload"], max_bytes=self.max_payload_bytes)
+            except InvalidJob as exc:
+                raise InvalidJob(f"jobs[{index}]: {exc}" if label_index else str(exc)) from None
+        raise AssertionError("dump_records refused payloads that each pass dump_payload")
+
+
+def _job_record(
+    *,
+    kind: Any,
+    payload: Any,
+    queue: Any = "default",
+    priority: Any = 0,
+    delay: Any = None,
+    run_at: Any = None,
+    unique_key: Any = None,
+    max_attempts: Any = None,
+    max_runtime: Any = None,
+) -> dict[str, Any]:
+    """One job's validated record, as `jobs_insert` reads it; unset options left out."""
+    _check_name("kind", kind)
+    _check_name("queue", queue)
+    record: dict[str, Any] = {"kind": kind, "queue": queue, "payload": payload}
+    if unique_key is not None:
+        _check_name("unique_key", unique_key)
+        record["unique_key"] = unique_key
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidJob(f"priority must be an integer, got {type(priority).__name__}")
+    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        raise InvalidJob(f"priority must fit in 32 bits, got {priority}")
+    if priority:
+        record["priority"] = priority
+    if delay is not None and run_at is not None:
+        raise InvalidJob("give delay or run_at, not both")
+    if delay is not None:
+        record["delay_s"] = _seconds("delay", delay, allow_zero=True)
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise InvalidJob(f"run_at must be a datetime, got {type(run_at).__name__}")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise InvalidJob("run_at must be timezone-aware (a naive datetime is ambiguous)")
+        record["run_at"] = run_at.isoformat()
+    if max_attempts is not None:
+        if (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+                or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT):
+            raise InvalidJob(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, "
+                             f"got {max_attempts!r}")
+        record["max_attempts"] = max_attempts
+    if max_runtime is not None:
+        record["max_runtime_s"] = _seconds("max_runtime", max_runtime, allow_zero=False)
+    return record
 
 
 def _check_name(what: str, value: Any) -> None:
@@ -183,7 +197,7 @@ def _check_name(what: str, value: Any) -> None:
         raise InvalidJob(f"{what} must not be empty")
     if len(value) > MAX_NAME_CHARS:
         raise InvalidJob(f"{what} is {len(value)} characters, over the limit of {MAX_NAME_CHARS}")
-    if any(ch < " " or ch == "\x7f" for ch in value):
+    if _CONTROL_CHARACTER.search(value):
         raise InvalidJob(f"{what} must not contain control characters (NUL included)")
 
 

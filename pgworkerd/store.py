@@ -41,21 +41,6 @@ class Backoff:
 
 
 @dataclass(frozen=True, slots=True)
-class NewJob:
-    """One validated job for `JobStore.insert` (built by the producer)."""
-
-    queue: str
-    kind: str
-    payload_json: str
-    priority: int = 0
-    run_at: datetime | None = None
-    delay_s: float | None = None
-    unique_key: str | None = None
-    max_attempts: int | None = None
-    max_runtime_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class FailureOutcome:
     """Where a failed, retried or rescued job went."""
 
@@ -78,23 +63,14 @@ class JobStore:
 
     # -- producing ----------------------------------------------------------------------
 
-    def insert(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]) -> list[int | None]:
-        """Insert `jobs` in one statement; ids in input order. An id is None where the
-        job's unique_key is held by a live job: see `find_live_by_unique_key`."""
-        if not jobs:
-            return []
+    def insert(self, conn: psycopg.Connection[Any], records_json: str) -> list[int | None]:
+        """Insert jobs, given as a JSON array of records (see `jobs_insert`), in one
+        statement; ids in input order. An id is None where the job's unique_key is held
+        by a live job: see `find_live_by_unique_key`."""
         params = {
             "sequence": self._sequence,
             "channel": self.notify_channel,
-            "queue": [j.queue for j in jobs],
-            "kind": [j.kind for j in jobs],
-            "payload": [j.payload_json for j in jobs],
-            "priority": [j.priority for j in jobs],
-            "run_at": [j.run_at for j in jobs],
-            "delay_s": [j.delay_s for j in jobs],
-            "unique_key": [j.unique_key for j in jobs],
-            "max_attempts": [j.max_attempts for j in jobs],
-            "max_runtime_s": [j.max_runtime_s for j in jobs],
+            "jobs": records_json,
         }
         rows = conn.execute(self._sql["jobs_insert"], params).fetchall()
         return [None if left_out else job_id for job_id, left_out in rows]

@@ -21,18 +21,20 @@
 -- then looks that job up). Kept free of per-row subqueries: their estimated cost on a
 -- big list would cross jit_above_cost, and JIT compilation costs more than the insert.
 WITH input AS MATERIALIZED (
+    -- The list arrives as one JSON array of job records: the server parses it in one
+    -- pass, far cheaper than adapting nine parallel arrays element by element.
     SELECT nextval(%(sequence)s::regclass) AS id, t.*
-    FROM unnest(
-        %(queue)s::text[], %(kind)s::text[], %(payload)s::text[], %(priority)s::int[],
-        %(run_at)s::timestamptz[], %(delay_s)s::float8[], %(unique_key)s::text[],
-        %(max_attempts)s::int[], %(max_runtime_s)s::float8[]
-    ) WITH ORDINALITY AS t(queue, kind, payload, priority, run_at, delay_s, unique_key,
-                            max_attempts, max_runtime_s, ord)
+    FROM ROWS FROM (
+             jsonb_to_recordset(%(jobs)s::jsonb)
+             AS (queue text, kind text, payload jsonb, priority int, run_at timestamptz,
+                 delay_s float8, unique_key text, max_attempts int, max_runtime_s float8)
+         ) WITH ORDINALITY AS t(queue, kind, payload, priority, run_at, delay_s, unique_key,
+                                max_attempts, max_runtime_s, ord)
 ),
 inserted AS (
     INSERT INTO {schema}.jobs AS j
         (id, queue, kind, payload, priority, run_at, unique_key, max_attempts, max_runtime)
-    SELECT id, queue, kind, payload::jsonb, priority,
+    SELECT id, queue, kind, payload, COALESCE(priority, 0),
            COALESCE(run_at, now() + make_interval(secs => COALESCE(delay_s, 0))),
            unique_key, max_attempts, make_interval(secs => max_runtime_s)
     FROM input
