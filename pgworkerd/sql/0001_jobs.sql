@@ -55,9 +55,12 @@ CREATE INDEX jobs_claim_idx ON jobs (queue, priority DESC, run_at, id)
 CREATE UNIQUE INDEX jobs_unique_key_idx ON jobs (unique_key)
     WHERE unique_key IS NOT NULL AND state IN ('queued', 'running');
 
--- The rescuer's path: only leased rows.
+-- The rescuer's path: only leased rows. The predicate names lease_expires_at, not
+-- state = 'running' (equivalent by jobs_running_is_leased), so that the lease-fenced
+-- writes, whose WHERE says state = 'running', are never planned through this index
+-- (a full walk of every running job) instead of the primary key when statistics lag.
 CREATE INDEX jobs_lease_expiry_idx ON jobs (lease_expires_at)
-    WHERE state = 'running';
+    WHERE lease_expires_at IS NOT NULL;
 
 -- The pruner's path: only finished rows.
 CREATE INDEX jobs_finished_idx ON jobs (finished_at)

@@ -140,6 +140,7 @@ SET state            = 'succeeded',
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::text[])
      AS done(id, token, result)
 WHERE j.id = done.id
+  AND j.id = ANY(%(ids)s::bigint[])  -- lets the planner go by primary key, whatever its stats
   AND j.lease_token = done.token AND j.state = 'running'  -- FENCE
 RETURNING j.id;
 
@@ -220,6 +221,7 @@ SET state            = 'queued',
     started_at       = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
 WHERE j.id = r.id
+  AND j.id = ANY(%(ids)s::bigint[])  -- by primary key, whatever the planner's statistics
   AND j.lease_token = r.token AND j.state = 'running'  -- FENCE
 RETURNING j.id;
 
@@ -230,6 +232,7 @@ UPDATE {schema}.jobs AS j
 SET lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
 WHERE j.id = r.id
+  AND j.id = ANY(%(ids)s::bigint[])  -- by primary key, whatever the planner's statistics
   AND j.lease_token = r.token AND j.state = 'running'  -- FENCE
 RETURNING j.id;
 
