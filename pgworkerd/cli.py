@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import psycopg
 
 from pgworkerd import config as config_module
-from pgworkerd import db, handlers, migrations
+from pgworkerd import db, handlers, logs, migrations
 from pgworkerd.config import Config, ConfigError, parse_duration
 from pgworkerd.embedded import EmbeddedError
 from pgworkerd.errors import InvalidJob, SchemaError
@@ -77,6 +77,21 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from pgworkerd.supervisor import Supervisor  # the daemon's modules load only for `run`
+
+    config = _load_config(args)
+    logs.setup(args.log_format, role="supervisor")
+    registry = handlers.load_registry(config.handlers)  # before any fork: bad paths exit 2
+    url = db.database_url(config)
+    with db.connect(url, application_name="pgworkerd run") as conn:
+        migrations.check_version(conn, config.database.schema_name)
+    path = args.config or os.environ.get(config_module.CONFIG_PATH_ENV)
+    supervisor = Supervisor(config=config, config_path=path, registry=registry,
+                            database_url=url, log_format=args.log_format)
+    return supervisor.run()
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     config = _load_config(args)
     handlers.load_registry(config.handlers)
@@ -109,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     command("migrate", cmd_migrate, "create or upgrade the schema (idempotent)")
+    run = command("run", cmd_run, "run the daemon in the foreground")
+    run.add_argument("--log-format", choices=logs.LOG_FORMATS, default="text",
+                     help="one line per event: text for people, json for machines")
     command("check", cmd_check,
             "validate the config, import every handler, reach the database, check the schema")
     enqueue = command("enqueue", cmd_enqueue, "enqueue one job and print its id")

@@ -147,6 +147,8 @@ class Config(BaseSettings):
     defaults: Defaults = Defaults()
     lease_ttl: Seconds = Field(30.0, ge=1)
     shutdown_timeout: Seconds = 30.0
+    poll_interval: Seconds = Field(
+        1.0, description="an idle worker looks for work this often when no NOTIFY comes")
     max_jobs_per_child: Count | None = Field(None, ge=1)
     max_memory_per_child: Bytes | None = None
 

@@ -14,7 +14,7 @@ from psycopg import sql
 
 _NAME_MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # Fragments spliced into other statements rather than run on their own.
-_FRAGMENTS = ("apply_failure",)
+_FRAGMENTS = ("apply_failure", "queue_levels")
 
 
 @functools.cache

@@ -168,6 +168,12 @@ class JobStore:
         rows = conn.execute(self._sql["jobs_rescue"], params).fetchall()
         return [FailureOutcome(*row) for row in rows]
 
+    def next_run_in(self, conn: psycopg.Connection[Any], queues: Sequence[str]) -> float | None:
+        """Seconds until the earliest queued job of `queues` may run (<= 0: now), or
+        None when they hold no queued job."""
+        row = conn.execute(self._sql["jobs_next_run_at"], {"queues": list(queues)}).fetchone()
+        return None if row is None else row[0]
+
     # -- operator actions -----------------------------------------------------------------
 
     def cancel(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[int]:
@@ -202,6 +208,20 @@ class JobStore:
     def get(self, conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any] | None:
         with conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(self._sql["jobs_get"], {"id": job_id}).fetchone()
+
+    # -- daemons ----------------------------------------------------------------------------
+
+    def heartbeat(self, conn: psycopg.Connection[Any], *, daemon_id: str, hostname: str,
+                  pid: int, info: str = "{}") -> None:
+        conn.execute(self._sql["daemons_heartbeat"],
+                     {"id": daemon_id, "hostname": hostname, "pid": pid, "info": info})
+
+    def remove_daemon(self, conn: psycopg.Connection[Any], daemon_id: str) -> None:
+        conn.execute(self._sql["daemons_remove"], {"id": daemon_id})
+
+    def prune_stale_daemons(self, conn: psycopg.Connection[Any], stale_after_s: float) -> int:
+        return conn.execute(self._sql["daemons_prune_stale"],
+                            {"stale_after_s": float(stale_after_s)}).rowcount
 
     # -- internals ------------------------------------------------------------------------
 

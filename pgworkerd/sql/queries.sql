@@ -79,25 +79,7 @@ WITH RECURSIVE queues AS (
     FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
          WITH ORDINALITY AS q(name, max_attempts, ord)
 ),
-levels AS (
-    SELECT q.name, q.ord, top.priority
-    FROM queues AS q
-    CROSS JOIN LATERAL (
-        SELECT j.priority FROM {schema}.jobs AS j
-        WHERE j.state = 'queued' AND j.queue = q.name
-        ORDER BY j.priority DESC
-        LIMIT 1
-    ) AS top
-  UNION ALL
-    SELECT l.name, l.ord, lower_level.priority
-    FROM levels AS l
-    CROSS JOIN LATERAL (
-        SELECT j.priority FROM {schema}.jobs AS j
-        WHERE j.state = 'queued' AND j.queue = l.name AND j.priority < l.priority
-        ORDER BY j.priority DESC
-        LIMIT 1
-    ) AS lower_level
-),
+{queue_levels},
 picked AS MATERIALIZED (
     SELECT ready.id
     FROM (SELECT * FROM levels ORDER BY ord, priority DESC) AS l
@@ -127,6 +109,48 @@ WHERE j.id = picked.id AND q.name = j.queue
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
           j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord;
+
+
+-- name: queue_levels
+-- Shared by jobs_claim and jobs_next_run_at: given a CTE `queues(name, ord)`, the
+-- distinct priorities present among queued jobs of each queue, found by one index
+-- descent each (a loose index scan of jobs_claim_idx).
+levels AS (
+    SELECT q.name, q.ord, top.priority
+    FROM queues AS q
+    CROSS JOIN LATERAL (
+        SELECT j.priority FROM {schema}.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = q.name
+        ORDER BY j.priority DESC
+        LIMIT 1
+    ) AS top
+  UNION ALL
+    SELECT l.name, l.ord, lower_level.priority
+    FROM levels AS l
+    CROSS JOIN LATERAL (
+        SELECT j.priority FROM {schema}.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = l.name AND j.priority < l.priority
+        ORDER BY j.priority DESC
+        LIMIT 1
+    ) AS lower_level
+)
+
+
+-- name: jobs_next_run_at
+-- Seconds until the earliest queued job of these queues may run (negative: one is
+-- ready now), NULL when there is none: how long an idle worker may sleep.
+WITH RECURSIVE queues AS (
+    SELECT q.name, q.ord FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
+),
+{queue_levels}
+SELECT extract(epoch FROM min(first.run_at) - now())::float8
+FROM levels AS l
+CROSS JOIN LATERAL (
+    SELECT j.run_at FROM {schema}.jobs AS j
+    WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
+    ORDER BY j.run_at
+    LIMIT 1
+) AS first;
 
 
 -- name: jobs_complete
@@ -283,6 +307,23 @@ WHERE id IN (
 
 -- name: jobs_get
 SELECT * FROM {schema}.jobs WHERE id = %(id)s;
+
+
+-- name: daemons_heartbeat
+-- Registers a daemon or refreshes its heartbeat (database clock).
+INSERT INTO {schema}.daemons AS d (id, hostname, pid, info)
+VALUES (%(id)s, %(hostname)s, %(pid)s, %(info)s::jsonb)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), info = EXCLUDED.info;
+
+
+-- name: daemons_remove
+DELETE FROM {schema}.daemons WHERE id = %(id)s;
+
+
+-- name: daemons_prune_stale
+-- Daemons that stopped without saying so (SIGKILL, host loss).
+DELETE FROM {schema}.daemons
+WHERE heartbeat_at < now() - make_interval(secs => %(stale_after_s)s);
 
 
 -- name: migrations_lock

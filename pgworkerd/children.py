@@ -1,0 +1,128 @@
+"""The supervisor's view of one worker child, and the fork that starts it.
+
+Only the supervisor's loop reads and writes these records; the child's status
+messages (see protocol.py) are their only input besides the supervisor's own kills.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgworkerd import osutil
+from pgworkerd.job import Lease
+from pgworkerd.protocol import StatusReader
+from pgworkerd.worker import EXIT_BOOT_ERROR, EXIT_ORPHANED, WorkerSpec, child_main
+
+# Why the supervisor killed a child: decides how its running job is settled.
+KILL_TIMEOUT = "timeout"  # past max runtime: charged, retried or dead
+KILL_SHUTDOWN = "shutdown"  # drain timed out or QUIT: released, uncharged
+KILL_LEASE_LOST = "lease_lost"  # the job is no longer ours: not touched
+KILL_UNFENCED = "unfenced"  # renewals failed: cannot keep running unregistered
+
+
+@dataclass
+class HeldJob:
+    """A job a child holds a lease on."""
+
+    lease: Lease
+    kind: str
+    queue: str
+    max_runtime_s: float  # resolved: job, else queue, else defaults
+    started_at: float | None = None  # supervisor's monotonic clock; None: not started
+
+
+@dataclass
+class Child:
+    pid: int
+    pool: str
+    index: int  # 1-based within the pool
+    reader: StatusReader
+    control_fd: int  # supervisor -> child: "skip <id>" lines
+    spawned_at: float = field(default_factory=time.monotonic)
+    held: dict[int, HeldJob] = field(default_factory=dict)
+    running: int | None = None  # id of the job whose handler runs
+    soft_timeout_sent_at: float | None = None
+    kill_reason: str | None = None
+    stopping: bool = False  # said `stopping`: will start no job
+    retiring: bool = False  # drained on purpose (reload, shutdown): not replaced
+    finished_any: bool = False
+    lost_leases: set[int] = field(default_factory=set)  # renewals no longer return them
+    boot_error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.pool}#{self.index}"
+
+    def running_job(self) -> HeldJob | None:
+        return self.held.get(self.running) if self.running is not None else None
+
+    def unstarted(self) -> list[HeldJob]:
+        return [job for job in self.held.values() if job.started_at is None]
+
+    def deadline(self) -> float | None:
+        job = self.running_job()
+        if job is None or job.started_at is None:
+            return None
+        return job.started_at + job.max_runtime_s
+
+    def kill(self, reason: str) -> None:
+        """SIGKILL the child's process group (its handler's own children too)."""
+        if self.kill_reason is None:
+            self.kill_reason = reason
+        osutil.kill_group(self.pid, signal.SIGKILL)
+
+    def tell_skip(self, job_id: int) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.control_fd, f"skip {job_id}\n".encode())
+
+    def close(self) -> None:
+        self.reader.close()
+        with contextlib.suppress(OSError):
+            os.close(self.control_fd)
+
+
+def spawn(spec: WorkerSpec) -> Child:
+    """Fork a worker child running `spec`. The child leads its own process group, dies
+    with the supervisor, and closes every descriptor it inherited but its pipes."""
+    status_r, status_w = os.pipe()
+    control_r, control_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = EXIT_BOOT_ERROR
+        try:
+            os.setpgid(0, 0)
+            osutil.die_with_parent()
+            if os.getppid() != spec.supervisor_pid:  # the supervisor died before prctl
+                os._exit(EXIT_ORPHANED)
+            signal.set_wakeup_fd(-1)
+            osutil.close_inherited_fds(keep={status_w, control_r})
+            code = child_main(spec, status_w, control_r)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(status_w)
+    os.close(control_r)
+    with contextlib.suppress(OSError):  # also done by the child; whichever runs first
+        os.setpgid(pid, pid)
+    os.set_blocking(control_w, False)
+    return Child(pid=pid, pool=spec.pool, index=spec.index, reader=StatusReader(status_r),
+                 control_fd=control_w)
+
+
+def lease_from_message(job_id: int, token: str) -> Lease:
+    return Lease(job_id, uuid.UUID(token))
+
+
+def describe(child: Child, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"worker": child.name, "pid": child.pid, **(extra or {})}

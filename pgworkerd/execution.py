@@ -1,0 +1,85 @@
+"""Running one handler and turning what it did into an outcome to record.
+
+Plain functions and `async def` coroutines are both handlers; what a handler returns
+or raises decides the job's next state (see the handler contract in DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pgworkerd.encoding import dump_result
+from pgworkerd.job import Discard, Job, JobTimeout, Retry
+
+OutcomeKind = Literal["succeeded", "retry", "discarded", "failed", "timed_out"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: OutcomeKind
+    result_json: str | None = None  # succeeded
+    delay_s: float | None = None  # retry
+    error: str | None = None  # retry (reason), discarded, failed, timed_out
+
+    @property
+    def summary(self) -> str:
+        """The first line of the error, for a log line."""
+        return (self.error or "").strip().splitlines()[-1:][0] if self.error else ""
+
+
+class Executor:
+    """Calls handlers in this process; owns the event loop that coroutines run on.
+
+    `in_handler` is True exactly while user code runs: the soft-timeout signal handler
+    raises JobTimeout only then, never inside pgworkerd's own bookkeeping.
+    """
+
+    def __init__(self) -> None:
+        self.in_handler = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, handler: Callable[..., Any], job: Job) -> Outcome:
+        try:
+            value = self._call(handler, job)
+        except Retry as retry:
+            return Outcome("retry", delay_s=retry.after, error=str(retry))
+        except Discard as discard:
+            return Outcome("discarded", error=discard.reason or "discarded by handler")
+        except JobTimeout as timeout:
+            detail = f": {timeout}" if str(timeout) else ""
+            return Outcome("timed_out", error=f"JobTimeout{detail}\n{traceback.format_exc()}")
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return Outcome("failed", error=traceback.format_exc())
+        return Outcome("succeeded", result_json=dump_result(value))
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def _call(self, handler: Callable[..., Any], job: Job) -> Any:
+        self.in_handler = True
+        try:
+            value = handler(job)
+            if inspect.isawaitable(value):
+                value = self._event_loop().run_until_complete(value)
+            return value
+        except BaseException:
+            # A coroutine interrupted by JobTimeout can leave the loop unusable.
+            if self._loop is not None and inspect.iscoroutinefunction(handler):
+                self.close()
+            raise
+        finally:
+            self.in_handler = False
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop

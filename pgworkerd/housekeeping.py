@@ -1,0 +1,183 @@
+"""The supervisor's database work: renew its children's leases, heartbeat, rescue
+expired leases (of any daemon), prune old rows, and settle the jobs of children that
+died.
+
+Its connection is opened after the first children are forked, uses short timeouts
+(the supervisor's loop must never hang on a dead network: it also enforces runtimes),
+and is reopened on the next tick after any failure. Settlements that cannot be
+written yet wait in a queue and are retried: they are fenced by lease, so a late one
+changes nothing if the job moved on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from pgworkerd import db, logs
+from pgworkerd.job import Lease
+from pgworkerd.store import JobStore
+
+log = logging.getLogger("pgworkerd.supervisor")
+
+PRUNE_INTERVAL_S = 60.0
+PRUNE_BATCHES_PER_TICK = 10
+PRUNE_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What to write for a job whose child is gone: charge it, or give it back."""
+
+    lease: Lease
+    charge_error: str | None  # None: release uncharged
+
+
+class Housekeeper:
+    def __init__(self, *, store: JobStore, database_url: str, lease_ttl_s: float,
+                 retention_s: float, daemon_id: str) -> None:
+        self.store = store
+        self.database_url = database_url
+        self.lease_ttl_s = lease_ttl_s
+        self.retention_s = retention_s
+        self.daemon_id = daemon_id
+        self.conn: psycopg.Connection[Any] | None = None
+        self.pending: deque[Settlement] = deque()
+        self._next_connect_at = 0.0
+        self._connect_delay_s = 0.5
+        self._next_prune_at = 0.0
+        self._outage_logged = False
+
+    # -- periodic work (each returns None when the database could not be reached) --------
+
+    def renew(self, leases: Iterable[Lease], info: dict[str, Any]) -> set[int] | None:
+        """Renew `leases` and refresh our heartbeat; the ids still ours, or None."""
+        leases = list(leases)
+
+        def work(conn: psycopg.Connection[Any]) -> set[int]:
+            with conn.transaction():
+                self.store.heartbeat(conn, daemon_id=self.daemon_id,
+                                     hostname=socket.gethostname(), pid=os.getpid(),
+                                     info=json.dumps(info))
+                return self.store.renew(conn, leases, self.lease_ttl_s)
+
+        return self._attempt("renew leases", work)
+
+    def rescue(self) -> int | None:
+        def work(conn: psycopg.Connection[Any]) -> int:
+            outcomes = self.store.rescue(conn)
+            for outcome in outcomes:
+                logs.event(log, logging.WARNING, "rescued job with expired lease",
+                           job=outcome.job_id, attempt=outcome.attempt,
+                           next_state=outcome.state)
+            return len(outcomes)
+
+        return self._attempt("rescue", work)
+
+    def prune_if_due(self) -> None:
+        now = time.monotonic()
+        if now < self._next_prune_at:
+            return
+        self._next_prune_at = now + PRUNE_INTERVAL_S
+
+        def work(conn: psycopg.Connection[Any]) -> int:
+            total = 0
+            for _ in range(PRUNE_BATCHES_PER_TICK):
+                deleted = self.store.prune(conn, retention_s=self.retention_s, batch=PRUNE_BATCH)
+                total += deleted
+                if deleted < PRUNE_BATCH:
+                    break
+            self.store.prune_stale_daemons(conn, stale_after_s=max(300.0, 10 * self.lease_ttl_s))
+            return total
+
+        pruned = self._attempt("prune", work)
+        if pruned:
+            logs.event(log, logging.INFO, "pruned finished jobs", count=pruned)
+
+    def settle(self, settlements: Iterable[Settlement]) -> None:
+        """Queue settlements and write as many as the database takes now."""
+        self.pending.extend(settlements)
+        self.flush_settlements()
+
+    def flush_settlements(self) -> None:
+        while self.pending:
+            item = self.pending[0]
+
+            def work(conn: psycopg.Connection[Any], item: Settlement = item) -> None:
+                if item.charge_error is None:
+                    self.store.release(conn, [item.lease])
+                    return
+                outcome = self.store.fail(conn, item.lease, item.charge_error)
+                if outcome is not None:
+                    logs.event(log, logging.WARNING, "charged job of a lost worker",
+                               job=item.lease.job_id, attempt=outcome.attempt,
+                               next_state=outcome.state, error=item.charge_error)
+
+            if self._attempt("settle job", work, quiet=True) is False:
+                return
+            self.pending.popleft()
+
+    def unregister(self) -> None:
+        self._attempt("unregister", lambda conn: self.store.remove_daemon(conn, self.daemon_id))
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection may fail too
+                self.conn.close()
+            self.conn = None
+
+    # -- the connection -------------------------------------------------------------------
+
+    def _attempt(self, what: str, work: Any, *, quiet: bool = False) -> Any:
+        """Run `work(conn)`; on a database error log it, drop the connection, and return
+        None (False for `quiet` callers that only need to know it failed)."""
+        conn = self._connection()
+        if conn is None:
+            return False if quiet else None
+        try:
+            result = work(conn)
+        except psycopg.Error as exc:
+            self._failed(what, exc)
+            return False if quiet else None
+        if self._outage_logged:
+            logs.event(log, logging.INFO, "database reachable again")
+            self._outage_logged = False
+        return True if quiet and result is None else result
+
+    def _connection(self) -> psycopg.Connection[Any] | None:
+        if self.conn is not None and not self.conn.closed:
+            return self.conn
+        now = time.monotonic()
+        if now < self._next_connect_at:
+            return None
+        # Short bounds: this loop also enforces runtimes and answers signals.
+        timeout_ms = int(min(5_000, self.lease_ttl_s * 1000 / 3))
+        try:
+            self.conn = db.connect(
+                self.database_url, application_name="pgworkerd supervisor",
+                connect_timeout=max(2, timeout_ms // 1000), tcp_user_timeout=timeout_ms,
+                options=f"-c statement_timeout={timeout_ms}")
+        except psycopg.Error as exc:
+            self._failed("connect", exc)
+            self._next_connect_at = now + self._connect_delay_s
+            self._connect_delay_s = min(5.0, self._connect_delay_s * 2)
+            return None
+        self._connect_delay_s = 0.5
+        return self.conn
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        if not self._outage_logged:
+            logs.event(log, logging.WARNING, "database error in supervisor", during=what,
+                       error=db.describe_error(exc, self.database_url))
+            self._outage_logged = True
+        self.close()

@@ -1,0 +1,59 @@
+"""Small POSIX/Linux helpers for the process tree."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` to this process when its parent dies (no-op elsewhere)."""
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(libc_name, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def close_inherited_fds(keep: set[int]) -> None:
+    """Close every descriptor above stderr but `keep`: a forked child must not hold
+    its parent's database socket, nor its siblings' pipes."""
+    try:
+        open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        open_fds = list(range(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024))
+    for fd in open_fds:
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def describe_exit(status: int, *, oom_hint: bool = True) -> str:
+    """A wait status in words: 'exited with status 3', 'killed by SIGKILL'."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        hint = " (perhaps out of memory?)" if oom_hint and number == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    if os.WIFEXITED(status):
+        return f"exited with status {os.WEXITSTATUS(status)}"
+    return f"ended with wait status {status}"
+
+
+def kill_group(pid: int, sig: int) -> None:
+    """Signal a child's whole process group (it leads one); gone already is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def signal_process(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)

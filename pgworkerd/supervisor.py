@@ -1,0 +1,442 @@
+"""The supervisor: forks the worker children, reaps them, enforces max runtime, renews
+leases, drains on TERM/INT, stops on QUIT, reloads on HUP.
+
+One thread, one loop: `selectors` over the signal wakeup fd and each child's status
+pipe, its timeout set by the nearest deadline. Signal handlers do nothing; the byte
+the wakeup fd receives is the record, dispatched by the loop (gunicorn's pattern).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from setproctitle import setproctitle
+
+from pgworkerd import config as config_module
+from pgworkerd import handlers, logs, osutil
+from pgworkerd.children import (
+    KILL_LEASE_LOST,
+    KILL_SHUTDOWN,
+    KILL_TIMEOUT,
+    KILL_UNFENCED,
+    Child,
+    HeldJob,
+    lease_from_message,
+    spawn,
+)
+from pgworkerd.config import Config, ConfigError, PoolConfig
+from pgworkerd.handlers import Handler, HandlerError
+from pgworkerd.housekeeping import Housekeeper, Settlement
+from pgworkerd.store import Backoff, JobStore
+from pgworkerd.worker import EXIT_BOOT_ERROR, WorkerSpec
+
+log = logging.getLogger("pgworkerd.supervisor")
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD)
+SOFT_TIMEOUT_GRACE_S = 3.0  # from the soft signal to SIGKILL
+RESPAWN_MAX_DELAY_S = 30.0
+HEALTHY_LIFETIME_S = 30.0  # a child that lived this long resets its crash streak
+UNFENCED_FRACTION = 0.8  # of lease_ttl without a renewal: stop the jobs ourselves
+MAX_LOOP_WAIT_S = 1.0
+
+
+@dataclass
+class Slot:
+    """One place for a child in a pool; keeps the crash streak across replacements."""
+
+    pool: PoolConfig
+    pool_name: str
+    index: int
+    child: Child | None = None
+    crash_streak: int = 0
+    respawn_at: float = 0.0
+    retired: bool = False
+
+
+@dataclass
+class Supervisor:
+    config: Config
+    config_path: str | None
+    registry: dict[str, Handler]
+    database_url: str
+    log_format: str = "text"
+    children: dict[int, Child] = field(default_factory=dict)  # pid -> child, live ones
+    slots: list[Slot] = field(default_factory=list)
+    state: str = "running"  # running -> draining -> stopped
+    exit_code: int = 0
+
+    def __post_init__(self) -> None:
+        self.pid = os.getpid()
+        self.daemon_id = f"{socket.gethostname()}:{self.pid}:{int(time.time())}"
+        self.store = self._store()
+        self.selector = selectors.DefaultSelector()
+        self.drain_deadline: float | None = None
+        self.next_renew_at = 0.0
+        self.next_rescue_at = 0.0
+        self.last_renewed_at = time.monotonic()
+        self.housekeeper: Housekeeper | None = None
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        setproctitle("pgworkerd: supervisor")
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, _record_only)
+        self.selector.register(wake_r, selectors.EVENT_READ, None)
+        self._build_slots(self.config)
+        self._spawn_due()  # forks first: no connection of ours exists yet to inherit
+        self.housekeeper = self._housekeeper()
+        logs.event(log, logging.INFO, "supervisor started", pid=self.pid,
+                   workers=len(self.children), daemon=self.daemon_id)
+        try:
+            while self.state != "stopped":
+                self._loop_once(wake_r)
+        finally:
+            self._finish()
+        return self.exit_code
+
+    def _loop_once(self, wake_r: int) -> None:
+        for key, _ in self.selector.select(self._wait_s()):
+            if key.data is None:
+                self._dispatch_signals(wake_r)
+            else:
+                self._read_status(key.data)
+        self._reap()
+        self._enforce_runtimes()
+        self._housekeeping()
+        if self.state == "running":
+            self._spawn_due()
+        elif self.state == "draining":
+            if not self.children:
+                self.state = "stopped"
+            elif self.drain_deadline is not None and time.monotonic() >= self.drain_deadline:
+                logs.event(log, logging.WARNING, "shutdown timeout reached; killing workers",
+                           remaining=len(self.children))
+                self._kill_all(KILL_SHUTDOWN)
+                self.drain_deadline = None
+
+    def _finish(self) -> None:
+        for child in list(self.children.values()):
+            child.kill(KILL_SHUTDOWN)
+        while self.children:  # reap, so their jobs go back before we leave
+            self._reap(block=True)
+        if self.housekeeper is not None:
+            self.housekeeper.flush_settlements()
+            if self.housekeeper.pending:
+                logs.event(log, logging.WARNING, "could not settle every job; their leases "
+                           "will expire and be rescued", jobs=len(self.housekeeper.pending))
+            self.housekeeper.unregister()
+            self.housekeeper.close()
+        logs.event(log, logging.INFO, "supervisor stopped", exit_code=self.exit_code)
+
+    # -- signals --------------------------------------------------------------------------
+
+    def _dispatch_signals(self, wake_r: int) -> None:
+        try:
+            received = os.read(wake_r, 1024)
+        except BlockingIOError:
+            return
+        for signum in received:
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                self.handle_term(signum)
+            elif signum == signal.SIGQUIT:
+                self.handle_quit()
+            elif signum == signal.SIGHUP:
+                self.handle_hup()
+            # SIGCHLD: the loop reaps after every wake-up anyway
+
+    def handle_term(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self.state == "draining":
+            logs.event(log, logging.WARNING, "second signal; stopping now", signal=name)
+            self._kill_all(KILL_SHUTDOWN)
+            return
+        logs.event(log, logging.INFO, "draining", signal=name,
+                   shutdown_timeout_s=self.config.shutdown_timeout)
+        self.state = "draining"
+        self.drain_deadline = time.monotonic() + self.config.shutdown_timeout
+        for child in self.children.values():
+            child.retiring = True
+            osutil.signal_process(child.pid, signal.SIGTERM)
+
+    def handle_quit(self) -> None:
+        logs.event(log, logging.INFO, "stopping now", signal="SIGQUIT")
+        self.state = "draining"
+        self._kill_all(KILL_SHUTDOWN)
+
+    def handle_hup(self) -> None:
+        if self.state != "running":
+            return
+        try:
+            new_config = config_module.load(self.config_path)
+            new_registry = handlers.load_registry(new_config.handlers)
+        except (ConfigError, HandlerError) as exc:
+            for problem in exc.problems:
+                logs.event(log, logging.ERROR, "reload refused; keeping the running config",
+                           problem=problem)
+            return
+        if new_config.database != self.config.database:
+            logs.event(log, logging.ERROR, "reload refused; keeping the running config",
+                       problem="database settings changed: they need a restart")
+            return
+        logs.event(log, logging.INFO, "reloading: replacing workers")
+        self.config, self.registry = new_config, new_registry
+        self.store = self._store()
+        if self.housekeeper is not None:
+            self.housekeeper.store = self.store
+        for slot in self.slots:
+            slot.retired = True
+        for child in self.children.values():
+            child.retiring = True
+            osutil.signal_process(child.pid, signal.SIGTERM)
+        self._build_slots(new_config)
+
+    # -- children ------------------------------------------------------------------------
+
+    def _build_slots(self, config: Config) -> None:
+        self.slots = [slot for slot in self.slots if slot.child is not None]  # draining ones
+        for pool in config.pools():
+            name = ",".join(pool.queues)
+            self.slots.extend(Slot(pool, name, n) for n in range(1, pool.concurrency + 1))
+
+    def _spawn_due(self) -> None:
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.child is None and not slot.retired and now >= slot.respawn_at:
+                child = spawn(self._spec(slot))
+                slot.child = child
+                self.children[child.pid] = child
+                self.selector.register(child.reader.fd, selectors.EVENT_READ, child)
+
+    def _spec(self, slot: Slot) -> WorkerSpec:
+        config = self.config
+        queues = tuple(config.claim_order(slot.pool))
+        return WorkerSpec(
+            pool=slot.pool_name, index=slot.index, queues=queues,
+            queue_max_attempts=tuple(config.max_attempts_for(q) for q in queues),
+            batch_size=config.batch_size_for(slot.pool), lease_ttl_s=config.lease_ttl,
+            poll_interval_s=config.poll_interval, database_url=self.database_url,
+            schema=config.database.schema_name, backoff=self.store.backoff,
+            registry=self.registry, max_jobs=config.max_jobs_per_child,
+            max_memory_bytes=config.max_memory_per_child, log_format=self.log_format,
+            supervisor_pid=self.pid,
+            worker_id=f"{socket.gethostname()}:{self.pid}/{slot.pool_name}#{slot.index}",
+        )
+
+    def _read_status(self, child: Child) -> None:
+        for message in child.reader.read():
+            self._on_message(child, message)
+
+    def _on_message(self, child: Child, message: dict[str, Any]) -> None:
+        kind = message.get("t")
+        if kind == "claimed":
+            for job_id, token, job_kind, queue, max_runtime_s in message["jobs"]:
+                runtime = self.config.max_runtime_for(queue, max_runtime_s)
+                child.held[job_id] = HeldJob(lease_from_message(job_id, token), job_kind,
+                                             queue, runtime)
+        elif kind == "started":
+            job = child.held.get(message["id"])
+            if job is not None:
+                job.started_at = time.monotonic()
+                child.running = message["id"]
+                child.soft_timeout_sent_at = None
+                if message["id"] in child.lost_leases:
+                    child.kill(KILL_LEASE_LOST)
+        elif kind == "done":
+            child.held.pop(message["id"], None)
+            if child.running == message["id"]:
+                child.running = None
+            child.finished_any = True
+        elif kind == "released":
+            for job_id in message["ids"]:
+                child.held.pop(job_id, None)
+        elif kind == "stopping":
+            child.stopping = True
+            self._release_unstarted(child)
+        elif kind == "boot_error":
+            child.boot_error = str(message.get("reason"))
+
+    def _release_unstarted(self, child: Child) -> None:
+        unstarted = child.unstarted()
+        for job in unstarted:
+            del child.held[job.lease.job_id]
+        if unstarted and self.housekeeper is not None:
+            self.housekeeper.settle(Settlement(job.lease, None) for job in unstarted)
+
+    def _reap(self, *, block: bool = False) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                self._on_child_exit(child, status)
+            if block:
+                return
+
+    def _on_child_exit(self, child: Child, status: int) -> None:
+        self._read_status(child)  # what it said before it died still counts
+        self.selector.unregister(child.reader.fd)
+        child.close()
+        how = osutil.describe_exit(status, oom_hint=child.kill_reason is None)
+        expected = child.retiring or child.kill_reason == KILL_SHUTDOWN
+        clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        level = logging.INFO if (clean or expected) else logging.ERROR
+        logs.event(log, level, "worker exited", worker=child.name, pid=child.pid, how=how,
+                   reason=child.kill_reason or ("recycled" if clean else "crashed"))
+        self._settle_jobs_of(child, how)
+        slot = next((s for s in self.slots if s.child is child), None)
+        if slot is not None:
+            slot.child = None
+            self._plan_respawn(slot, child, clean)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_BOOT_ERROR:
+            reason = child.boot_error or "see the worker's log above"
+            logs.event(log, logging.CRITICAL, "worker failed to boot; stopping", reason=reason)
+            self.exit_code = 1
+            self.handle_quit()
+
+    def _settle_jobs_of(self, child: Child, how: str) -> None:
+        if self.housekeeper is None:
+            return
+        settlements = [Settlement(job.lease, None) for job in child.unstarted()]
+        running = child.running_job()
+        if running is not None and child.kill_reason != KILL_LEASE_LOST:
+            settlements.append(Settlement(running.lease, self._charge_error(child, running, how)))
+        self.housekeeper.settle(settlements)
+
+    def _charge_error(self, child: Child, job: HeldJob, how: str) -> str | None:
+        """The error to charge the running job with, or None to release it uncharged."""
+        if child.kill_reason == KILL_TIMEOUT:
+            return (f"exceeded its max runtime of {job.max_runtime_s:g}s: worker killed "
+                    "(SIGKILL)")
+        if child.kill_reason == KILL_SHUTDOWN:
+            return None  # shutdown is not the job's fault: back to queued, uncharged
+        if child.kill_reason == KILL_UNFENCED:
+            return "worker killed: its supervisor could not renew the job's lease"
+        return f"worker process {how} while running the job"
+
+    def _plan_respawn(self, slot: Slot, child: Child, clean: bool) -> None:
+        """Replace at once a child that exited cleanly, was killed by us or had been
+        healthy; back off exponentially on a child that keeps dying on its own."""
+        healthy = child.finished_any or time.monotonic() - child.spawned_at >= HEALTHY_LIFETIME_S
+        if clean or healthy:
+            slot.crash_streak = 0
+        elif child.kill_reason is None and not child.retiring:
+            slot.crash_streak += 1
+        delay = min(RESPAWN_MAX_DELAY_S, 0.1 * 2**slot.crash_streak) if slot.crash_streak else 0.0
+        slot.respawn_at = time.monotonic() + delay
+        if delay >= 1:
+            logs.event(log, logging.WARNING, "worker keeps dying; respawn delayed",
+                       worker=child.name, crash_streak=slot.crash_streak, delay_s=round(delay, 1))
+        if slot.retired:
+            self.slots.remove(slot)
+
+    def _kill_all(self, reason: str) -> None:
+        for child in self.children.values():
+            child.retiring = True
+            child.kill(reason)
+
+    # -- runtime limits -------------------------------------------------------------------
+
+    def _enforce_runtimes(self) -> None:
+        now = time.monotonic()
+        for child in self.children.values():
+            deadline = child.deadline()
+            if deadline is None or child.kill_reason is not None or now < deadline:
+                continue
+            job = child.running_job()
+            assert job is not None
+            if child.soft_timeout_sent_at is None:
+                logs.event(log, logging.WARNING, "job past its max runtime; soft timeout sent",
+                           job=job.lease.job_id, kind=job.kind, worker=child.name,
+                           max_runtime_s=job.max_runtime_s)
+                child.soft_timeout_sent_at = now
+                osutil.signal_process(child.pid, signal.SIGUSR1)
+            elif now >= child.soft_timeout_sent_at + SOFT_TIMEOUT_GRACE_S:
+                logs.event(log, logging.ERROR, "job past its max runtime; killing worker",
+                           job=job.lease.job_id, kind=job.kind, worker=child.name)
+                child.kill(KILL_TIMEOUT)
+
+    # -- leases and housekeeping -----------------------------------------------------------
+
+    def _housekeeping(self) -> None:
+        keeper = self.housekeeper
+        if keeper is None:
+            return
+        now = time.monotonic()
+        if now >= self.next_renew_at:
+            self.next_renew_at = now + self.config.lease_ttl / 3
+            self._renew(keeper, now)
+        if now >= self.next_rescue_at:
+            self.next_rescue_at = now + min(5.0, self.config.lease_ttl / 2)
+            keeper.rescue()
+            keeper.prune_if_due()
+        if keeper.pending:
+            keeper.flush_settlements()
+
+    def _renew(self, keeper: Housekeeper, now: float) -> None:
+        held = {job_id: child for child in self.children.values() for job_id in child.held}
+        leases = [child.held[job_id].lease for job_id, child in held.items()]
+        renewed = keeper.renew(leases, {"workers": len(self.children), "state": self.state})
+        if renewed is None:
+            if held and now - self.last_renewed_at > UNFENCED_FRACTION * self.config.lease_ttl:
+                logs.event(log, logging.ERROR, "cannot renew leases; stopping their jobs",
+                           jobs=len(held))
+                for child in set(held.values()):
+                    child.kill(KILL_UNFENCED)
+            return
+        self.last_renewed_at = now
+        for job_id, child in held.items():
+            if job_id in renewed:
+                continue
+            child.lost_leases.add(job_id)
+            if child.running == job_id:
+                logs.event(log, logging.WARNING, "job lease lost (cancelled or rescued); "
+                           "stopping its worker", job=job_id, worker=child.name)
+                child.kill(KILL_LEASE_LOST)
+            else:
+                child.held.pop(job_id, None)
+                child.tell_skip(job_id)
+
+    def _wait_s(self) -> float:
+        now = time.monotonic()
+        moments = [self.next_renew_at, self.next_rescue_at, now + MAX_LOOP_WAIT_S]
+        for child in self.children.values():
+            deadline = child.deadline()
+            if deadline is not None:
+                moments.append(deadline if child.soft_timeout_sent_at is None
+                               else child.soft_timeout_sent_at + SOFT_TIMEOUT_GRACE_S)
+        moments.extend(s.respawn_at for s in self.slots if s.child is None and not s.retired)
+        if self.drain_deadline is not None:
+            moments.append(self.drain_deadline)
+        return max(0.0, min(moments) - now)
+
+    # -- construction ----------------------------------------------------------------------
+
+    def _store(self) -> JobStore:
+        defaults = self.config.defaults
+        return JobStore(self.config.database.schema_name,
+                        backoff=Backoff(base_s=defaults.backoff_base, max_s=defaults.backoff_max))
+
+    def _housekeeper(self) -> Housekeeper:
+        return Housekeeper(store=self.store, database_url=self.database_url,
+                           lease_ttl_s=self.config.lease_ttl,
+                           retention_s=self.config.defaults.retention, daemon_id=self.daemon_id)
+
+
+def _record_only(signum: int, frame: Any) -> None:
+    """Signal handler: nothing. The wakeup fd has the signal number for the loop."""

@@ -1,0 +1,349 @@
+"""The worker child: claim a batch, run each job, record each outcome, repeat.
+
+A child runs one job at a time. It tells its supervisor over the status pipe what it
+claimed, started and finished, so the supervisor can renew its leases, enforce max
+runtime and settle its jobs if it dies. The child connects after the fork, reconnects
+with jittered backoff when the database goes away, and ends with os._exit.
+
+Signals: TERM = finish the running job, start no other (the supervisor releases the
+rest of the batch when it reads `stopping`); USR1 = the job passed its max runtime,
+raise JobTimeout in the handler; the supervisor's SIGKILL is the hard limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import select
+import signal
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+import psycopg
+from psycopg import sql
+from setproctitle import setproctitle
+
+from pgworkerd import db, logs
+from pgworkerd.execution import Executor, Outcome
+from pgworkerd.job import Job, JobTimeout
+from pgworkerd.protocol import StatusWriter
+from pgworkerd.store import Backoff, JobStore
+
+log = logging.getLogger("pgworkerd.worker")
+
+EXIT_RECYCLED = 0  # normal end: drained, or recycled after max jobs / memory
+EXIT_BOOT_ERROR = 3  # the child could not even start: the supervisor stops
+EXIT_ORPHANED = 4  # the supervisor is gone
+RECONNECT_MAX_S = 10.0
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a child needs, fixed at fork time."""
+
+    pool: str
+    index: int  # 1-based within the pool
+    queues: tuple[str, ...]  # in claim order
+    queue_max_attempts: tuple[int, ...]
+    batch_size: int
+    lease_ttl_s: float
+    poll_interval_s: float
+    database_url: str
+    schema: str
+    backoff: Backoff
+    registry: Mapping[str, Callable[..., Any]]
+    max_jobs: int | None
+    max_memory_bytes: int | None
+    log_format: str
+    supervisor_pid: int
+    worker_id: str  # written into jobs.worker: hostname:supervisor pid/pool#index
+
+
+def child_main(spec: WorkerSpec, status_fd: int, control_fd: int) -> int:
+    """Entry point in the forked child; returns the exit status."""
+    writer = StatusWriter(status_fd)
+    try:
+        worker = Worker(spec, writer, control_fd)
+    except Exception as exc:
+        writer.send("boot_error", reason=f"{type(exc).__name__}: {exc}")
+        return EXIT_BOOT_ERROR
+    return worker.run()
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec, writer: StatusWriter, control_fd: int) -> None:
+        self.spec = spec
+        self.writer = writer
+        self.control_fd = control_fd  # "skip <id>" lines: leases the supervisor saw lost
+        os.set_blocking(control_fd, False)
+        self._control_buffer = b""
+        self._skip: set[int] = set()
+        self.store = JobStore(spec.schema, backoff=spec.backoff)
+        self.executor = Executor()
+        self.conn: psycopg.Connection[Any] | None = None
+        self.stopping = False  # set by SIGTERM; read before every job start
+        self.jobs_done = 0
+        self.title = f"pgworkerd: worker {spec.pool} #{spec.index}"
+        self._running: Job | None = None  # the job whose handler runs; for USR1
+        # Counts connections made: a batch claimed on an earlier connection is given
+        # back rather than run, since its leases may have lapsed while we were away.
+        self._connection_epoch = 0
+        self._wake_r, self._wake_w = os.pipe()
+        self._boot()
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _boot(self) -> None:
+        os.set_blocking(self._wake_w, False)
+        signal.set_wakeup_fd(self._wake_w)
+        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGUSR1, self._on_soft_timeout)
+        logs.setup(self.spec.log_format, role=f"worker {self.spec.pool}#{self.spec.index}")
+        setproctitle(f"{self.title} idle")
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self.writer.send("stopping")
+
+    def _on_soft_timeout(self, signum: int, frame: Any) -> None:
+        job = self._running
+        if job is not None and self.executor.in_handler:
+            raise JobTimeout(f"job {job.id} ({job.kind}) passed its max runtime")
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        try:
+            while not self.stopping:
+                if os.getppid() != self.spec.supervisor_pid:
+                    return EXIT_ORPHANED
+                if self._should_recycle():
+                    return EXIT_RECYCLED
+                batch = self._claim()
+                if batch:
+                    self._run_batch(batch)
+                elif batch is not None:
+                    self._wait_for_work()
+            return EXIT_RECYCLED
+        finally:
+            self.executor.close()
+
+    def _claim(self) -> list[Job] | None:
+        """A batch (maybe empty), or None when the database could not be reached."""
+        try:
+            conn = self._connection()
+            batch = self.store.claim(
+                conn, queues=self.spec.queues, limit=self.spec.batch_size,
+                lease_ttl_s=self.spec.lease_ttl_s, worker=self.spec.worker_id,
+                max_attempts=self.spec.queue_max_attempts)
+        except psycopg.OperationalError as exc:
+            self._lost_connection(exc)
+            return None
+        if batch:
+            self.writer.send("claimed", jobs=[
+                [j.id, str(j.lease_token), j.kind, j.queue, j.max_runtime_s] for j in batch])
+        return batch
+
+    def _run_batch(self, batch: list[Job]) -> None:
+        epoch = self._connection_epoch
+        for position, job in enumerate(batch):
+            with _held(signal.SIGTERM):  # deciding to start and saying so is one step
+                if self.stopping:
+                    return  # the supervisor releases the rest when it reads `stopping`
+                rest = batch[position:]
+                if self._connection_epoch != epoch or self._should_recycle():
+                    self._release(rest)
+                    return
+                if job.id in self._skipped():
+                    continue  # cancelled or rescued before it started: not ours to run
+                self.writer.send("started", id=job.id)
+            self._run_one(job)
+
+    def _run_one(self, job: Job) -> None:
+        handler = self.spec.registry.get(job.kind)
+        logs.event(log, logging.INFO, "job started", job=job.id, kind=job.kind,
+                   queue=job.queue, attempt=job.attempt)
+        setproctitle(f"{self.title} job {job.id} {job.kind}")
+        started = time.monotonic()
+        if handler is None:
+            # Only configured code runs: an unknown kind never selects an import.
+            outcome = Outcome("discarded", error=f"no handler configured for kind {job.kind!r}")
+        else:
+            self._running = job
+            try:
+                outcome = self.executor.run(handler, job)
+            finally:
+                self._running = None
+        duration_ms = round((time.monotonic() - started) * 1000, 1)
+        self._record(job, outcome, duration_ms)
+        self.writer.send("done", id=job.id)
+        self.jobs_done += 1
+        setproctitle(f"{self.title} idle")
+
+    def _skipped(self) -> set[int]:
+        """Job ids the supervisor told us not to start (their lease is gone)."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(self.control_fd, 4096):
+                self._control_buffer += chunk
+        *lines, self._control_buffer = self._control_buffer.split(b"\n")
+        for line in lines:
+            verb, _, job_id = line.decode().partition(" ")
+            if verb == "skip" and job_id.isdigit():
+                self._skip.add(int(job_id))
+        return self._skip
+
+    # -- outcomes -------------------------------------------------------------------------
+
+    def _record(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
+        """Write the outcome, fenced by the lease; retried across reconnects, since an
+        unwritten outcome would make the job run again."""
+        while True:
+            try:
+                self._write_outcome(self._connection(for_outcome=True), job, outcome,
+                                    duration_ms)
+                return
+            except psycopg.OperationalError as exc:
+                self._lost_connection(exc)
+                if os.getppid() != self.spec.supervisor_pid:
+                    return
+
+    def _write_outcome(self, conn: psycopg.Connection[Any], job: Job, outcome: Outcome,
+                       duration_ms: float) -> None:
+        fields = {"job": job.id, "kind": job.kind, "attempt": job.attempt,
+                  "duration_ms": duration_ms}
+        if outcome.kind == "succeeded":
+            kept = job.id in self.store.complete(conn, [(job.lease, outcome.result_json)])
+            if kept:
+                logs.event(log, logging.INFO, "job succeeded", **fields)
+            else:
+                logs.event(log, logging.WARNING, "job lease lost; outcome discarded", **fields)
+            return
+        lease = job.lease
+        if outcome.kind == "retry":
+            result = self.store.retry_after(conn, lease, outcome.delay_s or 0.0, outcome.error)
+        else:
+            discard = outcome.kind == "discarded"
+            result = self.store.fail(conn, lease, outcome.error or outcome.kind, discard=discard)
+        if result is None:
+            logs.event(log, logging.WARNING, "job lease lost; outcome discarded",
+                       outcome=outcome.kind, **fields)
+            return
+        level = logging.ERROR if result.state == "dead" else logging.WARNING
+        logs.event(log, level, f"job {outcome.kind.replace('_', ' ')}", **fields,
+                   next_state=result.state, run_at=result.run_at.isoformat(),
+                   error=outcome.summary)
+
+    def _release(self, jobs: list[Job]) -> None:
+        if not jobs:
+            return
+        with contextlib.suppress(psycopg.OperationalError):
+            self.store.release(self._connection(), [job.lease for job in jobs])
+        # Said either way: if the release did not reach the database, the supervisor's
+        # renewals stop and the leases expire into a rescue.
+        self.writer.send("released", ids=[job.id for job in jobs])
+
+    # -- waiting and connecting -----------------------------------------------------------
+
+    def _wait_for_work(self) -> None:
+        """Sleep until a notification, a signal, the next scheduled job or the poll
+        interval, whichever comes first."""
+        conn = self.conn
+        if conn is None:
+            return
+        try:
+            if _drain_notifications(conn):
+                return
+            timeout = self.spec.poll_interval_s
+            next_in = self.store.next_run_in(conn, self.spec.queues)
+            if next_in is not None:
+                timeout = min(timeout, max(0.0, next_in))
+            if timeout > 0:
+                select.select([conn.fileno(), self._wake_r], [], [], timeout)
+            _drain_pipe(self._wake_r)
+            _drain_notifications(conn)
+        except psycopg.OperationalError as exc:
+            self._lost_connection(exc)
+
+    def _connection(self, *, for_outcome: bool = False) -> psycopg.Connection[Any]:
+        """The open connection, or a new one after jittered backoff. Gives up (raises)
+        when the supervisor is gone, or when draining unless an outcome is waiting."""
+        if self.conn is not None and not self.conn.closed:
+            return self.conn
+        delay = 0.1
+        while True:
+            try:
+                self.conn = db.connect(self.spec.database_url,
+                                       application_name=f"pgworkerd worker {self.spec.pool} "
+                                                        f"#{self.spec.index}")
+                channel = sql.Identifier(self.store.notify_channel)
+                self.conn.execute(sql.SQL("LISTEN {}").format(channel))
+                self._connection_epoch += 1
+                self.writer.send("ready")
+                return self.conn
+            except psycopg.OperationalError as exc:
+                self.conn = None
+                logs.event(log, logging.WARNING, "database unreachable; retrying",
+                           error=db.describe_error(exc, self.spec.database_url),
+                           retry_in_s=round(delay, 2))
+                if os.getppid() != self.spec.supervisor_pid or (self.stopping
+                                                                   and not for_outcome):
+                    raise
+                _sleep_interruptibly(self._wake_r, delay)
+                delay = min(RECONNECT_MAX_S, delay * 2) * random.uniform(0.5, 1.0) + 0.05
+
+    def _lost_connection(self, exc: BaseException) -> None:
+        logs.event(log, logging.WARNING, "database connection lost",
+                   error=db.describe_error(exc, self.spec.database_url))
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+        self.conn = None
+
+    def _should_recycle(self) -> bool:
+        spec = self.spec
+        if spec.max_jobs is not None and self.jobs_done >= spec.max_jobs:
+            logs.event(log, logging.INFO, "recycling worker", reason="max_jobs_per_child",
+                       jobs=self.jobs_done)
+            return True
+        if spec.max_memory_bytes is not None:
+            rss = psutil.Process().memory_info().rss
+            if rss > spec.max_memory_bytes:
+                logs.event(log, logging.INFO, "recycling worker", reason="max_memory_per_child",
+                           rss_bytes=rss)
+                return True
+        return False
+
+
+@contextlib.contextmanager
+def _held(sig: int) -> Iterator[None]:
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _drain_notifications(conn: psycopg.Connection[Any]) -> bool:
+    return any(True for _ in conn.notifies(timeout=0))
+
+
+def _drain_pipe(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError, OSError):
+        os.set_blocking(fd, False)
+        while os.read(fd, 4096):
+            pass
+
+
+def _sleep_interruptibly(wake_fd: int, seconds: float) -> None:
+    select.select([wake_fd], [], [], seconds)
+    _drain_pipe(wake_fd)
+

@@ -1,0 +1,88 @@
+"""Handlers the daemon tests run, importable as `tests.handlers:<name>`.
+
+Each writes what it did to the test's own `history` table (created by the tests) so
+the tests can see starts, attempts and pids; the DSN comes from the environment.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from typing import Any
+
+import psycopg
+
+import pgworkerd
+
+
+def _record(job: pgworkerd.Job, event: str) -> None:
+    with psycopg.connect(os.environ["PGWORKERD_TEST_HISTORY_DSN"], autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO history (job_id, attempt, lease_token, pid, event)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            (job.id, job.attempt, job.lease_token, os.getpid(), event))
+
+
+def noop(job: pgworkerd.Job) -> None:
+    return None
+
+
+def record(job: pgworkerd.Job) -> dict[str, Any]:
+    _record(job, "start")
+    return {"pid": os.getpid()}
+
+
+async def record_async(job: pgworkerd.Job) -> str:
+    _record(job, "start")
+    return "async ok"
+
+
+def fail(job: pgworkerd.Job) -> None:
+    _record(job, "start")
+    raise RuntimeError(f"failing on purpose, attempt {job.attempt}")
+
+
+def fail_then_succeed(job: pgworkerd.Job) -> str:
+    _record(job, "start")
+    if job.attempt < job.payload.get("succeed_at", 2):
+        raise pgworkerd.Retry(after=0.2)
+    return "finally"
+
+
+def discard(job: pgworkerd.Job) -> None:
+    _record(job, "start")
+    raise pgworkerd.Discard("this job can never work")
+
+
+def sleep(job: pgworkerd.Job) -> str:
+    """Sleeps payload["seconds"]; records start and end."""
+    _record(job, "start")
+    time.sleep(job.payload.get("seconds", 1))
+    _record(job, "end")
+    return "slept"
+
+
+def block_in_c(job: pgworkerd.Job) -> None:
+    """Masks every signal and blocks in C: only SIGKILL can end it."""
+    _record(job, "start")
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL,
+                                                                     signal.SIGSTOP})
+    libc = ctypes.CDLL(None)
+    libc.sleep(3600)
+
+
+def catch_timeout(job: pgworkerd.Job) -> None:
+    """Sleeps until the soft timeout, then records that it saw it."""
+    _record(job, "start")
+    try:
+        time.sleep(3600)
+    except pgworkerd.JobTimeout:
+        _record(job, "soft_timeout")
+        raise
+
+
+def crash(job: pgworkerd.Job) -> None:
+    _record(job, "start")
+    os._exit(17)
