@@ -90,3 +90,30 @@ def _drop_database(admin_dsn: str, name: str) -> None:
         admin.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
+
+
+@pytest.fixture
+def history_conn(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """The test database's connection, with the `history` table test handlers write."""
+    from tests.daemon import HISTORY_TABLE
+
+    conn.execute(HISTORY_TABLE)
+    return conn
+
+
+@pytest.fixture
+def start_daemon(db_dsn: str, tmp_path: Path, history_conn: psycopg.Connection[Any]):
+    """start_daemon(**config) -> a running `pgworkerd run` on the test database."""
+    from tests.daemon import Daemon, write_config
+
+    started: list[Daemon] = []
+
+    def start(name: str = "pgworkerd", **config: Any) -> Daemon:
+        path = write_config(tmp_path / f"{name}.yaml", **config)
+        daemon = Daemon(path, db_dsn, tmp_path / f"{name}.log")
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.kill_everything()

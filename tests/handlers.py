@@ -86,3 +86,14 @@ def catch_timeout(job: pgworkerd.Job) -> None:
 def crash(job: pgworkerd.Job) -> None:
     _record(job, "start")
     os._exit(17)
+
+
+def sleep_first_attempt(job: pgworkerd.Job) -> str:
+    """Attempt 1 sleeps payload["seconds"] and answers "first"; later ones answer at once."""
+    _record(job, "start")
+    if job.attempt == 1:
+        time.sleep(job.payload.get("seconds", 5))
+        _record(job, "end")
+        return "first"
+    _record(job, "end")
+    return f"attempt {job.attempt}"

@@ -1,0 +1,163 @@
+"""`pgworkerd run` as a real process tree against the real server: jobs, order, retries,
+runtime kills, crashes, and what the signals do."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pgworkerd
+from tests.daemon import history, job, job_in_state, states, wait_until
+
+
+def test_two_hundred_jobs_succeed_with_two_workers_and_readable_titles(start_daemon,
+                                                                        history_conn):
+    ids = pgworkerd.enqueue_many(history_conn, [{"kind": "record", "payload": {"n": n}}
+                                                for n in range(200)])
+    daemon = start_daemon()
+    workers = daemon.wait_for_workers(2)
+    wait_until(lambda: states(history_conn) == {"succeeded": 200}, what="200 jobs succeeded")
+
+    titles = daemon.titles()
+    assert titles == ["pgworkerd: worker default #1 idle", "pgworkerd: worker default #2 idle"]
+    import psutil
+    assert " ".join(psutil.Process(daemon.pid).cmdline()).strip() == "pgworkerd: supervisor"
+    pids = {row[3] for row in history(history_conn)}
+    assert pids <= {w.pid for w in workers} and len(pids) == 2, "both workers took jobs"
+    assert job(history_conn, ids[0])["result"]["pid"] in pids
+    assert {row[1] for row in history(history_conn)} == {1}, "each ran once, attempt 1"
+
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+    assert daemon.alive_children() == []
+
+
+def test_one_worker_runs_jobs_in_priority_order(start_daemon, history_conn):
+    now = history_conn.execute("SELECT now()").fetchone()[0]
+    from datetime import timedelta
+    specs = [("low", -1, None), ("high", 5, None), ("mid-old", 2, now - timedelta(minutes=5)),
+             ("mid-new", 2, None), ("highest", 9, None)]
+    ids = {name: pgworkerd.enqueue(history_conn, "record", {}, priority=p, run_at=at)
+           for name, p, at in specs}
+    daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 1}])
+    wait_until(lambda: states(history_conn) == {"succeeded": 5}, what="all jobs done")
+    order = [row[0] for row in history(history_conn)]
+    by_id = {v: k for k, v in ids.items()}
+    assert [by_id[i] for i in order] == ["highest", "high", "mid-old", "mid-new", "low"]
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_queue_priority_wins_across_queues(start_daemon, history_conn):
+    bulk = pgworkerd.enqueue_many(history_conn, [
+        {"kind": "record", "payload": {}, "queue": "bulk", "priority": 100} for _ in range(3)])
+    urgent = pgworkerd.enqueue_many(history_conn, [
+        {"kind": "record", "payload": {}, "queue": "urgent"} for _ in range(3)])
+    daemon = start_daemon(queues={"bulk": {}, "urgent": {"priority": 10}},
+                          workers=[{"queues": ["bulk", "urgent"], "concurrency": 1}])
+    wait_until(lambda: states(history_conn) == {"succeeded": 6}, what="all jobs done")
+    assert [row[0] for row in history(history_conn)] == urgent + bulk
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_failures_retry_with_backoff_then_dead_letter(start_daemon, history_conn):
+    dead = pgworkerd.enqueue(history_conn, "fail", {}, max_attempts=3)
+    flaky = pgworkerd.enqueue(history_conn, "fail_then_succeed", {"succeed_at": 3})
+    asynchronous = pgworkerd.enqueue(history_conn, "record_async", {})
+    daemon = start_daemon()
+    wait_until(job_in_state(history_conn, dead, "dead"), what="the failing job dead")
+    wait_until(job_in_state(history_conn, flaky, "succeeded"), what="the flaky job succeeded")
+    wait_until(job_in_state(history_conn, asynchronous, "succeeded"), what="async job")
+
+    row = job(history_conn, dead)
+    assert row["attempt"] == 3
+    assert "RuntimeError: failing on purpose, attempt 3" in row["last_error"]
+    assert "Traceback" in row["last_error"]
+    assert [e["attempt"] for e in row["errors"]] == [1, 2, 3]
+    assert [r[1] for r in history(history_conn, dead)] == [1, 2, 3]
+    flaky_row = job(history_conn, flaky)
+    assert flaky_row["attempt"] == 3 and flaky_row["result"] == "finally"
+    assert job(history_conn, asynchronous)["result"] == "async ok"
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_discard_and_unknown_kind_are_dead_at_once(start_daemon, history_conn):
+    discarded = pgworkerd.enqueue(history_conn, "discard", {})
+    unknown = pgworkerd.enqueue(history_conn, "os.system", {"cmd": "touch /tmp/pwned"})
+    daemon = start_daemon()
+    wait_until(job_in_state(history_conn, discarded, "dead"), what="discarded job dead")
+    wait_until(job_in_state(history_conn, unknown, "dead"), what="unknown kind dead")
+    assert job(history_conn, discarded)["last_error"] == "this job can never work"
+    assert job(history_conn, discarded)["attempt"] == 1
+    row = job(history_conn, unknown)
+    assert row["last_error"] == "no handler configured for kind 'os.system'"
+    assert row["attempt"] == 1
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_a_handler_blocking_in_c_with_signals_masked_is_killed_at_its_max_runtime(
+        start_daemon, history_conn):
+    hung = pgworkerd.enqueue(history_conn, "block_in_c", {}, max_runtime=1, max_attempts=1)
+    daemon = start_daemon()
+    worker = daemon.worker_running(hung)
+    started = time.monotonic()
+    wait_until(job_in_state(history_conn, hung, "dead"), what="the hung job dead")
+    killed_after = time.monotonic() - started
+    row = job(history_conn, hung)
+    assert row["last_error"] == "exceeded its max runtime of 1s: worker killed (SIGKILL)"
+    assert not worker.is_running() or worker.status() == "zombie"
+    assert killed_after < 10, killed_after
+
+    after = pgworkerd.enqueue(history_conn, "record", {})
+    wait_until(job_in_state(history_conn, after, "succeeded"), what="pool keeps working")
+    daemon.wait_for_workers(2)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_the_soft_timeout_raises_job_timeout_in_the_handler(start_daemon, history_conn):
+    slow = pgworkerd.enqueue(history_conn, "catch_timeout", {}, max_runtime=1, max_attempts=1)
+    daemon = start_daemon()
+    wait_until(job_in_state(history_conn, slow, "dead"), what="timed-out job dead")
+    assert [r[2] for r in history(history_conn, slow)] == ["start", "soft_timeout"]
+    assert job(history_conn, slow)["last_error"].startswith("JobTimeout")
+    assert "killing worker" not in daemon.log(), "it ended at the soft limit"
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_sigkill_of_a_child_mid_job_reruns_the_job_as_attempt_two(start_daemon, history_conn):
+    victim = pgworkerd.enqueue(history_conn, "sleep_first_attempt", {"seconds": 60})
+    daemon = start_daemon()
+    worker = daemon.worker_running(victim)
+    killed_at = time.time()
+    worker.kill()
+    wait_until(job_in_state(history_conn, victim, "succeeded"), what="the job run again")
+    starts = [r for r in history(history_conn, victim) if r[2] == "start"]
+    assert [r[1] for r in starts] == [1, 2]
+    row = job(history_conn, victim)
+    assert row["attempt"] == 2 and row["result"] == "attempt 2"
+    assert "killed by SIGKILL" in row["errors"][0]["error"]
+    rerun_after_s = starts[1][4].timestamp() - killed_at
+    print(f"SIGKILL of a child -> job running again: {rerun_after_s:.3f}s")
+    daemon.wait_for_workers(2)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_a_poison_job_that_crashes_its_worker_ends_dead_and_respawns_back_off(start_daemon,
+                                                                              history_conn):
+    poison = pgworkerd.enqueue(history_conn, "crash", {}, max_attempts=3)
+    daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 1}])
+    wait_until(job_in_state(history_conn, poison, "dead"), what="poison job dead")
+    row = job(history_conn, poison)
+    assert row["attempt"] == 3
+    assert [e["error"] for e in row["errors"]] == \
+        ["worker process exited with status 17 while running the job"] * 3
+    fine = pgworkerd.enqueue(history_conn, "record", {})
+    wait_until(job_in_state(history_conn, fine, "succeeded"), what="a good job after it")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0

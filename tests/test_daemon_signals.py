@@ -1,0 +1,156 @@
+"""Signals to the supervisor, its death and its freezing: drain, stop, reload, rescue."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+
+import pgworkerd
+from tests.daemon import job, job_in_state, states, wait_until
+
+ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
+
+
+def test_sigterm_drains_running_jobs_and_leaves_unstarted_ones_queued(start_daemon,
+                                                                       history_conn):
+    ids = pgworkerd.enqueue_many(history_conn, [{"kind": "sleep", "payload": {"seconds": 1.5}}
+                                                for _ in range(5)])
+    daemon = start_daemon(workers=ONE_WORKER)
+    daemon.worker_running(ids[0])
+    daemon.signal(signal.SIGTERM)
+    # The four unstarted jobs of the batch go back at once, not after the running one.
+    wait_until(lambda: states(history_conn).get("queued") == 4, timeout_s=1.2,
+               what="the unstarted jobs released at once")
+    assert daemon.wait(timeout_s=10) == 0
+    assert job(history_conn, ids[0])["state"] == "succeeded"
+    for job_id in ids[1:]:
+        row = job(history_conn, job_id)
+        assert (row["state"], row["attempt"], row["lease_token"]) == ("queued", 0, None)
+    assert daemon.alive_children() == []
+    assert history_conn.execute("SELECT count(*) FROM pgworkerd.daemons").fetchone()[0] == 0
+
+
+def test_sigterm_past_shutdown_timeout_requeues_uncharged_and_leaves_no_child(start_daemon,
+                                                                             history_conn):
+    long_job = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 60})
+    daemon = start_daemon(workers=ONE_WORKER, shutdown_timeout="1s")
+    worker = daemon.worker_running(long_job)
+    signalled = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(timeout_s=10) == 0
+    assert time.monotonic() - signalled < 5
+    row = job(history_conn, long_job)
+    assert (row["state"], row["attempt"], row["lease_token"]) == ("queued", 0, None)
+    assert not psutil.pid_exists(worker.pid) or worker.status() == psutil.STATUS_ZOMBIE
+    assert daemon.alive_children() == []
+
+
+def test_a_second_sigterm_stops_at_once(start_daemon, history_conn):
+    long_job = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 60})
+    daemon = start_daemon(workers=ONE_WORKER, shutdown_timeout="60s")
+    daemon.worker_running(long_job)
+    daemon.signal(signal.SIGTERM)
+    wait_until(lambda: "draining" in daemon.log(), what="the drain to begin")
+    daemon.signal(signal.SIGINT)
+    assert daemon.wait(timeout_s=10) == 0
+    assert job(history_conn, long_job)["state"] == "queued"
+    assert job(history_conn, long_job)["attempt"] == 0
+
+
+def test_sigquit_stops_now(start_daemon, history_conn):
+    long_job = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 60})
+    daemon = start_daemon(workers=ONE_WORKER, shutdown_timeout="60s")
+    daemon.worker_running(long_job)
+    daemon.signal(signal.SIGQUIT)
+    assert daemon.wait(timeout_s=10) == 0
+    assert (job(history_conn, long_job)["state"], job(history_conn, long_job)["attempt"]) == \
+        ("queued", 0)
+    assert daemon.alive_children() == []
+
+
+def test_sigkill_of_the_supervisor_takes_the_children_and_another_daemon_rescues(
+        start_daemon, history_conn):
+    victim = pgworkerd.enqueue(history_conn, "sleep_first_attempt", {"seconds": 60})
+    first = start_daemon("first", lease_ttl="2s")
+    first.worker_running(victim)
+    children = [p.pid for p in first.workers()]
+    first.signal(signal.SIGKILL)
+    first.wait(timeout_s=5)
+    wait_until(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() !=
+                                psutil.STATUS_ZOMBIE for pid in children),
+               timeout_s=5, what="the children to die with the supervisor")
+    assert job(history_conn, victim)["state"] == "running", "nobody settled it: lease pending"
+
+    second = start_daemon("second", lease_ttl="2s")
+    wait_until(job_in_state(history_conn, victim, "succeeded"), what="the rescue and rerun")
+    row = job(history_conn, victim)
+    assert row["attempt"] == 2 and row["result"] == "attempt 2"
+    assert "lease expired" in row["errors"][0]["error"]
+    second.signal(signal.SIGTERM)
+    assert second.wait() == 0
+
+
+def test_a_frozen_host_cannot_overwrite_the_outcome_of_the_daemon_that_took_over(
+        start_daemon, history_conn):
+    victim = pgworkerd.enqueue(history_conn, "sleep_first_attempt", {"seconds": 2})
+    frozen = start_daemon("frozen", lease_ttl="1s")
+    frozen.worker_running(victim)
+    tree = [frozen.pid, *(p.pid for p in frozen.workers())]
+    for pid in tree:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        taker = start_daemon("taker", lease_ttl="1s")
+        wait_until(job_in_state(history_conn, victim, "succeeded"), what="the rerun elsewhere")
+        taken = job(history_conn, victim)
+        assert taken["result"] == "attempt 2"
+    finally:
+        for pid in tree:
+            os.kill(pid, signal.SIGCONT)
+    # The frozen host wakes: its supervisor's next renewal finds the lease gone and
+    # stops the worker, or the worker finishes first and its outcome is refused.
+    # Either way the job keeps the outcome of the daemon that took over.
+    wait_until(lambda: "lease lost" in frozen.log(), what="the frozen host to see its loss")
+    wait_until(lambda: frozen.titles() and all(t.endswith("idle") for t in frozen.titles()),
+               what="the frozen host to be back to idle workers")
+    row = job(history_conn, victim)
+    assert (row["state"], row["result"], row["attempt"]) == ("succeeded", "attempt 2", 2)
+    assert row["finished_at"] == taken["finished_at"]
+    for daemon in (frozen, taker):
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait() == 0
+
+
+def test_hup_reloads_the_config_and_replaces_the_workers(start_daemon, history_conn, tmp_path):
+    daemon = start_daemon(workers=ONE_WORKER)
+    (old_worker,) = daemon.wait_for_workers(1)
+    config_path = tmp_path / "pgworkerd.yaml"
+    from tests.daemon import write_config
+    write_config(config_path, queues={"default": {}, "extra": {}},
+                 workers=[{"queues": ["default", "extra"], "concurrency": 2}])
+    daemon.signal(signal.SIGHUP)
+    wait_until(lambda: daemon.titles() == ["pgworkerd: worker default,extra #1 idle",
+                                           "pgworkerd: worker default,extra #2 idle"],
+               what="the new workers")
+    assert old_worker.pid not in {p.pid for p in daemon.workers()}
+    extra = pgworkerd.enqueue(history_conn, "record", {}, queue="extra")
+    wait_until(job_in_state(history_conn, extra, "succeeded"), what="a job of the new queue")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(start_daemon, history_conn,
+                                                                   tmp_path):
+    daemon = start_daemon(workers=ONE_WORKER)
+    (worker,) = daemon.wait_for_workers(1)
+    (tmp_path / "pgworkerd.yaml").write_text("workers: [{queues: [default], concurrency: 0}]\n")
+    daemon.signal(signal.SIGHUP)
+    wait_until(lambda: "reload refused" in daemon.log(), what="the refusal")
+    assert "workers[0].concurrency: must be ≥ 1" in daemon.log()
+    after = pgworkerd.enqueue(history_conn, "record", {})
+    wait_until(job_in_state(history_conn, after, "succeeded"), what="the old config working")
+    assert [p.pid for p in daemon.workers()] == [worker.pid], "workers were not replaced"
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
