@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-slow lint bench clean
+.PHONY: test test-slow lint bench demo stop-db clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,14 +14,25 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/ruff check pgworkerd tests bench
+	$(BIN)/ruff check pgworkerd tests bench examples
 	$(BIN)/pytest -m "not slow"
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -m slow
 
 lint: $(STAMP)
-	$(BIN)/ruff check pgworkerd tests bench
+	$(BIN)/ruff check pgworkerd tests bench examples
+
+# The quick start: embedded PostgreSQL under .pgworkerd/ (kept, reused), schema, a job of
+# each fate, and the daemon in the foreground. Ctrl-C drains and stops it.
+demo: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/pgworkerd migrate -c config/pgworkerd.yaml
+	PYTHONPATH=$(CURDIR) $(BIN)/python -m examples.enqueue_demo config/pgworkerd.yaml
+	PYTHONPATH=$(CURDIR) $(BIN)/pgworkerd run -c config/pgworkerd.yaml
+
+# Stops the embedded cluster that `make demo` left running.
+stop-db: $(STAMP)
+	$(BIN)/python -c "from pgworkerd.embedded import local_cluster; local_cluster().stop()"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.store

@@ -39,7 +39,7 @@ class HeldJob:
     started_at: float | None = None  # supervisor's monotonic clock; None: not started
 
 
-@dataclass
+@dataclass(eq=False)  # identity: a child is itself, whatever its state
 class Child:
     pid: int
     pool: str

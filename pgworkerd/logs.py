@@ -24,7 +24,11 @@ class _TextFormatter(logging.Formatter):
         when = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
         line = f"{when}Z {record.levelname:<7} [{record.processName}:{os.getpid()}] " \
                f"{record.getMessage()}"
-        return _one_line(f"{line} {extra}" if extra else line)
+        if extra:
+            line = f"{line} {extra}"
+        if record.exc_info:
+            line = f"{line} {self.formatException(record.exc_info)}"
+        return _one_line(line)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -37,6 +41,8 @@ class _JsonFormatter(logging.Formatter):
             "event": record.getMessage(),
             **getattr(record, _FIELDS, {}),
         }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 

@@ -102,6 +102,10 @@ class Supervisor:
         try:
             while self.state != "stopped":
                 self._loop_once(wake_r)
+        except Exception:
+            # A bug of ours: say so loudly, then still put every job back on the way out.
+            log.critical("supervisor crashed", exc_info=True)
+            self.exit_code = 1
         finally:
             self._finish()
         return self.exit_code
@@ -296,8 +300,10 @@ class Supervisor:
         expected = child.retiring or child.kill_reason == KILL_SHUTDOWN
         clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
         level = logging.INFO if (clean or expected) else logging.ERROR
+        reason = child.kill_reason or (("drained" if child.retiring else "recycled") if clean
+                                       else "crashed")
         logs.event(log, level, "worker exited", worker=child.name, pid=child.pid, how=how,
-                   reason=child.kill_reason or ("recycled" if clean else "crashed"))
+                   reason=reason)
         self._settle_jobs_of(child, how)
         slot = next((s for s in self.slots if s.child is child), None)
         if slot is not None:

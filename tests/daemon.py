@@ -85,11 +85,13 @@ class Daemon:
     """One `pgworkerd run` process tree. Always stopped (and checked for leftover
     children) by the fixture that made it."""
 
-    def __init__(self, config_path: Path, dsn: str, log_path: Path) -> None:
+    def __init__(self, config_path: Path, dsn: str, log_path: Path,
+                 log_format: str = "text") -> None:
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pgworkerd", "run", "-c", str(config_path)],
+            [sys.executable, "-m", "pgworkerd", "run", "-c", str(config_path),
+             "--log-format", log_format],
             env=daemon_env(dsn), stdout=self._log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid = self.proc.pid
