@@ -19,13 +19,15 @@ from typing import Any
 from pgworkerd import osutil
 from pgworkerd.job import Lease
 from pgworkerd.protocol import StatusReader
-from pgworkerd.worker import EXIT_BOOT_ERROR, EXIT_ORPHANED, WorkerSpec, child_main
+from pgworkerd.worker import EXIT_ORPHANED, WorkerSpec, child_main
 
 # Why the supervisor killed a child: decides how its running job is settled.
 KILL_TIMEOUT = "timeout"  # past max runtime: charged, retried or dead
 KILL_SHUTDOWN = "shutdown"  # drain timed out or QUIT: released, uncharged
 KILL_LEASE_LOST = "lease_lost"  # the job is no longer ours: not touched
 KILL_UNFENCED = "unfenced"  # renewals failed: cannot keep running unregistered
+
+EXIT_CRASHED = 70  # the child's code raised: reported with its traceback, then replaced
 
 
 @dataclass
@@ -98,7 +100,7 @@ def spawn(spec: WorkerSpec) -> Child:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child: never returns
-        code = EXIT_BOOT_ERROR
+        code = EXIT_CRASHED  # a bug past boot: replaced like any crash, not a stop
         try:
             os.setpgid(0, 0)
             osutil.die_with_parent()

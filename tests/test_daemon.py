@@ -108,6 +108,8 @@ def test_a_handler_blocking_in_c_with_signals_masked_is_killed_at_its_max_runtim
     killed_after = time.monotonic() - started
     row = job(history_conn, hung)
     assert row["last_error"] == "exceeded its max runtime of 1s: worker killed (SIGKILL)"
+    deadline_to_kill_s = (row["finished_at"] - row["started_at"]).total_seconds() - 1
+    print(f"hung handler: deadline -> killed and charged: {deadline_to_kill_s:.3f}s")
     assert not worker.is_running() or worker.status() == "zombie"
     assert killed_after < 10, killed_after
 
