@@ -119,7 +119,8 @@ def test_complete_records_result_and_finish_time(conn, store):
     assert row["state"] == "succeeded"
     assert row["result"] == {"answer": 42}
     assert row["finished_at"] is not None
-    assert row["lease_token"] is None and row["lease_expires_at"] is None
+    assert row["lease_expires_at"] is None
+    assert row["lease_token"] == job.lease_token, "kept: a retried complete sees its outcome"
 
 
 def test_complete_a_batch_in_one_call(conn, store):
@@ -159,13 +160,17 @@ def test_old_holder_cannot_touch_the_job_after_rescue_and_reclaim(conn, store):
     assert store.complete(conn, [(second.lease, None)]) == {job_id}
 
 
-def test_an_outcome_is_accepted_once(conn, store):
+def test_an_outcome_is_accepted_once_and_a_retried_complete_sees_it(conn, store):
+    """RELIABILITY §6: the first complete committed but its reply was lost; the holder
+    retries and is told its outcome stands, and nothing is written twice."""
     job_id = pgworkerd.enqueue(conn, "k", {})
     (job,) = claim(store, conn)
     assert store.complete(conn, [(job.lease, None)]) == {job_id}
-    assert store.complete(conn, [(job.lease, '"again"')]) == set()
+    finished = store.get(conn, job_id)
+    assert store.complete(conn, [(job.lease, '"again"')]) == {job_id}
     assert store.fail(conn, job.lease, "late") is None
-    assert store.get(conn, job_id)["result"] is None
+    assert store.get(conn, job_id) == finished, "the retry wrote nothing"
+    assert store.complete(conn, [(stale(job.lease), None)]) == set()
 
 
 # -- fail, retry_after, backoff ------------------------------------------------------------

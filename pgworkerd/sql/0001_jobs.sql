@@ -34,8 +34,11 @@ CREATE TABLE jobs (
 
     CONSTRAINT jobs_state_valid
         CHECK (state IN ('queued', 'running', 'succeeded', 'dead', 'cancelled')),
+    -- A running job is leased; a lease expiry exists only while running. The token
+    -- stays on a finished job: a holder whose reply was lost can see its own outcome.
     CONSTRAINT jobs_running_is_leased
-        CHECK ((state = 'running') = (lease_token IS NOT NULL AND lease_expires_at IS NOT NULL)),
+        CHECK ((state = 'running') = (lease_expires_at IS NOT NULL)
+               AND (state <> 'running' OR lease_token IS NOT NULL)),
     CONSTRAINT jobs_final_has_finished_at
         CHECK ((state IN ('succeeded', 'dead', 'cancelled')) = (finished_at IS NOT NULL)),
     CONSTRAINT jobs_attempt_valid CHECK (attempt >= 0),

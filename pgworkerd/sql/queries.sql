@@ -154,19 +154,32 @@ CROSS JOIN LATERAL (
 
 
 -- name: jobs_complete
--- Ends leased jobs `succeeded`, a batch at a time. Returns the ids whose lease held.
-UPDATE {schema}.jobs AS j
-SET state            = 'succeeded',
-    result           = done.result::jsonb,
-    finished_at      = now(),
-    lease_token      = NULL,
-    lease_expires_at = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::text[])
-     AS done(id, token, result)
-WHERE j.id = done.id
-  AND j.id = ANY(%(ids)s::bigint[])  -- lets the planner go by primary key, whatever its stats
-  AND j.lease_token = done.token AND j.state = 'running'  -- FENCE
-RETURNING j.id;
+-- Ends leased jobs `succeeded`, a batch at a time. Returns the ids whose lease held,
+-- and also those this very lease had already completed: a holder that retries after
+-- its commit's reply was lost sees its own outcome, not a lost lease. (The token stays
+-- on finished rows for this; the second branch reads the statement's snapshot, from
+-- before the update, so a row is never counted twice.)
+WITH done AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::text[])
+             AS d(id, token, result)
+),
+completed AS (
+    UPDATE {schema}.jobs AS j
+    SET state            = 'succeeded',
+        result           = done.result::jsonb,
+        finished_at      = now(),
+        lease_expires_at = NULL
+    FROM done
+    WHERE j.id = done.id
+      AND j.id = ANY(%(ids)s::bigint[])  -- lets the planner go by primary key
+      AND j.lease_token = done.token AND j.state = 'running'  -- FENCE
+    RETURNING j.id
+)
+SELECT id FROM completed
+UNION ALL
+SELECT j.id FROM {schema}.jobs AS j JOIN done ON done.id = j.id
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.lease_token = done.token AND j.state = 'succeeded';
 
 
 -- name: jobs_fail
@@ -227,7 +240,7 @@ SET state            = CASE WHEN t.dead THEN 'dead' ELSE 'queued' END,
                                     'error', left(t.error, 4000))),
                                 '$[last-19 to last]')
                        END,
-    lease_token      = NULL,
+    lease_token      = CASE WHEN t.dead THEN j.lease_token END,  -- kept on a final row
     lease_expires_at = NULL
 FROM target AS t
 WHERE j.id = t.id
@@ -267,7 +280,6 @@ RETURNING j.id;
 UPDATE {schema}.jobs
 SET state            = 'cancelled',
     finished_at      = now(),
-    lease_token      = NULL,
     lease_expires_at = NULL
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'running')
 RETURNING id;
@@ -281,6 +293,7 @@ UPDATE {schema}.jobs AS j
 SET state        = 'queued',
     run_at       = now(),
     finished_at  = NULL,
+    lease_token  = NULL,
     max_attempts = GREATEST(j.max_attempts, j.attempt + 1)
 WHERE j.state = ANY(%(states)s::text[])
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
