@@ -39,6 +39,10 @@ class HeldJob:
     queue: str
     max_runtime_s: float  # resolved: job, else queue, else defaults
     started_at: float | None = None  # supervisor's monotonic clock; None: not started
+    finishing: bool = False  # its handler returned: only the outcome write is left
+    # When its lease was last known good (claim, or a renewal sent then that succeeded):
+    # by the database's clock it expires no earlier than this plus lease_ttl.
+    renewed_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(eq=False)  # identity: a child is itself, whatever its state
@@ -47,7 +51,7 @@ class Child:
     pool: str
     index: int  # 1-based within the pool
     reader: StatusReader
-    control_fd: int  # supervisor -> child: "skip <id>" lines
+    control_fd: int  # supervisor -> child: "skip <id> <token>" lines
     spawned_at: float = field(default_factory=time.monotonic)
     held: dict[int, HeldJob] = field(default_factory=dict)
     running: int | None = None  # id of the job whose handler runs
@@ -56,7 +60,7 @@ class Child:
     stopping: bool = False  # said `stopping`: will start no job
     retiring: bool = False  # drained on purpose (reload, shutdown): not replaced
     finished_any: bool = False
-    lost_leases: set[int] = field(default_factory=set)  # renewals no longer return them
+    lost_leases: set[Lease] = field(default_factory=set)  # renewals no longer return them
     boot_error: str | None = None
 
     @property
@@ -71,7 +75,7 @@ class Child:
 
     def deadline(self) -> float | None:
         job = self.running_job()
-        if job is None or job.started_at is None:
+        if job is None or job.started_at is None or job.finishing:
             return None
         return job.started_at + job.max_runtime_s
 
@@ -81,9 +85,13 @@ class Child:
             self.kill_reason = reason
         osutil.kill_group(self.pid, signal.SIGKILL)
 
-    def tell_skip(self, job_id: int) -> None:
+    def give_up(self, job_id: int) -> None:
+        """Forget an unstarted job whose lease is gone, and tell the child not to start
+        it. By lease, not id: the same job may come back to this child, claimed anew."""
+        job = self.held.pop(job_id)
+        self.lost_leases.add(job.lease)
         with contextlib.suppress(OSError):
-            os.write(self.control_fd, f"skip {job_id}\n".encode())
+            os.write(self.control_fd, f"skip {job_id} {job.lease.token}\n".encode())
 
     def close(self) -> None:
         self.reader.close()

@@ -54,7 +54,7 @@ class Housekeeper:
         self.conn: psycopg.Connection[Any] | None = None
         self.pending: deque[Settlement] = deque()
         self._next_connect_at = 0.0
-        self._connect_delay_s = 0.5
+        self._connect_delay_s = 0.25
         self._next_prune_at = 0.0
         self._outage_logged = False
 
@@ -170,9 +170,11 @@ class Housekeeper:
         except psycopg.Error as exc:
             self._failed("connect", exc)
             self._next_connect_at = now + self._connect_delay_s
-            self._connect_delay_s = min(5.0, self._connect_delay_s * 2)
+            # Capped low: children reconnect on their own, and every job they start
+            # needs our renewals.
+            self._connect_delay_s = min(1.0, self._connect_delay_s * 2)
             return None
-        self._connect_delay_s = 0.5
+        self._connect_delay_s = 0.25
         return self.conn
 
     def _failed(self, what: str, exc: BaseException) -> None:

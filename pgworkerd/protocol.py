@@ -7,6 +7,7 @@ and which one is running since when (to enforce max runtime):
     {"t": "ready"}                                   connected, about to claim
     {"t": "claimed", "jobs": [[id, token, kind, max_runtime_s | null], ...]}
     {"t": "started", "id": id}                       the handler is about to run
+    {"t": "finishing", "id": id}                     it returned; the outcome is next
     {"t": "done", "id": id}                          outcome written (or lease lost)
     {"t": "released", "ids": [id, ...]}              given back unstarted, uncharged
     {"t": "stopping"}                                no job will start after this line

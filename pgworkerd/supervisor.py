@@ -80,7 +80,6 @@ class Supervisor:
         self.drain_deadline: float | None = None
         self.next_renew_at = 0.0
         self.next_rescue_at = 0.0
-        self.last_renewed_at = time.monotonic()
         self.housekeeper: Housekeeper | None = None
 
     # -- life cycle -----------------------------------------------------------------------
@@ -250,13 +249,22 @@ class Supervisor:
                 child.held[job_id] = HeldJob(lease_from_message(job_id, token), job_kind,
                                              queue, runtime)
         elif kind == "started":
+            job_id = message["id"]
+            job = child.held.get(job_id)
+            if job is None:
+                # Given up before the child read our "skip": it runs without a lease.
+                if any(lease.job_id == job_id for lease in child.lost_leases):
+                    child.kill(KILL_LEASE_LOST)
+                return
+            job.started_at = time.monotonic()
+            child.running = job_id
+            child.soft_timeout_sent_at = None
+            if job.lease in child.lost_leases:
+                child.kill(KILL_LEASE_LOST)
+        elif kind == "finishing":
             job = child.held.get(message["id"])
             if job is not None:
-                job.started_at = time.monotonic()
-                child.running = message["id"]
-                child.soft_timeout_sent_at = None
-                if message["id"] in child.lost_leases:
-                    child.kill(KILL_LEASE_LOST)
+                job.finishing = True
         elif kind == "done":
             child.held.pop(message["id"], None)
             if child.running == message["id"]:
@@ -399,24 +407,46 @@ class Supervisor:
         leases = [child.held[job_id].lease for job_id, child in held.items()]
         renewed = keeper.renew(leases, {"workers": len(self.children), "state": self.state})
         if renewed is None:
-            if held and now - self.last_renewed_at > UNFENCED_FRACTION * self.config.lease_ttl:
-                logs.event(log, logging.ERROR, "cannot renew leases; stopping their jobs",
-                           jobs=len(held))
-                for child in set(held.values()):
-                    child.kill(KILL_UNFENCED)
+            limit = UNFENCED_FRACTION * self.config.lease_ttl
+            lapsing = {job_id: child for job_id, child in held.items()
+                       if now - child.held[job_id].renewed_at > limit}
+            if lapsing:
+                self._stop_unfenced(lapsing)
             return
-        self.last_renewed_at = now
+        # A lease the renewal did not find may have been ended by its own holder: what
+        # the child wrote to its pipe before that write is readable now.
+        for child in set(held.values()):
+            self._read_status(child)
         for job_id, child in held.items():
-            if job_id in renewed:
+            job = child.held.get(job_id)
+            if job is None or job.finishing:
                 continue
-            child.lost_leases.add(job_id)
+            if job_id in renewed:
+                job.renewed_at = now  # sent at `now`: the new expiry is later still
+                continue
             if child.running == job_id:
                 logs.event(log, logging.WARNING, "job lease lost (cancelled or rescued); "
                            "stopping its worker", job=job_id, worker=child.name)
+                child.lost_leases.add(job.lease)
                 child.kill(KILL_LEASE_LOST)
             else:
-                child.held.pop(job_id, None)
-                child.tell_skip(job_id)
+                child.give_up(job_id)
+
+    def _stop_unfenced(self, lapsing: dict[int, Child]) -> None:
+        """These leases are about to lapse unrenewed: a handler still running would soon
+        run unfenced, so its worker is killed; jobs not started are given up (their
+        workers are told to skip them) and left for a rescue."""
+        running = {child for job_id, child in lapsing.items()
+                   if child.running == job_id and not child.held[job_id].finishing}
+        unstarted = [(job_id, child) for job_id, child in lapsing.items()
+                     if child.held[job_id].started_at is None]
+        logs.event(log, logging.ERROR, "cannot renew leases; stopping their jobs",
+                   running=len(running), unstarted=len(unstarted))
+        for child in running:
+            child.kill(KILL_UNFENCED)
+        for job_id, child in unstarted:
+            if child not in running:
+                child.give_up(job_id)
 
     def _wait_s(self) -> float:
         now = time.monotonic()

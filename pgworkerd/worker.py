@@ -82,7 +82,7 @@ class Worker:
         self.control_fd = control_fd  # "skip <id>" lines: leases the supervisor saw lost
         os.set_blocking(control_fd, False)
         self._control_buffer = b""
-        self._skip: set[int] = set()
+        self._skip: set[tuple[int, str]] = set()  # (job id, lease token)
         self.store = JobStore(spec.schema, backoff=spec.backoff)
         self.executor = Executor()
         self.conn: psycopg.Connection[Any] | None = None
@@ -163,7 +163,7 @@ class Worker:
                 if self._connection_epoch != epoch or self._should_recycle():
                     self._release(rest)
                     return
-                if job.id in self._skipped():
+                if (job.id, str(job.lease_token)) in self._skipped():
                     continue  # cancelled or rescued before it started: not ours to run
                 self.writer.send("started", id=job.id)
             self._run_one(job)
@@ -184,21 +184,25 @@ class Worker:
             finally:
                 self._running = None
         duration_ms = round((time.monotonic() - started) * 1000, 1)
+        # Said before the write: a supervisor whose renewal finds the lease gone then
+        # knows it was this write, not a rescue, and lets it be.
+        self.writer.send("finishing", id=job.id)
         self._record(job, outcome, duration_ms)
         self.writer.send("done", id=job.id)
         self.jobs_done += 1
         setproctitle(f"{self.title} idle")
 
-    def _skipped(self) -> set[int]:
-        """Job ids the supervisor told us not to start (their lease is gone)."""
+    def _skipped(self) -> set[tuple[int, str]]:
+        """(job id, lease token) pairs the supervisor told us not to start: their
+        lease is gone. By token: the same job may come back to us, claimed anew."""
         with contextlib.suppress(BlockingIOError, OSError):
             while chunk := os.read(self.control_fd, 4096):
                 self._control_buffer += chunk
         *lines, self._control_buffer = self._control_buffer.split(b"\n")
         for line in lines:
-            verb, _, job_id = line.decode().partition(" ")
+            verb, job_id, token = [*line.decode().split(" "), "", ""][:3]
             if verb == "skip" and job_id.isdigit():
-                self._skip.add(int(job_id))
+                self._skip.add((int(job_id), token))
         return self._skip
 
     # -- outcomes -------------------------------------------------------------------------

@@ -102,18 +102,45 @@ def history_conn(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 
 
 @pytest.fixture
-def start_daemon(db_dsn: str, tmp_path: Path, history_conn: psycopg.Connection[Any]):
-    """start_daemon(**config) -> a running `pgworkerd run` on the test database."""
+def recorder(history_conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """history_conn with the transitions trigger of tests/invariants.py installed."""
+    from tests import invariants
+
+    invariants.install(history_conn)
+    return history_conn
+
+
+@pytest.fixture
+def daemons(tmp_path: Path):
+    """daemons(dsn, name, **config) -> a running `pgworkerd run`; all killed at the end."""
     from tests.daemon import Daemon, write_config
 
     started: list[Daemon] = []
 
-    def start(name: str = "pgworkerd", **config: Any) -> Daemon:
+    def start(dsn: str, name: str = "pgworkerd", **config: Any) -> Daemon:
         path = write_config(tmp_path / f"{name}.yaml", **config)
-        daemon = Daemon(path, db_dsn, tmp_path / f"{name}.log")
+        daemon = Daemon(path, dsn, tmp_path / f"{name}.log")
         started.append(daemon)
         return daemon
 
     yield start
     for daemon in started:
         daemon.kill_everything()
+
+
+@pytest.fixture
+def start_daemon(db_dsn: str, daemons: Any, history_conn: psycopg.Connection[Any]):
+    """start_daemon(name, **config) -> a running `pgworkerd run` on the test database."""
+    return lambda name="pgworkerd", **config: daemons(db_dsn, name, **config)
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[EmbeddedCluster]:
+    """A cluster of the test's own, with the schema: for tests that stop or restart it."""
+    base = Path(tempfile.mkdtemp(prefix="pgworkerd-own-"))
+    cluster = EmbeddedCluster(base_dir=base, port=free_port(), settings=FAST_UNSAFE_SETTINGS)
+    cluster.ensure_running()
+    with psycopg.connect(cluster.dsn()) as conn:
+        migrate(conn, DEFAULT_SCHEMA)
+    yield cluster
+    cluster.destroy()

@@ -97,3 +97,33 @@ def sleep_first_attempt(job: pgworkerd.Job) -> str:
         return "first"
     _record(job, "end")
     return f"attempt {job.attempt}"
+
+
+def segfault(job: pgworkerd.Job) -> None:
+    _record(job, "start")
+    ctypes.string_at(0)
+
+
+def hog(job: pgworkerd.Job) -> str:
+    """Attempt 1 runs out of address space (RLIMIT_AS), as an out-of-memory job does."""
+    import resource
+
+    _record(job, "start")
+    if job.attempt == 1:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (256 * 1024 * 1024, hard))
+        try:
+            hoard = bytearray(1024 * 1024 * 1024)
+            return str(len(hoard))
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    _record(job, "end")
+    return "fits now"
+
+
+def work(job: pgworkerd.Job) -> str:
+    """Records start, works payload["ms"] milliseconds, records end."""
+    _record(job, "start")
+    time.sleep(job.payload.get("ms", 10) / 1000)
+    _record(job, "end")
+    return "worked"
