@@ -19,6 +19,7 @@ from typing import Any
 from pgworkerd import osutil
 from pgworkerd.job import Lease
 from pgworkerd.protocol import StatusReader
+from pgworkerd.started_slot import StartedSlot
 from pgworkerd.worker import EXIT_ORPHANED, WorkerSpec, child_main
 
 # Why the supervisor killed a child: decides how its running job is settled.
@@ -38,7 +39,8 @@ class HeldJob:
     kind: str
     queue: str
     max_runtime_s: float  # resolved: job, else queue, else defaults
-    started_at: float | None = None  # supervisor's monotonic clock; None: not started
+    number: int  # its place among the child's claims: the child runs them in this order
+    started_at: float | None = None  # host's monotonic clock; None: not started
     finishing: bool = False  # its handler returned: only the outcome write is left
     # When its lease was last known good (claim, or a renewal sent then that succeeded):
     # by the database's clock it expires no earlier than this plus lease_ttl.
@@ -52,6 +54,8 @@ class Child:
     index: int  # 1-based within the pool
     reader: StatusReader
     control_fd: int  # supervisor -> child: "skip <id> <token>" lines
+    slot: StartedSlot  # child -> supervisor: the claim number of the job it started last
+    queues: frozenset[str]  # the queues it claims from
     spawned_at: float = field(default_factory=time.monotonic)
     held: dict[int, HeldJob] = field(default_factory=dict)
     running: int | None = None  # id of the job whose handler runs
@@ -61,7 +65,10 @@ class Child:
     retiring: bool = False  # drained on purpose (reload, shutdown): not replaced
     finished_any: bool = False
     lost_leases: set[Lease] = field(default_factory=set)  # renewals no longer return them
+    given_up: set[int] = field(default_factory=set)  # claim numbers we told it to skip
+    started_number: int = 0  # the last claim number read from `slot` and acted on
     boot_error: str | None = None
+    idle: bool = False  # said `idle` and was not woken since: waits for a "wake" line
 
     @property
     def name(self) -> str:
@@ -90,11 +97,19 @@ class Child:
         it. By lease, not id: the same job may come back to this child, claimed anew."""
         job = self.held.pop(job_id)
         self.lost_leases.add(job.lease)
+        self.given_up.add(job.number)
         with contextlib.suppress(OSError):
             os.write(self.control_fd, f"skip {job_id} {job.lease.token}\n".encode())
 
+    def wake(self) -> None:
+        """Tell an idle child to claim now: a job it can run was enqueued."""
+        self.idle = False
+        with contextlib.suppress(OSError):
+            os.write(self.control_fd, b"wake\n")
+
     def close(self) -> None:
         self.reader.close()
+        self.slot.close()
         with contextlib.suppress(OSError):
             os.close(self.control_fd)
 
@@ -104,6 +119,7 @@ def spawn(spec: WorkerSpec) -> Child:
     with the supervisor, and closes every descriptor it inherited but its pipes."""
     status_r, status_w = os.pipe()
     control_r, control_w = os.pipe()
+    slot = StartedSlot()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -116,7 +132,7 @@ def spawn(spec: WorkerSpec) -> Child:
                 os._exit(EXIT_ORPHANED)
             signal.set_wakeup_fd(-1)
             osutil.close_inherited_fds(keep={status_w, control_r})
-            code = child_main(spec, status_w, control_r)
+            code = child_main(spec, status_w, control_r, slot)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -127,7 +143,7 @@ def spawn(spec: WorkerSpec) -> Child:
         os.setpgid(pid, pid)
     os.set_blocking(control_w, False)
     return Child(pid=pid, pool=spec.pool, index=spec.index, reader=StatusReader(status_r),
-                 control_fd=control_w)
+                 control_fd=control_w, slot=slot, queues=frozenset(spec.queues))
 
 
 def lease_from_message(job_id: int, token: str) -> Lease:

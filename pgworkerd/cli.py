@@ -81,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pgworkerd.supervisor import Supervisor  # the daemon's modules load only for `run`
 
     config = _load_config(args)
-    logs.setup(args.log_format, role="supervisor")
+    logs.setup(args.log_format, role="supervisor", level=config.log_level)
     registry = handlers.load_registry(config.handlers)  # before any fork: bad paths exit 2
     url = db.database_url(config)
     with db.connect(url, application_name="pgworkerd run") as conn:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -149,6 +149,11 @@ class Config(BaseSettings):
     shutdown_timeout: Seconds = 30.0
     poll_interval: Seconds = Field(
         1.0, description="an idle worker looks for work this often when no NOTIFY comes")
+    notifications: bool = Field(
+        True, description="wake idle workers by LISTEN/NOTIFY (one connection per daemon); "
+                          "false behind PgBouncer in transaction mode: workers poll")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="info logs a line per job start and end; warning only trouble")
     max_jobs_per_child: Count | None = Field(None, ge=1)
     max_memory_per_child: Bytes | None = None
 

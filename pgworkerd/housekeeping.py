@@ -1,6 +1,6 @@
 """The supervisor's database work: renew its children's leases, heartbeat, rescue
-expired leases (of any daemon), prune old rows, and settle the jobs of children that
-died.
+expired leases (of any daemon), prune old rows, settle the jobs of children that died,
+and listen for enqueue notifications: the daemon's one listening connection.
 
 Its connection is opened after the first children are forked, uses short timeouts
 (the supervisor's loop must never hang on a dead network: it also enforces runtimes),
@@ -18,11 +18,12 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from pgworkerd import db, logs
 from pgworkerd.job import Lease
@@ -43,10 +44,19 @@ class Settlement:
     charge_error: str | None  # None: release uncharged
 
 
+# Stands for every queue: notifications may have been missed while not connected.
+ALL_QUEUES = "*"
+
+
 class Housekeeper:
     def __init__(self, *, store: JobStore, database_url: str, lease_ttl_s: float,
-                 retention_s: float, daemon_id: str) -> None:
+                 retention_s: float, daemon_id: str, listen: bool = True,
+                 on_disconnect: Callable[[], None] | None = None) -> None:
         self.store = store
+        # Called before our connection closes: its socket may sit in a selector, which
+        # must forget it before the descriptor number can be reused.
+        self.on_disconnect = on_disconnect
+        self.listen = listen  # LISTEN on the enqueue channel (off behind PgBouncer)
         self.database_url = database_url
         self.lease_ttl_s = lease_ttl_s
         self.retention_s = retention_s
@@ -57,6 +67,7 @@ class Housekeeper:
         self._connect_delay_s = 0.25
         self._next_prune_at = 0.0
         self._outage_logged = False
+        self._listening_since_connect = False  # a fresh LISTEN: report ALL_QUEUES once
 
     # -- periodic work (each returns None when the database could not be reached) --------
 
@@ -127,11 +138,36 @@ class Housekeeper:
                 return
             self.pending.popleft()
 
+    def listen_fd(self) -> int | None:
+        """The socket to watch for notifications, connecting if it is time to."""
+        if not self.listen:
+            return None
+        conn = self._connection()
+        return conn.fileno() if conn is not None else None
+
+    def notified_queues(self) -> set[str]:
+        """The queues named by notifications received so far (ALL_QUEUES after a new
+        connection, whose LISTEN missed whatever was enqueued before it)."""
+        queues: set[str] = set()
+        if self._listening_since_connect:
+            self._listening_since_connect = False
+            queues.add(ALL_QUEUES)
+        conn = self.conn
+        if conn is None or conn.closed:
+            return queues
+        try:
+            queues.update(n.payload for n in conn.notifies(timeout=0))
+        except psycopg.Error as exc:
+            self._failed("receive notifications", exc)
+        return queues
+
     def unregister(self) -> None:
         self._attempt("unregister", lambda conn: self.store.remove_daemon(conn, self.daemon_id))
 
     def close(self) -> None:
         if self.conn is not None:
+            if self.on_disconnect is not None:
+                self.on_disconnect()
             with contextlib.suppress(Exception):  # closing a broken connection may fail too
                 self.conn.close()
             self.conn = None
@@ -167,6 +203,10 @@ class Housekeeper:
                 self.database_url, application_name="pgworkerd supervisor",
                 connect_timeout=max(2, timeout_ms // 1000), tcp_user_timeout=timeout_ms,
                 options=f"-c statement_timeout={timeout_ms}")
+            if self.listen:
+                self.conn.execute(sql.SQL("LISTEN {}").format(
+                    sql.Identifier(self.store.notify_channel)))
+                self._listening_since_connect = True
         except psycopg.Error as exc:
             self._failed("connect", exc)
             self._next_connect_at = now + self._connect_delay_s

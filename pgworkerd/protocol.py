@@ -5,10 +5,16 @@ jobs each child holds (to renew their leases, and to settle them if the child di
 and which one is running since when (to enforce max runtime):
 
     {"t": "ready"}                                   connected, about to claim
-    {"t": "claimed", "jobs": [[id, token, kind, max_runtime_s | null], ...]}
-    {"t": "started", "id": id}                       the handler is about to run
-    {"t": "finishing", "id": id}                     it returned; the outcome is next
-    {"t": "done", "id": id}                          outcome written (or lease lost)
+    {"t": "claimed", "first": n, "jobs": [[id, token, kind, queue, max_runtime_s], ...]}
+                                                     leased, numbered n, n+1, ... in the
+                                                     order they will run
+    {"t": "finishing", "ids": [id, ...]}             returned; their outcomes are next
+    {"t": "done", "ids": [id, ...]}                  outcomes written (or leases lost)
+
+Job starts are not messages: the child posts the number of each job it starts in a
+slot of shared memory (started_slot.py), and a job started means every job numbered
+before it has returned. Successes are written in batches (outcomes.py): until `done`,
+a job whose handler returned may wait, unwritten, in the child's buffer.
     {"t": "released", "ids": [id, ...]}              given back unstarted, uncharged
     {"t": "stopping"}                                no job will start after this line
     {"t": "boot_error", "reason": "..."}             the child cannot work at all

@@ -31,15 +31,17 @@ def _source_by_name() -> dict[str, str]:
 
 
 @functools.cache
-def statements(schema: str) -> dict[str, sql.Composed]:
-    """Every named statement, rendered for `schema`."""
+def statements(schema: str) -> dict[str, bytes]:
+    """Every named statement, rendered once for `schema` to the bytes sent to the
+    server: psycopg then recognises a statement it has seen (and prepared) without
+    composing it again on every call of the hot path."""
     source = _source_by_name()
     schema_id = sql.Identifier(schema)
     fragments = {
         name: sql.SQL(source[name]).format(schema=schema_id) for name in _FRAGMENTS
     }
     return {
-        name: sql.SQL(body).format(schema=schema_id, **fragments)
+        name: sql.SQL(body).format(schema=schema_id, **fragments).as_bytes(None)
         for name, body in source.items()
         if name not in _FRAGMENTS
     }

@@ -96,21 +96,9 @@ class JobStore:
         """Lease up to `limit` ready jobs of `queues` (in that order of preference),
         returned in the order they should run. `max_attempts` (one per queue, or one for
         all) applies to jobs enqueued without their own."""
-        queues = list(dict.fromkeys(queues))  # a queue named twice is claimed once
-        if isinstance(max_attempts, int):
-            max_attempts = [max_attempts] * len(queues)
-        params = {
-            "queues": queues,
-            "queue_max_attempts": list(max_attempts),
-            "limit": limit,
-            "lease_ttl_s": float(lease_ttl_s),
-            "worker": worker,
-        }
+        params = _claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
         with conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(self._sql["jobs_claim"], params).fetchall()
-        jobs = [_job_from_row(row) for row in rows]
-        jobs.sort(key=lambda j: (j.queue_order, -j.priority, j.run_at, j.id))
-        return jobs
+            return _jobs_in_claim_order(cur.execute(self._sql["jobs_claim"], params).fetchall())
 
     def complete(
         self, conn: psycopg.Connection[Any], done: Iterable[tuple[Lease, str | None]]
@@ -120,12 +108,49 @@ class JobStore:
         done = list(done)
         if not done:
             return set()
-        params = {
-            "ids": [lease.job_id for lease, _ in done],
-            "tokens": [lease.token for lease, _ in done],
-            "results": [result for _, result in done],
-        }
-        return {row[0] for row in conn.execute(self._sql["jobs_complete"], params)}
+        params = _complete_params(done)
+        kept = {row[0] for row in conn.execute(self._sql["jobs_complete"], params)}
+        return self._with_own_earlier_completions(conn, params, kept)
+
+    def complete_and_claim(
+        self,
+        conn: psycopg.Connection[Any],
+        done: Iterable[tuple[Lease, str | None]],
+        *,
+        queues: Sequence[str],
+        limit: int,
+        lease_ttl_s: float,
+        worker: str,
+        max_attempts: Sequence[int] | int = 5,
+    ) -> tuple[set[int], list[Job]]:
+        """`complete` a batch of successes and `claim` the next batch in one
+        transaction, sent in one round trip: one commit per batch of jobs, not two. If
+        it fails, neither happened (the successes are still to be written)."""
+        done = list(done)
+        if not done:
+            return set(), self.claim(conn, queues=queues, limit=limit, lease_ttl_s=lease_ttl_s,
+                                     worker=worker, max_attempts=max_attempts)
+        claim_params = _claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
+        claim_cur = conn.cursor(row_factory=dict_row)
+        try:
+            params = _complete_params(done)
+            with conn.pipeline(), conn.transaction():
+                complete_cur = conn.execute(self._sql["jobs_complete"], params)
+                claim_cur.execute(self._sql["jobs_claim"], claim_params)
+            kept = {row[0] for row in complete_cur.fetchall()}
+            jobs = _jobs_in_claim_order(claim_cur.fetchall())
+        finally:
+            claim_cur.close()
+        return self._with_own_earlier_completions(conn, params, kept), jobs
+
+    def _with_own_earlier_completions(self, conn: psycopg.Connection[Any],
+                                      params: dict[str, Any], kept: set[int]) -> set[int]:
+        """`kept`, plus the jobs these very leases had completed before (RELIABILITY
+        §6: the first write committed, its reply was lost). Rarely any are missing."""
+        if len(kept) == len(params["ids"]):
+            return kept
+        rows = conn.execute(self._sql["jobs_completed_by_leases"], params).fetchall()
+        return kept | {row[0] for row in rows}
 
     def fail(
         self,
@@ -269,6 +294,34 @@ def notify_channel(schema: str) -> str:
 
 def _quote_ident(name: str) -> str:
     return sql.Identifier(name).as_string(None)
+
+
+def _claim_params(queues: Sequence[str], limit: int, lease_ttl_s: float, worker: str,
+                  max_attempts: Sequence[int] | int) -> dict[str, Any]:
+    queues = list(dict.fromkeys(queues))  # a queue named twice is claimed once
+    if isinstance(max_attempts, int):
+        max_attempts = [max_attempts] * len(queues)
+    return {
+        "queues": queues,
+        "queue_max_attempts": list(max_attempts),
+        "limit": limit,
+        "lease_ttl_s": float(lease_ttl_s),
+        "worker": worker,
+    }
+
+
+def _complete_params(done: Sequence[tuple[Lease, str | None]]) -> dict[str, Any]:
+    return {
+        "ids": [lease.job_id for lease, _ in done],
+        "tokens": [lease.token for lease, _ in done],
+        "results": [result for _, result in done],
+    }
+
+
+def _jobs_in_claim_order(rows: Sequence[dict[str, Any]]) -> list[Job]:
+    jobs = [_job_from_row(row) for row in rows]
+    jobs.sort(key=lambda j: (j.queue_order, -j.priority, j.run_at, j.id))
+    return jobs
 
 
 def _job_from_row(row: dict[str, Any]) -> Job:

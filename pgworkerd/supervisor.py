@@ -8,6 +8,7 @@ the wakeup fd receives is the record, dispatched by the loop (gunicorn's pattern
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import selectors
@@ -33,18 +34,22 @@ from pgworkerd.children import (
 )
 from pgworkerd.config import Config, ConfigError, PoolConfig
 from pgworkerd.handlers import Handler, HandlerError
-from pgworkerd.housekeeping import Housekeeper, Settlement
+from pgworkerd.housekeeping import ALL_QUEUES, Housekeeper, Settlement
 from pgworkerd.store import Backoff, JobStore
 from pgworkerd.worker import EXIT_BOOT_ERROR, WorkerSpec
 
 log = logging.getLogger("pgworkerd.supervisor")
 
+LISTENER = "listener"  # selector data of the notification socket
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD)
 SOFT_TIMEOUT_GRACE_S = 3.0  # from the soft signal to SIGKILL
 RESPAWN_MAX_DELAY_S = 30.0
 HEALTHY_LIFETIME_S = 30.0  # a child that lived this long resets its crash streak
 UNFENCED_FRACTION = 0.8  # of lease_ttl without a renewal: stop the jobs ourselves
 MAX_LOOP_WAIT_S = 1.0
+# While children hold jobs the loop turns at least this often, to read which job each
+# one started (started_slot.py): the runtime deadlines start from there.
+BUSY_LOOP_WAIT_S = 0.1
 
 
 @dataclass
@@ -81,6 +86,10 @@ class Supervisor:
         self.next_renew_at = 0.0
         self.next_rescue_at = 0.0
         self.housekeeper: Housekeeper | None = None
+        self.listen_fd: int | None = None  # registered in the selector
+        # Queues notified while no idle child could take them: the next child to go
+        # idle is woken at once, so a notification that raced its `idle` is not lost.
+        self.unclaimed_wakes: set[str] = set()
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -110,11 +119,16 @@ class Supervisor:
         return self.exit_code
 
     def _loop_once(self, wake_r: int) -> None:
+        self._watch_listener()
         for key, _ in self.selector.select(self._wait_s()):
             if key.data is None:
                 self._dispatch_signals(wake_r)
+            elif key.data == LISTENER:
+                self._on_notifications()
             else:
                 self._read_status(key.data)
+        for child in self.children.values():
+            self._sync_started(child)
         self._reap()
         self._enforce_runtimes()
         self._housekeeping()
@@ -195,6 +209,7 @@ class Supervisor:
             return
         logs.event(log, logging.INFO, "reloading: replacing workers")
         self.config, self.registry = new_config, new_registry
+        logging.getLogger("pgworkerd").setLevel(new_config.log_level.upper())
         self.store = self._store()
         if self.housekeeper is not None:
             self.housekeeper.store = self.store
@@ -233,51 +248,118 @@ class Supervisor:
             schema=config.database.schema_name, backoff=self.store.backoff,
             registry=self.registry, max_jobs=config.max_jobs_per_child,
             max_memory_bytes=config.max_memory_per_child, log_format=self.log_format,
+            log_level=config.log_level,
             supervisor_pid=self.pid,
             worker_id=f"{socket.gethostname()}:{self.pid}/{slot.pool_name}#{slot.index}",
         )
 
     def _read_status(self, child: Child) -> None:
+        # Job starts come through the slot, and a message may depend on them (a
+        # `stopping` releases only jobs not started): the slot is read before each.
         for message in child.reader.read():
+            self._sync_started(child)
             self._on_message(child, message)
+        self._sync_started(child)
+
+    def _sync_started(self, child: Child) -> None:
+        """Act on the job start the child posted in its slot, if it is new to us."""
+        posted = child.slot.read()
+        if posted is None or posted[0] == child.started_number:
+            return
+        number, started_at = posted
+        job = next((j for j in child.held.values() if j.number == number), None)
+        if job is None:
+            if number in child.given_up:
+                # Given up before the child read our "skip": it runs without a lease.
+                child.started_number = number
+                child.kill(KILL_LEASE_LOST)
+            return  # its "claimed" line is not read yet: acted on at the next read
+        child.started_number = number
+        for earlier in child.held.values():
+            if earlier.number < number:  # run in claim order: these have returned
+                if earlier.started_at is None:
+                    earlier.started_at = started_at
+                earlier.finishing = True
+        job.started_at = started_at
+        child.running = job.lease.job_id
+        child.soft_timeout_sent_at = None
+        if job.lease in child.lost_leases:
+            child.kill(KILL_LEASE_LOST)
 
     def _on_message(self, child: Child, message: dict[str, Any]) -> None:
         kind = message.get("t")
         if kind == "claimed":
-            for job_id, token, job_kind, queue, max_runtime_s in message["jobs"]:
+            for number, (job_id, token, job_kind, queue, max_runtime_s) in enumerate(
+                    message["jobs"], start=message["first"]):
                 runtime = self.config.max_runtime_for(queue, max_runtime_s)
                 child.held[job_id] = HeldJob(lease_from_message(job_id, token), job_kind,
-                                             queue, runtime)
-        elif kind == "started":
-            job_id = message["id"]
-            job = child.held.get(job_id)
-            if job is None:
-                # Given up before the child read our "skip": it runs without a lease.
-                if any(lease.job_id == job_id for lease in child.lost_leases):
-                    child.kill(KILL_LEASE_LOST)
-                return
-            job.started_at = time.monotonic()
-            child.running = job_id
-            child.soft_timeout_sent_at = None
-            if job.lease in child.lost_leases:
-                child.kill(KILL_LEASE_LOST)
+                                             queue, runtime, number)
+            child.idle = False
+            if message.get("full"):  # there may be more: wake a sibling to share them
+                self._wake_one(child.queues)
         elif kind == "finishing":
-            job = child.held.get(message["id"])
-            if job is not None:
-                job.finishing = True
+            for job_id in message["ids"]:
+                job = child.held.get(job_id)
+                if job is not None:
+                    job.finishing = True
         elif kind == "done":
-            child.held.pop(message["id"], None)
-            if child.running == message["id"]:
-                child.running = None
+            for job_id in message["ids"]:
+                child.held.pop(job_id, None)
+                if child.running == job_id:
+                    child.running = None
             child.finished_any = True
         elif kind == "released":
             for job_id in message["ids"]:
                 child.held.pop(job_id, None)
+        elif kind == "idle":
+            child.idle = True
+            if self.unclaimed_wakes and (ALL_QUEUES in self.unclaimed_wakes
+                                         or child.queues & self.unclaimed_wakes):
+                self.unclaimed_wakes -= child.queues | {ALL_QUEUES}
+                child.wake()
         elif kind == "stopping":
             child.stopping = True
             self._release_unstarted(child)
         elif kind == "boot_error":
             child.boot_error = str(message.get("reason"))
+
+    # -- wake-ups -------------------------------------------------------------------------
+
+    def _watch_listener(self) -> None:
+        """Keep the housekeeper's listening socket in the selector, across reconnects."""
+        if self.listen_fd is None and self.housekeeper is not None:
+            fd = self.housekeeper.listen_fd()
+            if fd is not None:
+                self.selector.register(fd, selectors.EVENT_READ, LISTENER)
+                self.listen_fd = fd
+
+    def _forget_listener(self) -> None:
+        """The housekeeper is about to close the listening connection."""
+        if self.listen_fd is not None:
+            with contextlib.suppress(KeyError, OSError, ValueError):
+                self.selector.unregister(self.listen_fd)
+            self.listen_fd = None
+
+    def _on_notifications(self) -> None:
+        """One idle child per notified queue: not a herd. A child whose claim comes
+        back full wakes the next (see "claimed")."""
+        assert self.housekeeper is not None
+        for queue in self.housekeeper.notified_queues():
+            if queue == ALL_QUEUES:
+                for child in self.children.values():
+                    if child.idle:
+                        child.wake()
+            elif not self._wake_one({queue}):
+                self.unclaimed_wakes.add(queue)
+
+    def _wake_one(self, queues: set[str] | frozenset[str]) -> bool:
+        if self.state != "running":
+            return False
+        for child in self.children.values():
+            if child.idle and child.queues & queues:
+                child.wake()
+                return True
+        return False
 
     def _release_unstarted(self, child: Child) -> None:
         unstarted = child.unstarted()
@@ -326,19 +408,26 @@ class Supervisor:
     def _settle_jobs_of(self, child: Child, how: str) -> None:
         if self.housekeeper is None:
             return
-        settlements = [Settlement(job.lease, None) for job in child.unstarted()]
-        running = child.running_job()
-        if running is not None and child.kill_reason != KILL_LEASE_LOST:
-            settlements.append(Settlement(running.lease, self._charge_error(child, running, how)))
+        settlements = []
+        for job in child.held.values():
+            if job.started_at is None:
+                settlements.append(Settlement(job.lease, None))
+            elif job.lease not in child.lost_leases:
+                settlements.append(Settlement(job.lease, self._charge_error(child, job, how)))
         self.housekeeper.settle(settlements)
 
     def _charge_error(self, child: Child, job: HeldJob, how: str) -> str | None:
-        """The error to charge the running job with, or None to release it uncharged."""
+        """The error to charge a started job with, or None to release it uncharged."""
+        if child.kill_reason == KILL_SHUTDOWN:
+            return None  # shutdown is not the job's fault: back to queued, uncharged
+        if job.finishing:
+            # Its handler returned but its outcome was not written yet (successes are
+            # written in batches): it runs again, and this start counts.
+            return (f"worker process {how} after the job's handler returned, before its "
+                    "outcome was recorded")
         if child.kill_reason == KILL_TIMEOUT:
             return (f"exceeded its max runtime of {job.max_runtime_s:g}s: worker killed "
                     "(SIGKILL)")
-        if child.kill_reason == KILL_SHUTDOWN:
-            return None  # shutdown is not the job's fault: back to queued, uncharged
         if child.kill_reason == KILL_UNFENCED:
             return "worker killed: its supervisor could not renew the job's lease"
         return f"worker process {how} while running the job"
@@ -450,7 +539,9 @@ class Supervisor:
 
     def _wait_s(self) -> float:
         now = time.monotonic()
-        moments = [self.next_renew_at, self.next_rescue_at, now + MAX_LOOP_WAIT_S]
+        busy = any(child.held for child in self.children.values())
+        moments = [self.next_renew_at, self.next_rescue_at,
+                   now + (BUSY_LOOP_WAIT_S if busy else MAX_LOOP_WAIT_S)]
         for child in self.children.values():
             deadline = child.deadline()
             if deadline is not None:
@@ -471,7 +562,9 @@ class Supervisor:
     def _housekeeper(self) -> Housekeeper:
         return Housekeeper(store=self.store, database_url=self.database_url,
                            lease_ttl_s=self.config.lease_ttl,
-                           retention_s=self.config.defaults.retention, daemon_id=self.daemon_id)
+                           retention_s=self.config.defaults.retention, daemon_id=self.daemon_id,
+                           listen=self.config.notifications,
+                           on_disconnect=self._forget_listener)
 
 
 def _record_only(signum: int, frame: Any) -> None:

@@ -25,13 +25,14 @@ from typing import Any
 
 import psutil
 import psycopg
-from psycopg import sql
 from setproctitle import setproctitle
 
 from pgworkerd import db, logs
 from pgworkerd.execution import Executor, Outcome
 from pgworkerd.job import Job, JobTimeout
+from pgworkerd.outcomes import OutcomeBuffer, Success
 from pgworkerd.protocol import StatusWriter
+from pgworkerd.started_slot import StartedSlot
 from pgworkerd.store import Backoff, JobStore
 
 log = logging.getLogger("pgworkerd.worker")
@@ -40,6 +41,7 @@ EXIT_RECYCLED = 0  # normal end: drained, or recycled after max jobs / memory
 EXIT_BOOT_ERROR = 3  # the child could not even start: the supervisor stops
 EXIT_ORPHANED = 4  # the supervisor is gone
 RECONNECT_MAX_S = 10.0
+MEMORY_CHECK_INTERVAL_S = 1.0  # reading our RSS costs a /proc read: not before every job
 
 
 @dataclass(frozen=True)
@@ -60,15 +62,16 @@ class WorkerSpec:
     max_jobs: int | None
     max_memory_bytes: int | None
     log_format: str
+    log_level: str
     supervisor_pid: int
     worker_id: str  # written into jobs.worker: hostname:supervisor pid/pool#index
 
 
-def child_main(spec: WorkerSpec, status_fd: int, control_fd: int) -> int:
+def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, slot: StartedSlot) -> int:
     """Entry point in the forked child; returns the exit status."""
     writer = StatusWriter(status_fd)
     try:
-        worker = Worker(spec, writer, control_fd)
+        worker = Worker(spec, writer, control_fd, slot)
     except Exception as exc:
         writer.send("boot_error", reason=f"{type(exc).__name__}: {exc}")
         return EXIT_BOOT_ERROR
@@ -76,15 +79,24 @@ def child_main(spec: WorkerSpec, status_fd: int, control_fd: int) -> int:
 
 
 class Worker:
-    def __init__(self, spec: WorkerSpec, writer: StatusWriter, control_fd: int) -> None:
+    def __init__(self, spec: WorkerSpec, writer: StatusWriter, control_fd: int,
+                 slot: StartedSlot) -> None:
         self.spec = spec
         self.writer = writer
+        self.slot = slot  # where we post each job start for the supervisor
+        # Claims are numbered in the order we will run them; the supervisor numbers
+        # them alike from our "claimed" messages.
+        self._claimed_count = 0
+        self._claim_number: dict[int, int] = {}  # job id -> its number, current batch
         self.control_fd = control_fd  # "skip <id>" lines: leases the supervisor saw lost
         os.set_blocking(control_fd, False)
         self._control_buffer = b""
         self._skip: set[tuple[int, str]] = set()  # (job id, lease token)
         self.store = JobStore(spec.schema, backoff=spec.backoff)
         self.executor = Executor()
+        self.outcomes = OutcomeBuffer(spec.batch_size)
+        self._process = psutil.Process()
+        self._next_memory_check = 0.0
         self.conn: psycopg.Connection[Any] | None = None
         self.stopping = False  # set by SIGTERM; read before every job start
         self.jobs_done = 0
@@ -106,7 +118,10 @@ class Worker:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGUSR1, self._on_soft_timeout)
-        logs.setup(self.spec.log_format, role=f"worker {self.spec.pool}#{self.spec.index}")
+        logs.setup(self.spec.log_format, role=f"worker {self.spec.pool}#{self.spec.index}",
+                   level=self.spec.log_level)
+        # Two lines a job at info: not even built when the level leaves them out.
+        self._log_jobs = log.isEnabledFor(logging.INFO)
         setproctitle(f"{self.title} idle")
 
     def _on_term(self, signum: int, frame: Any) -> None:
@@ -123,39 +138,57 @@ class Worker:
 
     def run(self) -> int:
         try:
-            while not self.stopping:
-                if os.getppid() != self.spec.supervisor_pid:
-                    return EXIT_ORPHANED
-                if self._should_recycle():
-                    return EXIT_RECYCLED
-                batch = self._claim()
-                if batch:
-                    self._run_batch(batch)
-                elif batch is not None:
-                    self._wait_for_work()
-            return EXIT_RECYCLED
+            code = self._loop()
+            self._flush()  # drained, recycled or orphaned: what succeeded is written first
+            return code
         finally:
             self.executor.close()
 
+    def _loop(self) -> int:
+        while not self.stopping:
+            if os.getppid() != self.spec.supervisor_pid:
+                return EXIT_ORPHANED
+            if self._should_recycle():
+                return EXIT_RECYCLED
+            batch = self._claim()
+            if batch:
+                self._run_batch(batch)
+            elif batch is not None:
+                self._wait_for_work()
+        return EXIT_RECYCLED
+
     def _claim(self) -> list[Job] | None:
-        """A batch (maybe empty), or None when the database could not be reached."""
+        """A batch (maybe empty), or None when the database could not be reached. The
+        successes still pending are written in the same transaction."""
+        successes = self.outcomes.take()
         try:
             conn = self._connection()
-            batch = self.store.claim(
-                conn, queues=self.spec.queues, limit=self.spec.batch_size,
+            if successes:
+                self.writer.send("finishing", ids=[s.job.id for s in successes])
+            kept, batch = self.store.complete_and_claim(
+                conn, [(s.job.lease, s.result_json) for s in successes],
+                queues=self.spec.queues, limit=self.spec.batch_size,
                 lease_ttl_s=self.spec.lease_ttl_s, worker=self.spec.worker_id,
                 max_attempts=self.spec.queue_max_attempts)
         except psycopg.OperationalError as exc:
+            self.outcomes.put_back(successes)  # neither the write nor the claim happened
             self._lost_connection(exc)
             return None
+        self._written(successes, kept)
         if batch:
-            self.writer.send("claimed", jobs=[
-                [j.id, str(j.lease_token), j.kind, j.queue, j.max_runtime_s] for j in batch])
+            first = self._claimed_count + 1
+            self._claimed_count += len(batch)
+            self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
+            self.writer.send("claimed", first=first, full=len(batch) == self.spec.batch_size,
+                             jobs=[[j.id, str(j.lease_token), j.kind, j.queue, j.max_runtime_s]
+                                   for j in batch])
         return batch
 
     def _run_batch(self, batch: list[Job]) -> None:
         epoch = self._connection_epoch
         for position, job in enumerate(batch):
+            if self.outcomes.due_before(job):
+                self._flush()
             with _held(signal.SIGTERM):  # deciding to start and saying so is one step
                 if self.stopping:
                     return  # the supervisor releases the rest when it reads `stopping`
@@ -165,13 +198,14 @@ class Worker:
                     return
                 if (job.id, str(job.lease_token)) in self._skipped():
                     continue  # cancelled or rescued before it started: not ours to run
-                self.writer.send("started", id=job.id)
+                self.slot.post(self._claim_number[job.id])
             self._run_one(job)
 
     def _run_one(self, job: Job) -> None:
         handler = self.spec.registry.get(job.kind)
-        logs.event(log, logging.INFO, "job started", job=job.id, kind=job.kind,
-                   queue=job.queue, attempt=job.attempt)
+        if self._log_jobs:
+            logs.event(log, logging.INFO, "job started", job=job.id, kind=job.kind,
+                       queue=job.queue, attempt=job.attempt)
         setproctitle(f"{self.title} job {job.id} {job.kind}")
         started = time.monotonic()
         if handler is None:
@@ -183,29 +217,78 @@ class Worker:
                 outcome = self.executor.run(handler, job)
             finally:
                 self._running = None
-        duration_ms = round((time.monotonic() - started) * 1000, 1)
-        # Said before the write: a supervisor whose renewal finds the lease gone then
-        # knows it was this write, not a rescue, and lets it be.
-        self.writer.send("finishing", id=job.id)
-        self._record(job, outcome, duration_ms)
-        self.writer.send("done", id=job.id)
+        ran_s = time.monotonic() - started
+        duration_ms = round(ran_s * 1000, 1)
+        self.outcomes.ran(job, ran_s)
+        if outcome.kind == "succeeded":
+            # Written with the next claim, or sooner (see outcomes.py).
+            self.outcomes.add(Success(job, outcome.result_json, duration_ms))
+        else:
+            # Said before the write: a supervisor whose renewal finds the lease gone
+            # then knows it was this write, not a rescue, and lets it be.
+            self.writer.send("finishing", ids=[job.id])
+            self._record(job, outcome, duration_ms)
+            self.writer.send("done", ids=[job.id])
         self.jobs_done += 1
         setproctitle(f"{self.title} idle")
 
     def _skipped(self) -> set[tuple[int, str]]:
         """(job id, lease token) pairs the supervisor told us not to start: their
         lease is gone. By token: the same job may come back to us, claimed anew."""
+        self._read_control()
+        return self._skip
+
+    def _read_control(self) -> bool:
+        """Take in the supervisor's lines: `skip <id> <token>`, `wake`. True if woken."""
         with contextlib.suppress(BlockingIOError, OSError):
             while chunk := os.read(self.control_fd, 4096):
                 self._control_buffer += chunk
         *lines, self._control_buffer = self._control_buffer.split(b"\n")
+        woken = False
         for line in lines:
             verb, job_id, token = [*line.decode().split(" "), "", ""][:3]
             if verb == "skip" and job_id.isdigit():
                 self._skip.add((int(job_id), token))
-        return self._skip
+            elif verb == "wake":
+                woken = True
+        return woken
 
     # -- outcomes -------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Write the pending successes now, retried across reconnects (an unwritten
+        success would make its job run again)."""
+        successes = self.outcomes.take()
+        if not successes:
+            return
+        self.writer.send("finishing", ids=[s.job.id for s in successes])
+        leases = [(s.job.lease, s.result_json) for s in successes]
+        while True:
+            try:
+                kept = self.store.complete(self._connection(for_outcome=True), leases)
+                break
+            except psycopg.OperationalError as exc:
+                self._lost_connection(exc)
+                if os.getppid() != self.spec.supervisor_pid:
+                    return  # orphaned: the leases lapse and the jobs are rescued
+        self._written(successes, kept)
+
+    def _written(self, successes: list[Success], kept: set[int]) -> None:
+        """Log written successes (`kept`: whose lease still held) and tell the
+        supervisor they are settled."""
+        if not successes:
+            return
+        for success in successes:
+            job = success.job
+            if job.id in kept and not self._log_jobs:
+                continue
+            fields = {"job": job.id, "kind": job.kind, "attempt": job.attempt,
+                      "duration_ms": success.duration_ms}
+            if job.id in kept:
+                logs.event(log, logging.INFO, "job succeeded", **fields)
+            else:
+                logs.event(log, logging.WARNING, "job lease lost; outcome discarded", **fields)
+        self.writer.send("done", ids=[s.job.id for s in successes])
 
     def _record(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
         """Write the outcome, fenced by the lease; retried across reconnects, since an
@@ -224,13 +307,6 @@ class Worker:
                        duration_ms: float) -> None:
         fields = {"job": job.id, "kind": job.kind, "attempt": job.attempt,
                   "duration_ms": duration_ms}
-        if outcome.kind == "succeeded":
-            kept = job.id in self.store.complete(conn, [(job.lease, outcome.result_json)])
-            if kept:
-                logs.event(log, logging.INFO, "job succeeded", **fields)
-            else:
-                logs.event(log, logging.WARNING, "job lease lost; outcome discarded", **fields)
-            return
         lease = job.lease
         if outcome.kind == "retry":
             result = self.store.retry_after(conn, lease, outcome.delay_s or 0.0, outcome.error)
@@ -258,24 +334,26 @@ class Worker:
     # -- waiting and connecting -----------------------------------------------------------
 
     def _wait_for_work(self) -> None:
-        """Sleep until a notification, a signal, the next scheduled job or the poll
-        interval, whichever comes first."""
+        """Sleep until the supervisor wakes us (it listens for enqueues: one listening
+        connection per daemon, and only as many children woken as there is work), a
+        signal, the next scheduled job or the poll interval, whichever comes first."""
         conn = self.conn
         if conn is None:
             return
         try:
-            if _drain_notifications(conn):
-                return
-            timeout = self.spec.poll_interval_s
             next_in = self.store.next_run_in(conn, self.spec.queues)
-            if next_in is not None:
-                timeout = min(timeout, max(0.0, next_in))
-            if timeout > 0:
-                select.select([conn.fileno(), self._wake_r], [], [], timeout)
-            _drain_pipe(self._wake_r)
-            _drain_notifications(conn)
         except psycopg.OperationalError as exc:
             self._lost_connection(exc)
+            return
+        timeout = self.spec.poll_interval_s
+        if next_in is not None:
+            timeout = min(timeout, max(0.0, next_in))
+        if timeout <= 0 or self._read_control():
+            return
+        self.writer.send("idle")
+        select.select([self.control_fd, self._wake_r], [], [], timeout)
+        _drain_pipe(self._wake_r)
+        self._read_control()
 
     def _connection(self, *, for_outcome: bool = False) -> psycopg.Connection[Any]:
         """The open connection, or a new one after jittered backoff. Gives up (raises)
@@ -288,8 +366,6 @@ class Worker:
                 self.conn = db.connect(self.spec.database_url,
                                        application_name=f"pgworkerd worker {self.spec.pool} "
                                                         f"#{self.spec.index}")
-                channel = sql.Identifier(self.store.notify_channel)
-                self.conn.execute(sql.SQL("LISTEN {}").format(channel))
                 self._connection_epoch += 1
                 self.writer.send("ready")
                 return self.conn
@@ -318,8 +394,9 @@ class Worker:
             logs.event(log, logging.INFO, "recycling worker", reason="max_jobs_per_child",
                        jobs=self.jobs_done)
             return True
-        if spec.max_memory_bytes is not None:
-            rss = psutil.Process().memory_info().rss
+        if spec.max_memory_bytes is not None and time.monotonic() >= self._next_memory_check:
+            self._next_memory_check = time.monotonic() + MEMORY_CHECK_INTERVAL_S
+            rss = self._process.memory_info().rss
             if rss > spec.max_memory_bytes:
                 logs.event(log, logging.INFO, "recycling worker", reason="max_memory_per_child",
                            rss_bytes=rss)
@@ -334,10 +411,6 @@ def _held(sig: int) -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def _drain_notifications(conn: psycopg.Connection[Any]) -> bool:
-    return any(True for _ in conn.notifies(timeout=0))
 
 
 def _drain_pipe(fd: int) -> None:

@@ -154,32 +154,29 @@ CROSS JOIN LATERAL (
 
 
 -- name: jobs_complete
--- Ends leased jobs `succeeded`, a batch at a time. Returns the ids whose lease held,
--- and also those this very lease had already completed: a holder that retries after
--- its commit's reply was lost sees its own outcome, not a lost lease. (The token stays
--- on finished rows for this; the second branch reads the statement's snapshot, from
--- before the update, so a row is never counted twice.)
-WITH done AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::text[])
-             AS d(id, token, result)
-),
-completed AS (
-    UPDATE {schema}.jobs AS j
-    SET state            = 'succeeded',
-        result           = done.result::jsonb,
-        finished_at      = now(),
-        lease_expires_at = NULL
-    FROM done
-    WHERE j.id = done.id
-      AND j.id = ANY(%(ids)s::bigint[])  -- lets the planner go by primary key
-      AND j.lease_token = done.token AND j.state = 'running'  -- FENCE
-    RETURNING j.id
-)
-SELECT id FROM completed
-UNION ALL
-SELECT j.id FROM {schema}.jobs AS j JOIN done ON done.id = j.id
+-- Ends leased jobs `succeeded`, a batch at a time. Returns the ids whose lease held.
+--
+-- Ids and tokens come as two lists, and are matched without a join: a lease token is
+-- drawn afresh for every claim, so a row whose token is in the list is one of these
+-- claims (a join of two parameter lists is planned blind, as a nested loop over every
+-- pair). Results are looked up by the row's place in the id list.
+UPDATE {schema}.jobs AS j
+SET state            = 'succeeded',
+    result           = (%(results)s::text[])[array_position(%(ids)s::bigint[], j.id)]::jsonb,
+    finished_at      = now(),
+    lease_expires_at = NULL
+WHERE j.id = ANY(%(ids)s::bigint[])                      -- by primary key
+  AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'running'  -- FENCE
+RETURNING j.id;
+
+
+-- name: jobs_completed_by_leases
+-- Of these leases, the ones that had already completed their job: a holder that retries
+-- after its commit's reply was lost sees its own outcome, not a lost lease. (The token
+-- stays on finished rows for this.) Only asked when `jobs_complete` missed some.
+SELECT j.id FROM {schema}.jobs AS j
 WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.lease_token = done.token AND j.state = 'succeeded';
+  AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'succeeded';
 
 
 -- name: jobs_fail
@@ -250,16 +247,15 @@ RETURNING j.id, j.state, j.run_at, j.attempt
 -- name: jobs_release
 -- Gives leased jobs back at once without charging the start: a graceful shutdown, or
 -- jobs of a claimed batch that never started. run_at is kept, so they keep their place.
+-- (Ids and tokens matched as in jobs_complete.)
 UPDATE {schema}.jobs AS j
 SET state            = 'queued',
     attempt          = j.attempt - 1,
     lease_token      = NULL,
     lease_expires_at = NULL,
     started_at       = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
-WHERE j.id = r.id
-  AND j.id = ANY(%(ids)s::bigint[])  -- by primary key, whatever the planner's statistics
-  AND j.lease_token = r.token AND j.state = 'running'  -- FENCE
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'running'  -- FENCE
 RETURNING j.id;
 
 
@@ -267,10 +263,8 @@ RETURNING j.id;
 -- Extends the leases still held. The ids missing from the result lost their lease.
 UPDATE {schema}.jobs AS j
 SET lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS r(id, token)
-WHERE j.id = r.id
-  AND j.id = ANY(%(ids)s::bigint[])  -- by primary key, whatever the planner's statistics
-  AND j.lease_token = r.token AND j.state = 'running'  -- FENCE
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'running'  -- FENCE
 RETURNING j.id;
 
 

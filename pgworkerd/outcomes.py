@@ -1,0 +1,78 @@
+"""A worker child's successes waiting to be written, and when to write them.
+
+Writing each success in its own transaction caps a worker at one commit per job.
+Like River's completer, a child keeps its successes here and writes them together
+(with its next claim, in one transaction: see `JobStore.complete_and_claim`). A
+success not yet written only makes its job run again if the child dies before the
+write: at-least-once holds, and the supervisor charges that start at once. So the
+buffer is flushed early whenever holding on could cost much:
+
+  * it holds `limit` successes (the batch size);
+  * its oldest success has waited `max_wait_s`;
+  * the next job is of a kind not known to be quick: it might run for minutes, with
+    finished work sitting unwritten behind it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pgworkerd.job import Job
+
+MAX_WAIT_S = 0.05  # River's completer waits at most 50 ms (or 100 jobs)
+QUICK_JOB_S = 0.01  # a kind whose last run took less than this is expected to be quick
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    job: Job
+    result_json: str | None
+    duration_ms: float
+
+
+class OutcomeBuffer:
+    """Only the child's main loop reads and writes it."""
+
+    def __init__(self, limit: int, *, max_wait_s: float = MAX_WAIT_S) -> None:
+        self.limit = max(1, limit)
+        self.max_wait_s = max_wait_s
+        self._pending: list[Success] = []
+        self._oldest_at = 0.0  # monotonic time of the first pending success
+        self._last_run_s: dict[str, float] = {}  # job kind -> how long its last run took
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def ran(self, job: Job, seconds: float) -> None:
+        """Note how long a job's handler took, whatever its outcome."""
+        self._last_run_s[job.kind] = seconds
+
+    def add(self, success: Success) -> None:
+        if not self._pending:
+            self._oldest_at = time.monotonic()
+        self._pending.append(success)
+
+    def due(self) -> bool:
+        """Full, or its oldest success waited long enough."""
+        return bool(self._pending) and (
+            len(self._pending) >= self.limit
+            or time.monotonic() - self._oldest_at >= self.max_wait_s)
+
+    def due_before(self, job: Job) -> bool:
+        """Whether to write what is pending before `job` starts."""
+        if not self._pending:
+            return False
+        last = self._last_run_s.get(job.kind)
+        return last is None or last >= QUICK_JOB_S or self.due()
+
+    def take(self) -> list[Success]:
+        taken, self._pending = self._pending, []
+        return taken
+
+    def put_back(self, successes: list[Success]) -> None:
+        """Successes whose write failed: still to be written, and first."""
+        if successes:
+            if not self._pending:
+                self._oldest_at = time.monotonic()
+            self._pending = successes + self._pending
