@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgworkerd import osutil
+from pgworkerd.child_slot import ChildSlot
 from pgworkerd.job import Lease
 from pgworkerd.protocol import StatusReader
-from pgworkerd.started_slot import StartedSlot
 from pgworkerd.worker import EXIT_ORPHANED, WorkerSpec, child_main
 
 # Why the supervisor killed a child: decides how its running job is settled.
@@ -54,7 +54,7 @@ class Child:
     index: int  # 1-based within the pool
     reader: StatusReader
     control_fd: int  # supervisor -> child: "skip <id> <token>" lines
-    slot: StartedSlot  # child -> supervisor: the claim number of the job it started last
+    slot: ChildSlot  # shared memory: job starts, control lines written (child_slot.py)
     queues: frozenset[str]  # the queues it claims from
     spawned_at: float = field(default_factory=time.monotonic)
     held: dict[int, HeldJob] = field(default_factory=dict)
@@ -98,14 +98,17 @@ class Child:
         job = self.held.pop(job_id)
         self.lost_leases.add(job.lease)
         self.given_up.add(job.number)
-        with contextlib.suppress(OSError):
-            os.write(self.control_fd, f"skip {job_id} {job.lease.token}\n".encode())
+        self._control(f"skip {job_id} {job.lease.token}\n".encode())
 
     def wake(self) -> None:
         """Tell an idle child to claim now: a job it can run was enqueued."""
         self.idle = False
+        self._control(b"wake\n")
+
+    def _control(self, line: bytes) -> None:
         with contextlib.suppress(OSError):
-            os.write(self.control_fd, b"wake\n")
+            os.write(self.control_fd, line)
+            self.slot.wrote_control_line()  # after the write: the child then finds it
 
     def close(self) -> None:
         self.reader.close()
@@ -119,7 +122,7 @@ def spawn(spec: WorkerSpec) -> Child:
     with the supervisor, and closes every descriptor it inherited but its pipes."""
     status_r, status_w = os.pipe()
     control_r, control_w = os.pipe()
-    slot = StartedSlot()
+    slot = ChildSlot()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()

@@ -12,7 +12,7 @@ and which one is running since when (to enforce max runtime):
     {"t": "done", "ids": [id, ...]}                  outcomes written (or leases lost)
 
 Job starts are not messages: the child posts the number of each job it starts in a
-slot of shared memory (started_slot.py), and a job started means every job numbered
+slot of shared memory (child_slot.py), and a job started means every job numbered
 before it has returned. Successes are written in batches (outcomes.py): until `done`,
 a job whose handler returned may wait, unwritten, in the child's buffer.
     {"t": "released", "ids": [id, ...]}              given back unstarted, uncharged

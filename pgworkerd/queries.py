@@ -13,8 +13,10 @@ from importlib import resources
 from psycopg import sql
 
 _NAME_MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
-# Fragments spliced into other statements rather than run on their own.
-_FRAGMENTS = ("apply_failure", "queue_levels")
+# Fragments spliced into other statements rather than run on their own; a fragment may
+# use the ones before it.
+_FRAGMENTS = ("apply_failure", "queue_levels", "claim_picks", "claim_update",
+              "complete_update")
 
 
 @functools.cache
@@ -37,9 +39,9 @@ def statements(schema: str) -> dict[str, bytes]:
     composing it again on every call of the hot path."""
     source = _source_by_name()
     schema_id = sql.Identifier(schema)
-    fragments = {
-        name: sql.SQL(source[name]).format(schema=schema_id) for name in _FRAGMENTS
-    }
+    fragments: dict[str, sql.Composed] = {}
+    for name in _FRAGMENTS:
+        fragments[name] = sql.SQL(source[name]).format(schema=schema_id, **fragments)
     return {
         name: sql.SQL(body).format(schema=schema_id, **fragments).as_bytes(None)
         for name, body in source.items()

@@ -123,25 +123,27 @@ class JobStore:
         worker: str,
         max_attempts: Sequence[int] | int = 5,
     ) -> tuple[set[int], list[Job]]:
-        """`complete` a batch of successes and `claim` the next batch in one
-        transaction, sent in one round trip: one commit per batch of jobs, not two. If
-        it fails, neither happened (the successes are still to be written)."""
+        """`complete` a batch of successes and `claim` the next batch in one statement:
+        one round trip and one commit per batch of jobs, not two of each. If it fails,
+        neither happened (the successes are still to be written)."""
         done = list(done)
         if not done:
             return set(), self.claim(conn, queues=queues, limit=limit, lease_ttl_s=lease_ttl_s,
                                      worker=worker, max_attempts=max_attempts)
-        claim_params = _claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
-        claim_cur = conn.cursor(row_factory=dict_row)
-        try:
-            params = _complete_params(done)
-            with conn.pipeline(), conn.transaction():
-                complete_cur = conn.execute(self._sql["jobs_complete"], params)
-                claim_cur.execute(self._sql["jobs_claim"], claim_params)
-            kept = {row[0] for row in complete_cur.fetchall()}
-            jobs = _jobs_in_claim_order(claim_cur.fetchall())
-        finally:
-            claim_cur.close()
-        return self._with_own_earlier_completions(conn, params, kept), jobs
+        params = _complete_params(done)
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(self._sql["jobs_complete_and_claim"], {
+                **params, **_claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+            }).fetchall()
+        kept: set[int] = set()
+        claimed = []
+        for row in rows:
+            if row["completed_ids"] is not None:
+                kept = set(row["completed_ids"])
+            else:
+                claimed.append(row)
+        return self._with_own_earlier_completions(conn, params, kept), \
+            _jobs_in_claim_order(claimed)
 
     def _with_own_earlier_completions(self, conn: psycopg.Connection[Any],
                                       params: dict[str, Any], kept: set[int]) -> set[int]:

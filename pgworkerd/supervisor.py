@@ -48,7 +48,7 @@ HEALTHY_LIFETIME_S = 30.0  # a child that lived this long resets its crash strea
 UNFENCED_FRACTION = 0.8  # of lease_ttl without a renewal: stop the jobs ourselves
 MAX_LOOP_WAIT_S = 1.0
 # While children hold jobs the loop turns at least this often, to read which job each
-# one started (started_slot.py): the runtime deadlines start from there.
+# one started (child_slot.py): the runtime deadlines start from there.
 BUSY_LOOP_WAIT_S = 0.1
 
 
@@ -263,7 +263,7 @@ class Supervisor:
 
     def _sync_started(self, child: Child) -> None:
         """Act on the job start the child posted in its slot, if it is new to us."""
-        posted = child.slot.read()
+        posted = child.slot.last_start()
         if posted is None or posted[0] == child.started_number:
             return
         number, started_at = posted
@@ -332,6 +332,9 @@ class Supervisor:
             if fd is not None:
                 self.selector.register(fd, selectors.EVENT_READ, LISTENER)
                 self.listen_fd = fd
+                # Listening afresh: whatever was enqueued while we were not is woken
+                # for now, not at the next notification.
+                self._on_notifications()
 
     def _forget_listener(self) -> None:
         """The housekeeper is about to close the listening connection."""

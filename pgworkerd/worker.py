@@ -19,7 +19,7 @@ import random
 import select
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +28,11 @@ import psycopg
 from setproctitle import setproctitle
 
 from pgworkerd import db, logs
+from pgworkerd.child_slot import ChildSlot
 from pgworkerd.execution import Executor, Outcome
 from pgworkerd.job import Job, JobTimeout
 from pgworkerd.outcomes import OutcomeBuffer, Success
 from pgworkerd.protocol import StatusWriter
-from pgworkerd.started_slot import StartedSlot
 from pgworkerd.store import Backoff, JobStore
 
 log = logging.getLogger("pgworkerd.worker")
@@ -67,7 +67,7 @@ class WorkerSpec:
     worker_id: str  # written into jobs.worker: hostname:supervisor pid/pool#index
 
 
-def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, slot: StartedSlot) -> int:
+def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, slot: ChildSlot) -> int:
     """Entry point in the forked child; returns the exit status."""
     writer = StatusWriter(status_fd)
     try:
@@ -80,10 +80,15 @@ def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, slot: StartedS
 
 class Worker:
     def __init__(self, spec: WorkerSpec, writer: StatusWriter, control_fd: int,
-                 slot: StartedSlot) -> None:
+                 slot: ChildSlot) -> None:
         self.spec = spec
         self.writer = writer
         self.slot = slot  # where we post each job start for the supervisor
+        self._control_lines_read = 0  # the slot's count of control lines when last read
+        # Deciding to start a job and posting the start are one step for the
+        # supervisor: a SIGTERM that comes in between says `stopping` only after.
+        self._deciding = False
+        self._stopping_deferred = False
         # Claims are numbered in the order we will run them; the supervisor numbers
         # them alike from our "claimed" messages.
         self._claimed_count = 0
@@ -125,8 +130,12 @@ class Worker:
         setproctitle(f"{self.title} idle")
 
     def _on_term(self, signum: int, frame: Any) -> None:
-        if not self.stopping:
-            self.stopping = True
+        if self.stopping:
+            return
+        self.stopping = True
+        if self._deciding:
+            self._stopping_deferred = True  # said by _run_batch once the decision is out
+        else:
             self.writer.send("stopping")
 
     def _on_soft_timeout(self, signum: int, frame: Any) -> None:
@@ -189,7 +198,11 @@ class Worker:
         for position, job in enumerate(batch):
             if self.outcomes.due_before(job):
                 self._flush()
-            with _held(signal.SIGTERM):  # deciding to start and saying so is one step
+            # One step for the supervisor (see _on_term). Python runs signal handlers
+            # between bytecodes of this one thread, so a flag does what masking SIGTERM
+            # would, without two system calls a job.
+            self._deciding = True
+            try:
                 if self.stopping:
                     return  # the supervisor releases the rest when it reads `stopping`
                 rest = batch[position:]
@@ -198,7 +211,12 @@ class Worker:
                     return
                 if (job.id, str(job.lease_token)) in self._skipped():
                     continue  # cancelled or rescued before it started: not ours to run
-                self.slot.post(self._claim_number[job.id])
+                self.slot.post_start(self._claim_number[job.id])
+            finally:
+                self._deciding = False
+                if self._stopping_deferred:
+                    self._stopping_deferred = False
+                    self.writer.send("stopping")
             self._run_one(job)
 
     def _run_one(self, job: Job) -> None:
@@ -235,11 +253,13 @@ class Worker:
     def _skipped(self) -> set[tuple[int, str]]:
         """(job id, lease token) pairs the supervisor told us not to start: their
         lease is gone. By token: the same job may come back to us, claimed anew."""
-        self._read_control()
+        if self.slot.control_lines() != self._control_lines_read:
+            self._read_control()
         return self._skip
 
     def _read_control(self) -> bool:
         """Take in the supervisor's lines: `skip <id> <token>`, `wake`. True if woken."""
+        self._control_lines_read = self.slot.control_lines()  # before: none is missed
         with contextlib.suppress(BlockingIOError, OSError):
             while chunk := os.read(self.control_fd, 4096):
                 self._control_buffer += chunk
@@ -348,12 +368,14 @@ class Worker:
         timeout = self.spec.poll_interval_s
         if next_in is not None:
             timeout = min(timeout, max(0.0, next_in))
-        if timeout <= 0 or self._read_control():
-            return
-        self.writer.send("idle")
-        select.select([self.control_fd, self._wake_r], [], [], timeout)
-        _drain_pipe(self._wake_r)
-        self._read_control()
+        woken = self._read_control()
+        if not woken and timeout > 0:
+            self.writer.send("idle")
+            select.select([self.control_fd, self._wake_r], [], [], timeout)
+            _drain_pipe(self._wake_r)
+            woken = self._read_control()
+        if woken:
+            logs.event(log, logging.DEBUG, "woken by the supervisor: a job was enqueued")
 
     def _connection(self, *, for_outcome: bool = False) -> psycopg.Connection[Any]:
         """The open connection, or a new one after jittered backoff. Gives up (raises)
@@ -402,15 +424,6 @@ class Worker:
                            rss_bytes=rss)
                 return True
         return False
-
-
-@contextlib.contextmanager
-def _held(sig: int) -> Iterator[None]:
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _drain_pipe(fd: int) -> None:

@@ -74,7 +74,13 @@ WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running');
 -- later cost nothing. The picks come from a nested loop over levels sorted in claim
 -- order; the outer LIMIT stops it as soon as enough rows are locked, so no row is
 -- locked that is not claimed.
-WITH RECURSIVE queues AS (
+WITH RECURSIVE {claim_picks}
+{claim_update};
+
+
+-- name: claim_picks
+-- Fragment of jobs_claim and jobs_complete_and_claim: the CTEs that lock the picks.
+queues AS (
     SELECT q.name, q.max_attempts, q.ord
     FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
          WITH ORDINALITY AS q(name, max_attempts, ord)
@@ -96,6 +102,10 @@ picked AS MATERIALIZED (
     ) AS ready
     LIMIT %(limit)s
 )
+
+
+-- name: claim_update
+-- Fragment of jobs_claim and jobs_complete_and_claim: leases the picked rows.
 UPDATE {schema}.jobs AS j
 SET state            = 'running',
     attempt          = j.attempt + 1,          -- every start is charged
@@ -108,7 +118,25 @@ FROM picked, queues AS q
 WHERE j.id = picked.id AND q.name = j.queue
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
-          j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord;
+          j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord
+
+
+-- name: jobs_complete_and_claim
+-- Records a batch of successes (as jobs_complete) and claims the next batch (as
+-- jobs_claim) in one statement: one round trip and one commit per batch of jobs. The
+-- two UPDATEs touch disjoint rows (running ones, queued ones). Each claimed job is a
+-- row with completed_ids NULL; one more row, with the job columns NULL, holds the ids
+-- whose completion the lease allowed (FULL JOIN ... ON false: the rows of both sides).
+WITH RECURSIVE completed AS (
+    {complete_update}
+),
+{claim_picks},
+claimed AS (
+    {claim_update}
+)
+SELECT claimed.*, done.ids AS completed_ids
+FROM claimed
+FULL JOIN (SELECT coalesce(array_agg(id), '{{}}') AS ids FROM completed) AS done ON false;
 
 
 -- name: queue_levels
@@ -160,6 +188,11 @@ CROSS JOIN LATERAL (
 -- drawn afresh for every claim, so a row whose token is in the list is one of these
 -- claims (a join of two parameter lists is planned blind, as a nested loop over every
 -- pair). Results are looked up by the row's place in the id list.
+{complete_update};
+
+
+-- name: complete_update
+-- Fragment of jobs_complete and jobs_complete_and_claim.
 UPDATE {schema}.jobs AS j
 SET state            = 'succeeded',
     result           = (%(results)s::text[])[array_position(%(ids)s::bigint[], j.id)]::jsonb,
@@ -167,7 +200,7 @@ SET state            = 'succeeded',
     lease_expires_at = NULL
 WHERE j.id = ANY(%(ids)s::bigint[])                      -- by primary key
   AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'running'  -- FENCE
-RETURNING j.id;
+RETURNING j.id
 
 
 -- name: jobs_completed_by_leases

@@ -1,0 +1,79 @@
+"""Wake-ups (issue: fast): the daemon's one LISTEN wakes idle workers at once, only as
+many as there is work for; scheduled jobs start on time without a poll; polling alone
+still works with notifications off (PgBouncer in transaction mode).
+
+The deadlines here are functional (well inside a poll interval of a minute), not
+speed measurements: those are in bench/.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pgworkerd
+from tests.daemon import job_in_state, wait_until
+
+SLOW_POLL = {"poll_interval": "60s", "log_level": "debug"}
+WOKEN = "woken by the supervisor"
+
+
+def test_an_enqueue_wakes_one_idle_worker_not_the_herd(start_daemon, history_conn):
+    daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 4}], **SLOW_POLL)
+    daemon.wait_for_workers(4)
+    run_one_job(history_conn)  # past start-up, when every idle worker is woken once
+
+    since = utc_now_text()
+    run_one_job(history_conn, timeout_s=10, what="the job to run long before the 60 s poll")
+    wait_until(lambda: wakeups_since(daemon, since) >= 1, what="the wake-up's log line")
+    wait_until(lambda: all(t.endswith(" idle") for t in daemon.titles()), what="idle again")
+    assert wakeups_since(daemon, since) == 1, "one job woke one worker"
+
+
+def test_a_full_batch_wakes_a_sibling_to_share_the_rest(start_daemon, history_conn):
+    daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 2}],
+                          defaults={"batch_size": 1, "max_runtime": "30s"}, **SLOW_POLL)
+    daemon.wait_for_workers(2)
+    run_one_job(history_conn)
+    ids = pgworkerd.enqueue_many(history_conn, [{"kind": "sleep", "payload": {"seconds": 2}}
+                                                for _ in range(2)])
+    history_conn.commit()
+    wait_until(lambda: all(job_in_state(history_conn, i, "running")() for i in ids),
+               timeout_s=10, what="both jobs running at once, one per worker")
+
+
+def run_one_job(conn, *, timeout_s: float = 20, what: str = "a job to run") -> None:
+    job_id = pgworkerd.enqueue(conn, "record", {})
+    conn.commit()
+    wait_until(job_in_state(conn, job_id, "succeeded"), timeout_s=timeout_s, what=what)
+
+
+def utc_now_text() -> str:
+    """Now, as the daemon's text log lines begin (ISO 8601, UTC, milliseconds)."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def wakeups_since(daemon, since: str) -> int:
+    return sum(1 for line in daemon.log().splitlines() if WOKEN in line and line >= since)
+
+
+def test_a_delayed_job_starts_on_time_without_a_poll(start_daemon, history_conn):
+    daemon = start_daemon(**SLOW_POLL)
+    daemon.wait_for_workers(2)
+    job_id = pgworkerd.enqueue(history_conn, "record", {}, delay=2)
+    history_conn.commit()
+    enqueued = time.monotonic()
+    wait_until(job_in_state(history_conn, job_id, "succeeded"), timeout_s=15,
+               what="the delayed job to run")
+    assert time.monotonic() - enqueued >= 2, "not before its time"
+
+
+def test_with_notifications_off_workers_poll(start_daemon, history_conn):
+    daemon = start_daemon(notifications=False, poll_interval="300ms")
+    daemon.wait_for_workers(2)
+    job_id = pgworkerd.enqueue(history_conn, "record", {})
+    history_conn.commit()
+    wait_until(job_in_state(history_conn, job_id, "succeeded"), timeout_s=10,
+               what="a polling worker to find the job")
+    assert WOKEN not in daemon.log()
