@@ -1,5 +1,6 @@
 """Network faults through a loopback proxy of our own (tests/proxy.py): a cut past the
-lease (§8), a lost reply to a committed outcome (§6)."""
+lease (§8), a lost reply to a committed outcome (§6). Handlers write their history
+directly, off the faulty path."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import psycopg
 import pytest
 
 import pgworkerd
+from pgworkerd.queries import statements
 from tests import invariants
 from tests.daemon import history, job, job_in_state, wait_until
 
@@ -102,3 +104,22 @@ def test_s8_network_cut_past_the_lease(daemons, proxy, db_dsn, recorder):
     assert "could not settle every job" not in cut.log()
     invariants.assert_holds(recorder, [victim, *during_cut], max_runtime_s=30, lease_ttl_s=3)
     print(f"§8: cut -> job stopped in {stopped_after:.2f}s (lease_ttl 3s)")
+
+
+def test_s6_an_outcome_commits_but_its_reply_is_lost(daemons, proxy, db_dsn, recorder):
+    """§6: the complete statement commits, then the connection dies before its answer
+    arrives. The worker reconnects, writes the outcome again and sees its own (the
+    token stays on the finished row): no rerun, attempt 1, one start."""
+    text = statements("pgworkerd")["jobs_complete"].as_string(recorder)
+    proxy.lose_reply_to(text[:text.index("%(")].encode())  # up to its first parameter
+    done = pgworkerd.enqueue(recorder, "record", {})
+    daemon = daemons(proxy.dsn(db_dsn), history_dsn=db_dsn, workers=ONE_WORKER)
+    wait_until(lambda: "job succeeded" in daemon.log(), what="the worker to see it succeed")
+    assert proxy.replies_lost == 1
+    row = job(recorder, done)
+    assert (row["state"], row["attempt"]) == ("succeeded", 1)
+    assert [r[2] for r in history(recorder, done)] == ["start"]
+    log = daemon.log()
+    assert "database connection lost" in log and "outcome discarded" not in log
+    drain(daemon)
+    invariants.assert_holds(recorder, [done], max_runtime_s=30, lease_ttl_s=3)
