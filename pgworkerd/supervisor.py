@@ -302,6 +302,13 @@ class Supervisor:
                 return
 
     def _on_child_exit(self, child: Child, status: int) -> None:
+        # Whatever its handler started in its process group dies with it, however it
+        # ended: a child that crashed or exited was not killed by group, and its
+        # grandchildren would live on, orphaned, running a job no one holds. Safe after
+        # the reap: a group id stays reserved while any member lives, and when none
+        # does, there is nothing to hit (pids are handed out cyclically, so the number
+        # just freed is not reused in this instant).
+        osutil.kill_group(child.pid, signal.SIGKILL)
         self._read_status(child)  # what it said before it died still counts
         self.selector.unregister(child.reader.fd)
         child.close()

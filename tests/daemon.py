@@ -47,6 +47,7 @@ BASE_CONFIG: dict[str, Any] = {
         "segfault": "tests.handlers:segfault",
         "hog": "tests.handlers:hog",
         "work": "tests.handlers:work",
+        "spawn_then_die": "tests.handlers:spawn_then_die",
     },
     "queues": {"default": {}},
     "workers": [{"queues": ["default"], "concurrency": 2}],

@@ -10,6 +10,7 @@ import ctypes
 import os
 import select
 import signal
+import subprocess
 import time
 from typing import Any
 
@@ -135,3 +136,22 @@ def work(job: pgworkerd.Job) -> str:
     time.sleep(job.payload.get("ms", 10) / 1000)
     _record(job, "end")
     return "worked"
+
+
+def spawn_then_die(job: pgworkerd.Job) -> str:
+    """Attempt 1 starts a grandchild (`sleep`, in the worker's process group), records
+    its pid, then crashes its worker (payload how="crash") or blocks in C with every
+    signal masked (how="block": only the runtime SIGKILL ends it). Later attempts
+    succeed."""
+    _record(job, "start")
+    if job.attempt == 1:
+        grandchild = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _record(job, f"grandchild {grandchild.pid}")
+        if job.payload["how"] == "crash":
+            os._exit(17)
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL,
+                                                                         signal.SIGSTOP})
+        ctypes.CDLL(None).sleep(3600)
+    _record(job, "end")
+    return "no grandchild this time"

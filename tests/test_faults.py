@@ -12,7 +12,7 @@ import psycopg
 
 import pgworkerd
 from tests import invariants
-from tests.daemon import job, job_in_state, states, wait_until
+from tests.daemon import history, job, job_in_state, states, wait_until
 
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 
@@ -75,6 +75,37 @@ def test_s2_a_job_that_runs_out_of_memory_is_charged_and_retried(start_daemon, r
     assert "MemoryError" in row["errors"][0]["error"]
     drain(daemon)
     invariants.assert_holds(recorder, [hog, *others], max_runtime_s=30, lease_ttl_s=3)
+
+
+def test_s1_s15_a_handlers_grandchildren_die_with_its_worker(start_daemon, recorder):
+    """§1 and §15 with a handler that started a process of its own: whether the worker
+    crashes or is SIGKILLed past its max runtime, nothing of its process group is left
+    behind once the supervisor has reaped it; each job is charged and retried."""
+    crashing = pgworkerd.enqueue(recorder, "spawn_then_die", {"how": "crash"})
+    hanging = pgworkerd.enqueue(recorder, "spawn_then_die", {"how": "block"}, max_runtime=1)
+    daemon = start_daemon()
+    wait_until(lambda: all(job(recorder, i)["state"] == "succeeded"
+                           for i in (crashing, hanging)), what="both jobs to be rerun")
+    grandchildren = [int(event.split()[1]) for _, _, event, _, _ in history(recorder)
+                     if event.startswith("grandchild ")]
+    assert len(grandchildren) == 2
+    wait_until(lambda: not any(alive_sleep(pid) for pid in grandchildren), timeout_s=5,
+               what="the grandchildren to be gone")
+    log = daemon.log()
+    assert "exited with status 17" in log and "reason=timeout" in log
+    for job_id in (crashing, hanging):
+        assert job(recorder, job_id)["attempt"] == 2
+    drain(daemon)
+    invariants.assert_holds(recorder, [crashing, hanging], max_runtime_s=1, lease_ttl_s=3)
+
+
+def alive_sleep(pid: int) -> bool:
+    """Whether `pid` is still a live `sleep 600` (not a zombie, not a reused pid)."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.cmdline() == ["sleep", "600"]
+    except psutil.Error:
+        return False
 
 
 def test_s5_killed_between_handler_success_and_outcome_commit(start_daemon, recorder, db_dsn):
