@@ -9,6 +9,7 @@ from typing import Any
 
 import psutil
 import psycopg
+from psycopg import sql
 
 import pgworkerd
 from tests import invariants
@@ -168,6 +169,34 @@ def test_s25_no_connection_crosses_a_fork_and_the_supervisor_has_one_thread(star
         assert worker.num_threads() == 1
     assert psutil.Process(daemon.pid).num_threads() == 1
     drain(daemon)
+
+
+def test_s21_a_database_that_turned_read_only_is_a_connection_fault(start_daemon, recorder):
+    """§21, as after a failover to a read-only node: workers reconnect with backoff
+    (no crash loop, no traceback, bounded CPU), nothing is charged, and they resume
+    alone once the database takes writes again."""
+    daemon = start_daemon(workers=ONE_WORKER)
+    daemon.wait_for_workers(1)
+    database = sql.Identifier(recorder.info.dbname)
+    recorder.execute(sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on")
+                     .format(database))
+    recorder.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE application_name LIKE 'pgworkerd%%'")  # new sessions: read-only
+    waiting = pgworkerd.enqueue(recorder, "record", {})  # our session still writes
+    wait_until(lambda: "read-only transaction" in daemon.log(), what="a read-only error")
+    cpu_before = tree_cpu_s(daemon)
+    fault_s = 4.0
+    time.sleep(fault_s)  # the fault itself lasts this long; nothing is waited for here
+    cpu_used = tree_cpu_s(daemon) - cpu_before
+    recorder.execute(sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only")
+                     .format(database))
+    wait_until(job_in_state(recorder, waiting, "succeeded"), what="the job after the fault")
+    assert job(recorder, waiting)["attempt"] == 1, "charged for the database's fault"
+    log = daemon.log()
+    assert "worker exited" not in log and "Traceback" not in log, log[-2000:]
+    assert cpu_used < fault_s * 0.25, f"{cpu_used:.2f}s CPU in a {fault_s}s fault"
+    drain(daemon)
+    invariants.assert_holds(recorder, [waiting], max_runtime_s=30, lease_ttl_s=3)
 
 
 def test_s20_s22_postgresql_restarts_and_outages(daemons, own_cluster):
