@@ -3,10 +3,17 @@ expired leases (of any daemon), prune old rows, settle the jobs of children that
 and listen for enqueue notifications: the daemon's one listening connection.
 
 Its connection is opened after the first children are forked, uses short timeouts
-(the supervisor's loop must never hang on a dead network: it also enforces runtimes),
-and is reopened on the next tick after any failure. Settlements that cannot be
-written yet wait in a queue and are retried: they are fenced by lease, so a late one
-changes nothing if the job moved on.
+(the supervisor's loop must never hang on a dead network: it also enforces runtimes
+and stops jobs whose leases it cannot renew), and is reopened after any failure, after
+a short backoff. Settlements that cannot be written yet wait in a queue and are
+retried: they are fenced by lease, so a late one changes nothing if the job moved on.
+
+Every round trip runs under a client-side deadline. The server's statement_timeout
+and TCP's keepalives and tcp_user_timeout cannot end a wait for an answer that never
+comes while the path stays up: a pooler or proxy in between whose server side is cut,
+or any half-open path whose near end still acknowledges. Without it the loop would
+block in a renewal while the leases it was renewing ran out, and the jobs would run on
+unfenced (found by tests/test_faults_network.py, §8).
 """
 
 from __future__ import annotations
@@ -15,10 +22,11 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +44,26 @@ PRUNE_BATCHES_PER_TICK = 10
 PRUNE_BATCH = 1000
 
 
+# Even when the supervisor's next moment to act has come, one short round trip: a
+# renewal that still answers spares a job a needless kill (a loop that ran late, a
+# frozen host waking up), and one that does not delays the kill by this much only.
+MIN_ROUND_TRIP_FRACTION = 0.05  # of lease_ttl
+
+
+class RoundTripTimeout(Exception):
+    """A database round trip of the supervisor outlived its deadline."""
+
+
+@dataclass(slots=True)
+class _Deadline:
+    seconds: float
+    armed: bool = False
+    fired: bool = False
+
+    def error(self) -> RoundTripTimeout:
+        return RoundTripTimeout(f"no answer from the database within {self.seconds:.2f}s")
+
+
 @dataclass(frozen=True, slots=True)
 class Settlement:
     """What to write for a job whose child is gone: charge it, or give it back."""
@@ -51,7 +79,8 @@ ALL_QUEUES = "*"
 class Housekeeper:
     def __init__(self, *, store: JobStore, database_url: str, lease_ttl_s: float,
                  retention_s: float, daemon_id: str, listen: bool = True,
-                 on_disconnect: Callable[[], None] | None = None) -> None:
+                 on_disconnect: Callable[[], None] | None = None,
+                 answer_by: Callable[[], float | None] = lambda: None) -> None:
         self.store = store
         # Called before our connection closes: its socket may sit in a selector, which
         # must forget it before the descriptor number can be reused.
@@ -61,6 +90,11 @@ class Housekeeper:
         self.lease_ttl_s = lease_ttl_s
         self.retention_s = retention_s
         self.daemon_id = daemon_id
+        # The supervisor's next moment to act on a lease (monotonic), or None: no round
+        # trip may hold its loop past it.
+        self.answer_by = answer_by
+        # Short bounds: this loop also enforces runtimes and answers signals.
+        self.round_trip_cap_s = min(5.0, lease_ttl_s / 3)
         self.conn: psycopg.Connection[Any] | None = None
         self.pending: deque[Settlement] = deque()
         self._next_connect_at = 0.0
@@ -142,8 +176,8 @@ class Housekeeper:
         """The socket to watch for notifications, connecting if it is time to."""
         if not self.listen:
             return None
-        conn = self._connection()
-        return conn.fileno() if conn is not None else None
+        fd = self._attempt("listen", lambda conn: conn.fileno())
+        return fd if isinstance(fd, int) else None
 
     def notified_queues(self) -> set[str]:
         """The queues named by notifications received so far (ALL_QUEUES after a new
@@ -175,46 +209,81 @@ class Housekeeper:
     # -- the connection -------------------------------------------------------------------
 
     def _attempt(self, what: str, work: Any, *, quiet: bool = False) -> Any:
-        """Run `work(conn)`; on a database error log it, drop the connection, and return
-        None (False for `quiet` callers that only need to know it failed)."""
-        conn = self._connection()
-        if conn is None:
-            return False if quiet else None
+        """Run `work(conn)` within the round-trip deadline; on a database error or the
+        deadline, log it, drop the connection, and return None (False for `quiet`
+        callers that only need to know it failed)."""
+        failed = False if quiet else None
+        deadline = _Deadline(self._round_trip_budget_s())
         try:
-            result = work(conn)
-        except psycopg.Error as exc:
-            self._failed(what, exc)
-            return False if quiet else None
+            with self._deadline(deadline):
+                conn = self._connection()
+                if conn is None:
+                    return failed
+                result = work(conn)
+        except (psycopg.Error, RoundTripTimeout) as exc:
+            # When the deadline fired, the error that surfaced is its doing: say so.
+            error = deadline.error() if deadline.fired else exc
+            self._failed("connect" if self.conn is None else what, error)
+            return failed
+        self._connect_delay_s = 0.25
         if self._outage_logged:
             logs.event(log, logging.INFO, "database reachable again")
             self._outage_logged = False
         return True if quiet and result is None else result
 
+    def _round_trip_budget_s(self) -> float:
+        budget = self.round_trip_cap_s
+        answer_by = self.answer_by()
+        if answer_by is not None:
+            budget = min(budget, answer_by - time.monotonic())
+        return max(budget, MIN_ROUND_TRIP_FRACTION * self.lease_ttl_s)
+
+    @contextlib.contextmanager
+    def _deadline(self, deadline: _Deadline) -> Iterator[None]:
+        """SIGALRM when `deadline` passes. With a connection open, its socket is shut
+        down: libpq sees the connection end and psycopg raises at once, in the
+        statement and in anything after it (no rollback waits). While connecting,
+        RoundTripTimeout is raised instead. Installed only for the call: children
+        forked at other times never inherit it. The supervisor is one thread, so the
+        signal interrupts this very wait."""
+
+        def expire(signum: int, frame: Any) -> None:
+            if not deadline.armed:
+                return  # a late signal, after the call ended: nothing to interrupt
+            deadline.armed = False
+            deadline.fired = True
+            conn = self.conn
+            if conn is None or conn.closed:
+                raise deadline.error()
+            with contextlib.suppress(OSError), \
+                    socket.socket(fileno=os.dup(conn.fileno())) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        deadline.armed = True
+        signal.setitimer(signal.ITIMER_REAL, deadline.seconds)
+        try:
+            yield
+        finally:
+            deadline.armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
     def _connection(self) -> psycopg.Connection[Any] | None:
+        """The open connection, a new one, or None while backing off after a failure."""
         if self.conn is not None and not self.conn.closed:
             return self.conn
-        now = time.monotonic()
-        if now < self._next_connect_at:
+        if time.monotonic() < self._next_connect_at:
             return None
-        # Short bounds: this loop also enforces runtimes and answers signals.
-        timeout_ms = int(min(5_000, self.lease_ttl_s * 1000 / 3))
-        try:
-            self.conn = db.connect(
-                self.database_url, application_name="pgworkerd supervisor",
-                connect_timeout=max(2, timeout_ms // 1000), tcp_user_timeout=timeout_ms,
-                options=f"-c statement_timeout={timeout_ms}")
-            if self.listen:
-                self.conn.execute(sql.SQL("LISTEN {}").format(
-                    sql.Identifier(self.store.notify_channel)))
-                self._listening_since_connect = True
-        except psycopg.Error as exc:
-            self._failed("connect", exc)
-            self._next_connect_at = now + self._connect_delay_s
-            # Capped low: children reconnect on their own, and every job they start
-            # needs our renewals.
-            self._connect_delay_s = min(1.0, self._connect_delay_s * 2)
-            return None
-        self._connect_delay_s = 0.25
+        timeout_ms = int(self.round_trip_cap_s * 1000)
+        self.conn = db.connect(
+            self.database_url, application_name="pgworkerd supervisor",
+            connect_timeout=max(2, timeout_ms // 1000), tcp_user_timeout=timeout_ms,
+            options=f"-c statement_timeout={timeout_ms}")
+        if self.listen:
+            self.conn.execute(sql.SQL("LISTEN {}").format(
+                sql.Identifier(self.store.notify_channel)))
+            self._listening_since_connect = True
         return self.conn
 
     def _failed(self, what: str, exc: BaseException) -> None:
@@ -223,3 +292,8 @@ class Housekeeper:
                        error=db.describe_error(exc, self.database_url))
             self._outage_logged = True
         self.close()
+        # No new connection for a moment, so one tick holds the loop for one failed
+        # round trip at most. Capped low: children reconnect on their own, and every
+        # job they start needs our renewals.
+        self._next_connect_at = time.monotonic() + self._connect_delay_s
+        self._connect_delay_s = min(1.0, self._connect_delay_s * 2)

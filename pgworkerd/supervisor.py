@@ -132,6 +132,7 @@ class Supervisor:
         self._reap()
         self._enforce_runtimes()
         self._housekeeping()
+        self._stop_lapsing_leases()
         if self.state == "running":
             self._spawn_due()
         elif self.state == "draining":
@@ -386,6 +387,13 @@ class Supervisor:
                 return
 
     def _on_child_exit(self, child: Child, status: int) -> None:
+        # Whatever its handler started in its process group dies with it, however it
+        # ended: a child that crashed or exited was not killed by group, and its
+        # grandchildren would live on, orphaned, running a job no one holds. Safe after
+        # the reap: a group id stays reserved while any member lives, and when none
+        # does, there is nothing to hit (pids are handed out cyclically, so the number
+        # just freed is not reused in this instant).
+        osutil.kill_group(child.pid, signal.SIGKILL)
         self._read_status(child)  # what it said before it died still counts
         self.selector.unregister(child.reader.fd)
         child.close()
@@ -499,22 +507,19 @@ class Supervisor:
         leases = [child.held[job_id].lease for job_id, child in held.items()]
         renewed = keeper.renew(leases, {"workers": len(self.children), "state": self.state})
         if renewed is None:
-            limit = UNFENCED_FRACTION * self.config.lease_ttl
-            lapsing = {job_id: child for job_id, child in held.items()
-                       if now - child.held[job_id].renewed_at > limit}
-            if lapsing:
-                self._stop_unfenced(lapsing)
-            return
+            return  # _stop_lapsing_leases acts when the last good renewal is too old
         # A lease the renewal did not find may have been ended by its own holder: what
         # the child wrote to its pipe before that write is readable now.
         for child in set(held.values()):
             self._read_status(child)
         for job_id, child in held.items():
             job = child.held.get(job_id)
-            if job is None or job.finishing:
+            if job is None:
                 continue
             if job_id in renewed:
                 job.renewed_at = now  # sent at `now`: the new expiry is later still
+                continue
+            if job.finishing:
                 continue
             if child.running == job_id:
                 logs.event(log, logging.WARNING, "job lease lost (cancelled or rescued); "
@@ -524,12 +529,36 @@ class Supervisor:
             else:
                 child.give_up(job_id)
 
+    def _lapse_moments(self) -> list[tuple[float, int, Child]]:
+        """(moment, job id, child) for each lease we would still have to act on when
+        it goes unrenewed: the moment is its last good renewal + UNFENCED_FRACTION of
+        lease_ttl (monotonic). Jobs of a child being killed, and jobs whose handler
+        returned (only their fenced outcome write is left), need nothing from us."""
+        limit = UNFENCED_FRACTION * self.config.lease_ttl
+        return [(job.renewed_at + limit, job_id, child)
+                for child in self.children.values() if child.kill_reason is None
+                for job_id, job in child.held.items() if not job.finishing]
+
+    def _next_lapse(self) -> float | None:
+        return min((moment for moment, _, _ in self._lapse_moments()), default=None)
+
+    def _stop_lapsing_leases(self) -> None:
+        """Checked on every turn of the loop, not only when a renewal fails: a renewal
+        that hangs, or a loop that was busy, must not let a lease run out under a
+        handler that is still running."""
+        now = time.monotonic()
+        lapsing = {job_id: child for moment, job_id, child in self._lapse_moments()
+                   if now >= moment}
+        if lapsing:
+            self._stop_unfenced(lapsing)
+
     def _stop_unfenced(self, lapsing: dict[int, Child]) -> None:
         """These leases are about to lapse unrenewed: a handler still running would soon
         run unfenced, so its worker is killed; jobs not started are given up (their
         workers are told to skip them) and left for a rescue."""
+        # Started and not finishing (the caller left those out): its handler runs.
         running = {child for job_id, child in lapsing.items()
-                   if child.running == job_id and not child.held[job_id].finishing}
+                   if child.held[job_id].started_at is not None}
         unstarted = [(job_id, child) for job_id, child in lapsing.items()
                      if child.held[job_id].started_at is None]
         logs.event(log, logging.ERROR, "cannot renew leases; stopping their jobs",
@@ -545,6 +574,9 @@ class Supervisor:
         busy = any(child.held for child in self.children.values())
         moments = [self.next_renew_at, self.next_rescue_at,
                    now + (BUSY_LOOP_WAIT_S if busy else MAX_LOOP_WAIT_S)]
+        next_lapse = self._next_lapse()
+        if next_lapse is not None:
+            moments.append(next_lapse)
         for child in self.children.values():
             deadline = child.deadline()
             if deadline is not None:
@@ -567,7 +599,7 @@ class Supervisor:
                            lease_ttl_s=self.config.lease_ttl,
                            retention_s=self.config.defaults.retention, daemon_id=self.daemon_id,
                            listen=self.config.notifications,
-                           on_disconnect=self._forget_listener)
+                           on_disconnect=self._forget_listener, answer_by=self._next_lapse)
 
 
 def _record_only(signum: int, frame: Any) -> None:

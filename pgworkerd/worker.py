@@ -42,6 +42,10 @@ EXIT_BOOT_ERROR = 3  # the child could not even start: the supervisor stops
 EXIT_ORPHANED = 4  # the supervisor is gone
 RECONNECT_MAX_S = 10.0
 MEMORY_CHECK_INTERVAL_S = 1.0  # reading our RSS costs a /proc read: not before every job
+# Errors that end a connection's use. A server that cannot write any more (a failover
+# left us on a read-only node, or a standby) is one: the job is not at fault, nothing
+# is charged, we reconnect (with backoff) until a writable server answers (§21).
+CONNECTION_FAULTS = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,7 @@ class Worker:
         # Counts connections made: a batch claimed on an earlier connection is given
         # back rather than run, since its leases may have lapsed while we were away.
         self._connection_epoch = 0
+        self._read_only_delay_s = 0.0  # backoff between read-only faults in a row
         self._wake_r, self._wake_w = os.pipe()
         self._boot()
 
@@ -179,10 +184,11 @@ class Worker:
                 queues=self.spec.queues, limit=self.spec.batch_size,
                 lease_ttl_s=self.spec.lease_ttl_s, worker=self.spec.worker_id,
                 max_attempts=self.spec.queue_max_attempts)
-        except psycopg.OperationalError as exc:
+        except CONNECTION_FAULTS as exc:
             self.outcomes.put_back(successes)  # neither the write nor the claim happened
             self._lost_connection(exc)
             return None
+        self._read_only_delay_s = 0.0
         self._written(successes, kept)
         if batch:
             first = self._claimed_count + 1
@@ -286,8 +292,9 @@ class Worker:
         while True:
             try:
                 kept = self.store.complete(self._connection(for_outcome=True), leases)
+                self._read_only_delay_s = 0.0
                 break
-            except psycopg.OperationalError as exc:
+            except CONNECTION_FAULTS as exc:
                 self._lost_connection(exc)
                 if os.getppid() != self.spec.supervisor_pid:
                     return  # orphaned: the leases lapse and the jobs are rescued
@@ -317,8 +324,9 @@ class Worker:
             try:
                 self._write_outcome(self._connection(for_outcome=True), job, outcome,
                                     duration_ms)
+                self._read_only_delay_s = 0.0
                 return
-            except psycopg.OperationalError as exc:
+            except CONNECTION_FAULTS as exc:
                 self._lost_connection(exc)
                 if os.getppid() != self.spec.supervisor_pid:
                     return
@@ -345,7 +353,7 @@ class Worker:
     def _release(self, jobs: list[Job]) -> None:
         if not jobs:
             return
-        with contextlib.suppress(psycopg.OperationalError):
+        with contextlib.suppress(*CONNECTION_FAULTS):
             self.store.release(self._connection(), [job.lease for job in jobs])
         # Said either way: if the release did not reach the database, the supervisor's
         # renewals stop and the leases expire into a rescue.
@@ -362,7 +370,7 @@ class Worker:
             return
         try:
             next_in = self.store.next_run_in(conn, self.spec.queues)
-        except psycopg.OperationalError as exc:
+        except CONNECTION_FAULTS as exc:
             self._lost_connection(exc)
             return
         timeout = self.spec.poll_interval_s
@@ -391,7 +399,10 @@ class Worker:
                 self._connection_epoch += 1
                 self.writer.send("ready")
                 return self.conn
-            except psycopg.OperationalError as exc:
+            except CONNECTION_FAULTS as exc:
+                if self.conn is not None:
+                    with contextlib.suppress(Exception):
+                        self.conn.close()
                 self.conn = None
                 logs.event(log, logging.WARNING, "database unreachable; retrying",
                            error=db.describe_error(exc, self.spec.database_url),
@@ -409,6 +420,12 @@ class Worker:
             with contextlib.suppress(Exception):
                 self.conn.close()
         self.conn = None
+        if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+            # Connecting works, writing does not: reconnecting at once would spin.
+            self._read_only_delay_s = min(RECONNECT_MAX_S,
+                                          max(0.1, self._read_only_delay_s * 2))
+            _sleep_interruptibly(self._wake_r,
+                                 self._read_only_delay_s * random.uniform(0.5, 1.0))
 
     def _should_recycle(self) -> bool:
         spec = self.spec

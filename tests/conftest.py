@@ -112,14 +112,18 @@ def recorder(history_conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 
 @pytest.fixture
 def daemons(tmp_path: Path):
-    """daemons(dsn, name, **config) -> a running `pgworkerd run`; all killed at the end."""
+    """daemons(dsn, name, **config) -> a running `pgworkerd run`; all killed at the end.
+    Keywords `history_dsn` and `env` go to Daemon (history off a faulty path, extra
+    environment); the others are config."""
     from tests.daemon import Daemon, write_config
 
     started: list[Daemon] = []
 
-    def start(dsn: str, name: str = "pgworkerd", **config: Any) -> Daemon:
+    def start(dsn: str, name: str = "pgworkerd", *, history_dsn: str | None = None,
+              env: dict[str, str] | None = None, **config: Any) -> Daemon:
         path = write_config(tmp_path / f"{name}.yaml", **config)
-        daemon = Daemon(path, dsn, tmp_path / f"{name}.log")
+        daemon = Daemon(path, dsn, tmp_path / f"{name}.log", history_dsn=history_dsn,
+                        env=env)
         started.append(daemon)
         return daemon
 
@@ -132,6 +136,22 @@ def daemons(tmp_path: Path):
 def start_daemon(db_dsn: str, daemons: Any, history_conn: psycopg.Connection[Any]):
     """start_daemon(name, **config) -> a running `pgworkerd run` on the test database."""
     return lambda name="pgworkerd", **config: daemons(db_dsn, name, **config)
+
+
+@pytest.fixture
+def proxy(pg_admin_dsn: str):
+    """A loopback TCP proxy (tests/proxy.py) in front of the test server."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from tests.proxy import Proxy
+
+    params = conninfo_to_dict(pg_admin_dsn)
+    host = str(params.get("host") or "")
+    if not host or host.startswith("/"):
+        pytest.skip("the test server listens on a Unix socket only: nothing to proxy")
+    started = Proxy(int(params.get("port") or 5432), host).start()
+    yield started
+    started.close()
 
 
 @pytest.fixture

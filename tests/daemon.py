@@ -47,6 +47,7 @@ BASE_CONFIG: dict[str, Any] = {
         "segfault": "tests.handlers:segfault",
         "hog": "tests.handlers:hog",
         "work": "tests.handlers:work",
+        "spawn_then_die": "tests.handlers:spawn_then_die",
     },
     "queues": {"default": {}},
     "workers": [{"queues": ["default"], "concurrency": 2}],
@@ -77,9 +78,11 @@ def write_config(path: Path, **overrides: Any) -> Path:
     return path
 
 
-def daemon_env(dsn: str) -> dict[str, str]:
+def daemon_env(dsn: str, history_dsn: str | None = None) -> dict[str, str]:
+    """The daemon's environment. Handlers write history to `history_dsn` (default: the
+    daemon's own database URL), which a network fault test keeps off the faulty path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
-    env.update(PGWORKERD_DATABASE_URL=dsn, PGWORKERD_TEST_HISTORY_DSN=dsn,
+    env.update(PGWORKERD_DATABASE_URL=dsn, PGWORKERD_TEST_HISTORY_DSN=history_dsn or dsn,
                PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     return env
 
@@ -89,13 +92,15 @@ class Daemon:
     children) by the fixture that made it."""
 
     def __init__(self, config_path: Path, dsn: str, log_path: Path,
-                 log_format: str = "text") -> None:
+                 log_format: str = "text", history_dsn: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pgworkerd", "run", "-c", str(config_path),
              "--log-format", log_format],
-            env=daemon_env(dsn), stdout=self._log, stderr=subprocess.STDOUT,
+            env={**daemon_env(dsn, history_dsn), **(env or {})}, stdout=self._log,
+            stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid = self.proc.pid
         self._known_children: set[int] = set()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
+import subprocess
 import time
 from typing import Any
 
@@ -23,6 +25,13 @@ def _record(job: pgworkerd.Job, event: str) -> None:
             "INSERT INTO history (job_id, attempt, lease_token, pid, event)"
             " VALUES (%s, %s, %s, %s, %s)",
             (job.id, job.attempt, job.lease_token, os.getpid(), event))
+
+
+def _pause(seconds: float) -> None:
+    """time.sleep, but also under libfaketime with a true monotonic clock (its 0.9.10
+    turns Python 3.11's absolute-deadline clock_nanosleep into EINVAL, libfaketime
+    #426; select() is left alone). Interrupted by signals as time.sleep is."""
+    select.select([], [], [], seconds)
 
 
 def noop(job: pgworkerd.Job) -> None:
@@ -59,7 +68,7 @@ def discard(job: pgworkerd.Job) -> None:
 def sleep(job: pgworkerd.Job) -> str:
     """Sleeps payload["seconds"]; records start and end."""
     _record(job, "start")
-    time.sleep(job.payload.get("seconds", 1))
+    _pause(job.payload.get("seconds", 1))
     _record(job, "end")
     return "slept"
 
@@ -92,7 +101,7 @@ def sleep_first_attempt(job: pgworkerd.Job) -> str:
     """Attempt 1 sleeps payload["seconds"] and answers "first"; later ones answer at once."""
     _record(job, "start")
     if job.attempt == 1:
-        time.sleep(job.payload.get("seconds", 5))
+        _pause(job.payload.get("seconds", 5))
         _record(job, "end")
         return "first"
     _record(job, "end")
@@ -127,3 +136,22 @@ def work(job: pgworkerd.Job) -> str:
     time.sleep(job.payload.get("ms", 10) / 1000)
     _record(job, "end")
     return "worked"
+
+
+def spawn_then_die(job: pgworkerd.Job) -> str:
+    """Attempt 1 starts a grandchild (`sleep`, in the worker's process group), records
+    its pid, then crashes its worker (payload how="crash") or blocks in C with every
+    signal masked (how="block": only the runtime SIGKILL ends it). Later attempts
+    succeed."""
+    _record(job, "start")
+    if job.attempt == 1:
+        grandchild = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _record(job, f"grandchild {grandchild.pid}")
+        if job.payload["how"] == "crash":
+            os._exit(17)
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL,
+                                                                         signal.SIGSTOP})
+        ctypes.CDLL(None).sleep(3600)
+    _record(job, "end")
+    return "no grandchild this time"

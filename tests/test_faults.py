@@ -9,10 +9,11 @@ from typing import Any
 
 import psutil
 import psycopg
+from psycopg import sql
 
 import pgworkerd
 from tests import invariants
-from tests.daemon import job, job_in_state, states, wait_until
+from tests.daemon import history, job, job_in_state, states, wait_until
 
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 
@@ -77,6 +78,37 @@ def test_s2_a_job_that_runs_out_of_memory_is_charged_and_retried(start_daemon, r
     invariants.assert_holds(recorder, [hog, *others], max_runtime_s=30, lease_ttl_s=3)
 
 
+def test_s1_s15_a_handlers_grandchildren_die_with_its_worker(start_daemon, recorder):
+    """§1 and §15 with a handler that started a process of its own: whether the worker
+    crashes or is SIGKILLed past its max runtime, nothing of its process group is left
+    behind once the supervisor has reaped it; each job is charged and retried."""
+    crashing = pgworkerd.enqueue(recorder, "spawn_then_die", {"how": "crash"})
+    hanging = pgworkerd.enqueue(recorder, "spawn_then_die", {"how": "block"}, max_runtime=1)
+    daemon = start_daemon()
+    wait_until(lambda: all(job(recorder, i)["state"] == "succeeded"
+                           for i in (crashing, hanging)), what="both jobs to be rerun")
+    grandchildren = [int(event.split()[1]) for _, _, event, _, _ in history(recorder)
+                     if event.startswith("grandchild ")]
+    assert len(grandchildren) == 2
+    wait_until(lambda: not any(alive_sleep(pid) for pid in grandchildren), timeout_s=5,
+               what="the grandchildren to be gone")
+    log = daemon.log()
+    assert "exited with status 17" in log and "reason=timeout" in log
+    for job_id in (crashing, hanging):
+        assert job(recorder, job_id)["attempt"] == 2
+    drain(daemon)
+    invariants.assert_holds(recorder, [crashing, hanging], max_runtime_s=1, lease_ttl_s=3)
+
+
+def alive_sleep(pid: int) -> bool:
+    """Whether `pid` is still a live `sleep 600` (not a zombie, not a reused pid)."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.cmdline() == ["sleep", "600"]
+    except psutil.Error:
+        return False
+
+
 def test_s5_killed_between_handler_success_and_outcome_commit(start_daemon, recorder, db_dsn):
     """§5: the handler finished but its outcome never committed: the job runs again,
     same id, attempt + 1."""
@@ -137,6 +169,34 @@ def test_s25_no_connection_crosses_a_fork_and_the_supervisor_has_one_thread(star
         assert worker.num_threads() == 1
     assert psutil.Process(daemon.pid).num_threads() == 1
     drain(daemon)
+
+
+def test_s21_a_database_that_turned_read_only_is_a_connection_fault(start_daemon, recorder):
+    """§21, as after a failover to a read-only node: workers reconnect with backoff
+    (no crash loop, no traceback, bounded CPU), nothing is charged, and they resume
+    alone once the database takes writes again."""
+    daemon = start_daemon(workers=ONE_WORKER)
+    daemon.wait_for_workers(1)
+    database = sql.Identifier(recorder.info.dbname)
+    recorder.execute(sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on")
+                     .format(database))
+    recorder.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE application_name LIKE 'pgworkerd%%'")  # new sessions: read-only
+    waiting = pgworkerd.enqueue(recorder, "record", {})  # our session still writes
+    wait_until(lambda: "read-only transaction" in daemon.log(), what="a read-only error")
+    cpu_before = tree_cpu_s(daemon)
+    fault_s = 4.0
+    time.sleep(fault_s)  # the fault itself lasts this long; nothing is waited for here
+    cpu_used = tree_cpu_s(daemon) - cpu_before
+    recorder.execute(sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only")
+                     .format(database))
+    wait_until(job_in_state(recorder, waiting, "succeeded"), what="the job after the fault")
+    assert job(recorder, waiting)["attempt"] == 1, "charged for the database's fault"
+    log = daemon.log()
+    assert "worker exited" not in log and "Traceback" not in log, log[-2000:]
+    assert cpu_used < fault_s * 0.25, f"{cpu_used:.2f}s CPU in a {fault_s}s fault"
+    drain(daemon)
+    invariants.assert_holds(recorder, [waiting], max_runtime_s=30, lease_ttl_s=3)
 
 
 def test_s20_s22_postgresql_restarts_and_outages(daemons, own_cluster):
