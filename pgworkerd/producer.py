@@ -105,7 +105,8 @@ class Producer:
     ) -> list[int]:
         if not records:
             return []
-        ids = self.store.insert(conn, self._encode(records, label_index=label_index))
+        ids = self.store.insert(conn, self._encode(records, label_index=label_index),
+                                unique_keys=any("unique_key" in r for r in records))
         inserted_by_key: dict[str, int] = {}
         for index, job_id in enumerate(ids):
             key = records[index].get("unique_key")
@@ -190,7 +191,22 @@ def _job_record(
     return record
 
 
+# Names that passed _check_name: a bulk list repeats a few kinds and queues thousands
+# of times. Bounded, so a stream of distinct unique keys cannot grow it without end.
+_CHECKED_NAMES: set[str] = set()
+_CHECKED_NAMES_MAX = 4096
+
+
 def _check_name(what: str, value: Any) -> None:
+    if type(value) is str and value in _CHECKED_NAMES:
+        return
+    _check_new_name(what, value)
+    if len(_CHECKED_NAMES) >= _CHECKED_NAMES_MAX:
+        _CHECKED_NAMES.clear()
+    _CHECKED_NAMES.add(value)
+
+
+def _check_new_name(what: str, value: Any) -> None:
     if not isinstance(value, str):
         raise InvalidJob(f"{what} must be a string, got {type(value).__name__}")
     if not value.strip():

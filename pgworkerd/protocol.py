@@ -5,9 +5,12 @@ jobs each child holds (to renew their leases, and to settle them if the child di
 and which one is running since when (to enforce max runtime):
 
     {"t": "ready"}                                   connected, about to claim
-    {"t": "claimed", "first": n, "jobs": [[id, token, kind, queue, max_runtime_s], ...]}
-                                                     leased, numbered n, n+1, ... in the
-                                                     order they will run
+    {"t": "claimed", "first": n, "at": t, "full": bool,
+     "jobs": [[id, token, kind, queue, max_runtime_s], ...]}
+                                                     leased (the claim was sent at
+                                                     monotonic time t), numbered n, n+1,
+                                                     ... in the order they will run;
+                                                     full: as many as asked for
     {"t": "finishing", "ids": [id, ...]}             returned; their outcomes are next
     {"t": "done", "ids": [id, ...]}                  outcomes written (or leases lost)
 

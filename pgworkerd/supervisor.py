@@ -293,8 +293,11 @@ class Supervisor:
             for number, (job_id, token, job_kind, queue, max_runtime_s) in enumerate(
                     message["jobs"], start=message["first"]):
                 runtime = self.config.max_runtime_for(queue, max_runtime_s)
+                # The lease runs from the claim, not from our reading of it (the host's
+                # monotonic clock is one for all its processes).
                 child.held[job_id] = HeldJob(lease_from_message(job_id, token), job_kind,
-                                             queue, runtime, number)
+                                             queue, runtime, number,
+                                             renewed_at=message.get("at", time.monotonic()))
             child.idle = False
             if message.get("full"):  # there may be more: wake a sibling to share them
                 self._wake_one(child.queues)

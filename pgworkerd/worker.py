@@ -177,6 +177,8 @@ class Worker:
         successes = self.outcomes.take()
         try:
             conn = self._connection()
+            # Before the claim is sent: its leases run from no earlier than this.
+            claimed_at = time.monotonic()
             if successes:
                 self.writer.send("finishing", ids=[s.job.id for s in successes])
             kept, batch = self.store.complete_and_claim(
@@ -194,7 +196,8 @@ class Worker:
             first = self._claimed_count + 1
             self._claimed_count += len(batch)
             self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
-            self.writer.send("claimed", first=first, full=len(batch) == self.spec.batch_size,
+            self.writer.send("claimed", first=first, at=claimed_at,
+                             full=len(batch) == self.spec.batch_size,
                              jobs=[[j.id, str(j.lease_token), j.kind, j.queue, j.max_runtime_s]
                                    for j in batch])
         return batch
@@ -393,9 +396,13 @@ class Worker:
         delay = 0.1
         while True:
             try:
-                self.conn = db.connect(self.spec.database_url,
-                                       application_name=f"pgworkerd worker {self.spec.pool} "
-                                                        f"#{self.spec.index}")
+                # A write unacknowledged for as long as a lease lasts means a dead
+                # path: give up then, not after the default 30 s (the job's lease
+                # would have lapsed long before, leaving it `running` meanwhile).
+                self.conn = db.connect(
+                    self.spec.database_url,
+                    application_name=f"pgworkerd worker {self.spec.pool} #{self.spec.index}",
+                    tcp_user_timeout=int(min(30.0, self.spec.lease_ttl_s) * 1000))
                 self._connection_epoch += 1
                 self.writer.send("ready")
                 return self.conn

@@ -110,7 +110,8 @@ def test_s6_an_outcome_commits_but_its_reply_is_lost(daemons, proxy, db_dsn, rec
     """§6: the complete statement commits, then the connection dies before its answer
     arrives. The worker reconnects, writes the outcome again and sees its own (the
     token stays on the finished row): no rerun, attempt 1, one start."""
-    text = statements("pgworkerd")["jobs_complete"].as_string(recorder)
+    # A batch's successes are written with the next claim, by this statement.
+    text = statements("pgworkerd")["jobs_complete_and_claim"].decode()
     proxy.lose_reply_to(text[:text.index("%(")].encode())  # up to its first parameter
     done = pgworkerd.enqueue(recorder, "record", {})
     daemon = daemons(proxy.dsn(db_dsn), history_dsn=db_dsn, workers=ONE_WORKER)

@@ -43,12 +43,13 @@ inserted AS (
     DO NOTHING
     RETURNING j.id, j.queue, j.run_at
 ),
--- Wake idle workers of each queue that got a job it can run now. The payload is the
--- queue name only (NOTIFY payloads are limited to 8000 bytes); PostgreSQL delivers
--- them at commit and folds duplicates within a transaction.
+-- Wake an idle worker of each queue that got a job: to run it, or, for a job scheduled
+-- later, to learn the new earliest run_at and sleep until then (not until its next
+-- poll). The payload is the queue name only (NOTIFY payloads are limited to 8000
+-- bytes); PostgreSQL delivers them at commit and folds duplicates within a transaction.
 notified AS (
     SELECT pg_notify(%(channel)s, q.queue)
-    FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) AS q
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
 )
 SELECT input.id,
        -- a hashed subplan: one pass over `inserted`, whatever the list's length
@@ -56,6 +57,36 @@ SELECT input.id,
 FROM input
 CROSS JOIN (SELECT count(*) FROM notified) AS force_notify  -- an unreferenced CTE never runs
 ORDER BY input.ord;
+
+
+-- name: jobs_insert_without_unique_keys
+-- jobs_insert for a list in which no job has a unique_key: nothing can be left out, so
+-- no ON CONFLICT arbiter check per row and no bookkeeping of what was left out.
+WITH inserted AS (
+    INSERT INTO {schema}.jobs AS j
+        (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime)
+    SELECT nextval(%(sequence)s::regclass), t.queue, t.kind, t.payload,
+           COALESCE(t.priority, 0),
+           COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay_s, 0))),
+           t.max_attempts, make_interval(secs => t.max_runtime_s)
+    FROM ROWS FROM (
+             jsonb_to_recordset(%(jobs)s::jsonb)
+             AS (queue text, kind text, payload jsonb, priority int, run_at timestamptz,
+                 delay_s float8, max_attempts int, max_runtime_s float8)
+         ) WITH ORDINALITY AS t(queue, kind, payload, priority, run_at, delay_s,
+                                max_attempts, max_runtime_s, ord)
+    RETURNING j.id, j.queue, j.run_at
+),
+notified AS (  -- as in jobs_insert
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+-- The function scan yields the records in input order and nextval() numbers them as
+-- they come, increasing: ordered by id is ordered as given.
+SELECT inserted.id, false AS left_out
+FROM inserted
+CROSS JOIN (SELECT count(*) FROM notified) AS force_notify
+ORDER BY inserted.id;
 
 
 -- name: jobs_find_live_by_unique_key
