@@ -28,7 +28,13 @@ from typing import Any
 import psutil
 
 from bench import chart, measure, peers, report, scale
-from bench.cluster import drop_database, fresh_database, server_settings, throwaway_cluster
+from bench.cluster import (
+    drop_database,
+    fdatasync_rate,
+    fresh_database,
+    server_settings,
+    throwaway_cluster,
+)
 from bench.daemon import REPO
 from pgworkerd.embedded import EmbeddedCluster
 
@@ -87,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = server_settings(cluster.dsn())
         print(f"cluster up on 127.0.0.1:{cluster.port}: " +
               ", ".join(f"{k}={v}" for k, v in settings.items()))
+        # The disk and the neighbours move commit-bound numbers: say what they were.
+        environment = {"fdatasync_per_s_start": fdatasync_rate(cluster),
+                       "loadavg_start": os.getloadavg()}
+        print(f"fdatasync {environment['fdatasync_per_s_start'] or 0:,.0f}/s, "
+              f"load average {environment['loadavg_start'][0]:.2f}")
         for rep in range(1, args.reps + 1):
             for name in [report.OURS, *available]:
                 for mode in MODES:
@@ -97,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                             fh.write(json.dumps(record, sort_keys=True) + "\n")
         if args.scale:
             scale_figures = _scale(cluster, logs, args)
+        environment.update(fdatasync_per_s_end=fdatasync_rate(cluster),
+                           loadavg_end=os.getloadavg())
     elapsed = time.monotonic() - started
 
     table = report.rows(records, [report.OURS, *available])
@@ -113,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
               f"pgworkerd: `workers: [{{queues: [bench], concurrency: {proto.concurrency}}}]`, "
               "other settings at their defaults. Peers: their harnesses from "
               f"`{_shown(args.peers_dir)}`. "
-              + (f"Median of {args.reps} runs." if args.reps > 1 else "One run each.")]
+              + (f"Median of {args.reps} runs." if args.reps > 1 else "One run each.")
+              + f" Disk fdatasync (pg_test_fsync): {_rate(environment, 'start')} at the start, "
+              f"{_rate(environment, 'end')} at the end; load average (1 min) "
+              f"{environment['loadavg_start'][0]:.1f} before."]
     notes = _notes(records, scale_figures)
     summary = report.markdown(table, goals, header, notes)
     print()
@@ -122,10 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     (out / "run.json").write_text(json.dumps({
         "argv": sys.argv, "protocol": asdict(proto), "peers": available,
         "skipped_peers": [p for p in args.peer_names if p not in available],
-        "settings": settings, "machine": _machine(), "elapsed_s": round(elapsed, 1),
+        "settings": settings, "machine": _machine(), "environment": environment,
+        "elapsed_s": round(elapsed, 1),
         "scale": scale_figures, "rows": [asdict(r) for r in table],
         "targets": [asdict(g) for g in goals]}, indent=2))
-    if chart.draw(table, title, out / "chart.png"):
+    if chart.draw(table, title, out / "chart.png", report.target_lines(table)):
         shutil.copyfile(out / "chart.png", args.out / "latest.png")
         print(f"chart: {out / 'chart.png'} (copied to {args.out / 'latest.png'})")
     shutil.copyfile(out / "summary.md", args.out / "latest.md")
@@ -178,7 +195,7 @@ def _scale(cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace) -> di
     last = memory[-1]
     print(f"  scale: after {last.jobs_done:,} jobs: largest worker {last.largest_worker_mb:.1f} "
           f"MB, supervisor {last.supervisor_mb:.1f} MB ({time.monotonic() - t0:.0f}s)")
-    return {"claim_empty": asdict(empty), "claim_loaded": asdict(loaded),
+    return {"rows": args.scale_rows, "claim_empty": asdict(empty), "claim_loaded": asdict(loaded),
             "daemon_jobs": args.scale_jobs, "worker_rss_mb": round(last.largest_worker_mb, 1),
             "supervisor_rss_mb": round(last.supervisor_mb, 1),
             "memory_samples": [asdict(s) for s in memory]}
@@ -188,12 +205,16 @@ def _notes(records: list[dict[str, Any]], scale_figures: dict[str, Any] | None) 
     ours = [r for r in records if r["name"] == report.OURS and r["mode"] == "throughput"]
     notes = []
     for r in ours:
+        after = r.get("process_after_imports_jps")
         notes.append(
-            f"- pgworkerd run {r['rep']}: {r['all_acked_s']:.2f} s for {r['n']:,} jobs, of "
-            f"which {r.get('startup_s', float('nan')):.2f} s from spawn to first claim; "
-            f"steady rate (first claim to last finish) {r.get('steady_jps') or 0:,.0f} jobs/s; "
-            f"{r.get('log_lines', 0) / r['n']:.1f} daemon log lines per job; "
-            f"worker RSS {r.get('worker_rss_mb')} MB at the end.")
+            f"- pgworkerd run {r['rep']}: {r['all_acked_s']:.2f} s for {r['n']:,} jobs from "
+            f"spawning `pgworkerd run`, of which {r.get('imports_s', float('nan')):.2f} s "
+            "before its \"supervisor started\" line (interpreter, imports, config: the peers' "
+            "harnesses import before their clock starts) and "
+            f"{r.get('startup_s', float('nan')):.2f} s to the first claim. Rate without the "
+            f"imports {after or 0:,.0f} jobs/s; steady (first claim to last finish) "
+            f"{r.get('steady_jps') or 0:,.0f} jobs/s. {r.get('log_lines', 0) / r['n']:.1f} "
+            f"daemon log lines per job; worker RSS {r.get('worker_rss_mb')} MB at the end.")
     notes.append("- CPU: pgworkerd = supervisor + workers (psutil, reaped children included, "
                  "start-up included); peers = their worker process as their harness reports "
                  "it (the raw loop reports none).")
@@ -212,6 +233,11 @@ def _brief(record: dict[str, Any]) -> str:
                 f"{record.get('process_jps', 0):,.0f} jobs/s"
                 + ("" if record.get("acked_ok") else " (NOT all finished)"))
     return f"latency p50 {record.get('lat_p50_ms')} ms, p99 {record.get('lat_p99_ms')} ms"
+
+
+def _rate(environment: dict[str, Any], when: str) -> str:
+    rate = environment.get(f"fdatasync_per_s_{when}")
+    return "?" if rate is None else f"{rate:,.0f}/s"
 
 
 def _machine() -> str:

@@ -4,6 +4,7 @@ pgworkerd beside each system measured in the same run."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bench.report import OURS, Row
 
@@ -12,7 +13,8 @@ OTHER_COLOUR = "#9aa5b1"
 REFERENCE_COLOUR = "#d9dde2"
 
 
-def draw(table: list[Row], title: str, path: Path) -> bool:
+def draw(table: list[Row], title: str, path: Path,
+         targets: dict[str, float] | None = None) -> bool:
     """Write the PNG; False (and a note) when matplotlib is missing (`pip install
     -e '.[bench]'`)."""
     try:
@@ -31,9 +33,13 @@ def draw(table: list[Row], title: str, path: Path) -> bool:
     ys = list(range(len(table)))[::-1]  # first row on top
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 1.2 + 0.75 * len(table)), sharey=True)
-    panels = [("no-op processing, jobs/s (higher is better)", [r.process for r in table]),
-              ("bulk enqueue, jobs/s (higher is better)", [r.enqueue_bulk for r in table])]
-    for ax, (name, values) in zip(axes[:2], panels, strict=True):
+    targets = targets or {}
+    panels = [("no-op processing, jobs/s (higher is better)", "process",
+               [r.process for r in table]),
+              ("bulk enqueue, jobs/s (higher is better)", "enqueue_bulk",
+               [r.enqueue_bulk for r in table])]
+    for ax, (name, key, values) in zip(axes[:2], panels, strict=True):
+        _target(ax, targets.get(key))
         ax.barh(ys, [v or 0 for v in values], color=colours, edgecolor="#555", linewidth=0.5)
         for y, v in zip(ys, values, strict=True):
             ax.text(v or 0, y, f" {v:,.0f}" if v else " -", va="center", fontsize=8)
@@ -41,6 +47,7 @@ def draw(table: list[Row], title: str, path: Path) -> bool:
         ax.margins(x=0.25)
         ax.ticklabel_format(axis="x", style="plain")
     ax = axes[2]
+    _target(ax, targets.get("lat_p99"), "p99 target")
     for y, r, colour in zip(ys, table, colours, strict=True):
         if r.lat_p99 is not None:
             ax.barh(y, r.lat_p99, color="white", edgecolor=colour, linewidth=1.5, hatch="///")
@@ -59,3 +66,10 @@ def draw(table: list[Row], title: str, path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def _target(ax: Any, at: float | None, label: str = "target") -> None:
+    if at is not None:
+        ax.axvline(at, color="#c0392b", linestyle="--", linewidth=1)
+        ax.text(at, 1.0, f" {label}", color="#c0392b", fontsize=8, va="bottom",
+                transform=ax.get_xaxis_transform())

@@ -5,7 +5,9 @@ durable server the peers were measured on."""
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,3 +74,25 @@ def server_settings(dsn: str) -> dict[str, Any]:
                             " WHERE name = ANY(%s) ORDER BY name",
                             (list(REPORTED_SETTINGS),)).fetchall()
     return dict(rows)
+
+
+def fdatasync_rate(cluster: EmbeddedCluster) -> float | None:
+    """fdatasync ops/s on the cluster's filesystem now (`pg_test_fsync -s 1`, first
+    block only): commit-bound figures follow it, and on a VM it drifts within minutes."""
+    test_file = cluster.base_dir / "fsync.test"
+    proc = subprocess.Popen([str(cluster.bin_dir / "pg_test_fsync"), "-s", "1", "-f",
+                             str(test_file)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, text=True)
+    rate = None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            match = re.match(r"\s+fdatasync\s+([\d.]+) ops/sec", line)
+            if match:
+                rate = float(match[1])
+                break
+    finally:
+        proc.kill()  # the rest of its report is not needed
+        proc.wait()
+        test_file.unlink(missing_ok=True)
+    return rate

@@ -18,11 +18,13 @@ Each returns one record with the keys of a peer's RESULT line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,7 @@ def throughput(dsn: str, work: Path, tag: str, proto: Protocol) -> dict[str, Any
         steady_jps=round(succeeded / float(span_s), 1) if span_s else None,
         # spawn to the first claim: the daemon's start-up inside all_acked_s
         startup_s=round(float(first_start_s) - daemon.started_wall, 3),
+        **_after_imports(log_path, daemon.started_wall, elapsed, proto.n),
         worker_cpu_s=round(usage.cpu_s, 2),
         worker_rss_mb=[round(x, 1) for x in usage.worker_rss_mb],
         daemon_exit=exit_status,
@@ -139,6 +142,20 @@ def latency(dsn: str, work: Path, tag: str, proto: Protocol) -> dict[str, Any]:
     res["enqueue_call_p50_ms"] = round(stats.percentile([d * 1000 for d in durations], 50), 2)
     res["log_lines"] = _count_lines(log_path)
     return res
+
+
+def _after_imports(log_path: Path, spawned: float, elapsed: float,
+                   n: int) -> dict[str, float]:
+    """The part of the run after the daemon's imports: from its "supervisor started"
+    line (a UTC timestamp in the text log format) to the database showing all done."""
+    for line in log_path.read_text(errors="replace").splitlines():
+        if "supervisor started" in line:
+            with contextlib.suppress(ValueError, IndexError):
+                at = datetime.fromisoformat(line.split()[0]).timestamp()
+                imports_s = at - spawned
+                return {"imports_s": round(imports_s, 3),
+                        "process_after_imports_jps": round(n / (elapsed - imports_s), 1)}
+    return {}
 
 
 def _poll(check: Any, timeout_s: float) -> bool:
