@@ -211,7 +211,7 @@ def _notes(records: list[dict[str, Any]], scale_figures: dict[str, Any] | None) 
             f"spawning `pgworkerd run`, of which {r.get('imports_s', float('nan')):.2f} s "
             "before its \"supervisor started\" line (interpreter, imports, config: the peers' "
             "harnesses import before their clock starts) and "
-            f"{r.get('startup_s', float('nan')):.2f} s to the first claim. Rate without the "
+            f"{r.get('startup_s') or float('nan'):.2f} s to the first claim. Rate without the "
             f"imports {after or 0:,.0f} jobs/s; steady (first claim to last finish) "
             f"{r.get('steady_jps') or 0:,.0f} jobs/s. {r.get('log_lines', 0) / r['n']:.1f} "
             f"daemon log lines per job; worker RSS {r.get('worker_rss_mb')} MB at the end.")

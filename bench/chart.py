@@ -22,6 +22,7 @@ def draw(table: list[Row], title: str, path: Path,
 
         matplotlib.use("Agg")  # no display: files only
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import StrMethodFormatter
     except ImportError:
         print("note: matplotlib is not installed (pip install -e '.[bench]'): no chart")
         return False
@@ -45,7 +46,7 @@ def draw(table: list[Row], title: str, path: Path,
             ax.text(v or 0, y, f" {v:,.0f}" if v else " -", va="center", fontsize=8)
         ax.set_title(name, fontsize=10)
         ax.margins(x=0.25)
-        ax.ticklabel_format(axis="x", style="plain")
+        ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax = axes[2]
     _target(ax, targets.get("lat_p99"), "p99 target")
     for y, r, colour in zip(ys, table, colours, strict=True):
@@ -71,5 +72,5 @@ def draw(table: list[Row], title: str, path: Path,
 def _target(ax: Any, at: float | None, label: str = "target") -> None:
     if at is not None:
         ax.axvline(at, color="#c0392b", linestyle="--", linewidth=1)
-        ax.text(at, 1.0, f" {label}", color="#c0392b", fontsize=8, va="bottom",
+        ax.text(at, 0.995, f" {label}", color="#c0392b", fontsize=8, va="top",
                 transform=ax.get_xaxis_transform())

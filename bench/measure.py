@@ -87,8 +87,10 @@ def throughput(dsn: str, work: Path, tag: str, proto: Protocol) -> dict[str, Any
 
         daemon = Daemon(config, log_path)
         try:
-            done = _poll(lambda: not conn.execute(UNFINISHED).fetchone()[0],
-                         proto.phase_timeout_s)
+            # A daemon that exited (bad config, crash) ends the wait: nothing will finish.
+            _poll(lambda: daemon.proc.poll() is not None
+                  or not conn.execute(UNFINISHED).fetchone()[0], proto.phase_timeout_s)
+            done = not conn.execute(UNFINISHED).fetchone()[0]
             elapsed = time.perf_counter() - daemon.started
             usage = daemon.usage()
         finally:
@@ -104,7 +106,8 @@ def throughput(dsn: str, work: Path, tag: str, proto: Protocol) -> dict[str, Any
         process_jps=round(proto.n / elapsed, 1),
         steady_jps=round(succeeded / float(span_s), 1) if span_s else None,
         # spawn to the first claim: the daemon's start-up inside all_acked_s
-        startup_s=round(float(first_start_s) - daemon.started_wall, 3),
+        startup_s=(round(float(first_start_s) - daemon.started_wall, 3)
+                   if first_start_s is not None else None),
         **_after_imports(log_path, daemon.started_wall, elapsed, proto.n),
         worker_cpu_s=round(usage.cpu_s, 2),
         worker_rss_mb=[round(x, 1) for x in usage.worker_rss_mb],
