@@ -213,7 +213,8 @@ def _notes(records: list[dict[str, Any]], scale_figures: dict[str, Any] | None) 
             "harnesses import before their clock starts) and "
             f"{r.get('startup_s') or float('nan'):.2f} s to the first claim. Rate without the "
             f"imports {after or 0:,.0f} jobs/s; steady (first claim to last finish) "
-            f"{r.get('steady_jps') or 0:,.0f} jobs/s. {r.get('log_lines', 0) / r['n']:.1f} "
+            f"{r.get('steady_jps') or 0:,.0f} jobs/s. CPU {r.get('worker_cpu_s')} s, of which "
+            f"the supervisor {r.get('supervisor_cpu_s')} s. {r.get('log_lines', 0) / r['n']:.1f} "
             f"daemon log lines per job; worker RSS {r.get('worker_rss_mb')} MB at the end.")
     notes.append("- CPU: pgworkerd = supervisor + workers (psutil, reaped children included, "
                  "start-up included); peers = their worker process as their harness reports "

@@ -71,6 +71,7 @@ def migrate(config: Path, log_path: Path) -> None:
 @dataclass
 class TreeUsage:
     cpu_s: float  # user + system of supervisor and workers, reaped workers included
+    supervisor_cpu_s: float  # the supervisor's own share of cpu_s
     supervisor_rss_mb: float
     worker_rss_mb: list[float]
     worker_uss_mb: list[float]
@@ -95,7 +96,8 @@ class Daemon:
         """CPU and memory of the tree now. A reaped worker's CPU is in the supervisor's
         children_* times; a live one's is read from it directly."""
         times = self.ps.cpu_times()
-        cpu = times.user + times.system + times.children_user + times.children_system
+        own = times.user + times.system
+        cpu = own + times.children_user + times.children_system
         rss, uss = [], []
         for child in self.ps.children(recursive=True):
             with contextlib.suppress(psutil.Error):
@@ -104,7 +106,7 @@ class Daemon:
                 info = child.memory_full_info()
                 rss.append(info.rss / 2**20)
                 uss.append(info.uss / 2**20)
-        return TreeUsage(cpu, self.ps.memory_info().rss / 2**20, rss, uss)
+        return TreeUsage(cpu, own, self.ps.memory_info().rss / 2**20, rss, uss)
 
     def workers_connected(self, dsn: str, count: int, timeout_s: float = 60) -> float:
         """Wait until `count` worker connections show in pg_stat_activity (a database

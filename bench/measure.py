@@ -110,6 +110,7 @@ def throughput(dsn: str, work: Path, tag: str, proto: Protocol) -> dict[str, Any
                    if first_start_s is not None else None),
         **_after_imports(log_path, daemon.started_wall, elapsed, proto.n),
         worker_cpu_s=round(usage.cpu_s, 2),
+        supervisor_cpu_s=round(usage.supervisor_cpu_s, 2),
         worker_rss_mb=[round(x, 1) for x in usage.worker_rss_mb],
         daemon_exit=exit_status,
         log_lines=_count_lines(log_path),
