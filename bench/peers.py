@@ -114,11 +114,13 @@ def run(peer: Peer, mode: str, dsn: str, peers_dir: Path, proto: Protocol,
         try:
             proc.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            # The harness forks workers (raw loop): end its whole session, which is ours.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
             print(f"  note: {peer.name} {mode} passed {RUN_TIMEOUT_S}s and was killed")
+        finally:  # timed out, or we were interrupted
+            if proc.poll() is None:
+                # The harness forks workers (raw loop): end its whole session, ours.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     lines = [line for line in log.read_text(errors="replace").splitlines()
              if line.startswith("RESULT ")]
     if not lines:
