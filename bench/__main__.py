@@ -182,9 +182,10 @@ def _scale(cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace) -> di
     print(f"  scale: claim latency, empty vs +{args.scale_rows:,} finished "
           f"+{args.scale_rows:,} scheduled rows ...")
     empty, loaded = scale.claim_empty_vs_loaded(
-        fresh_database(cluster, "bench_scale_claim"), finished=args.scale_rows,
-        scheduled=args.scale_rows, samples=2000)
-    drop_database(cluster, "bench_scale_claim")
+        fresh_database(cluster, "bench_scale_empty"), fresh_database(cluster, "bench_scale_loaded"),
+        finished=args.scale_rows, scheduled=args.scale_rows, samples=2000)
+    drop_database(cluster, "bench_scale_empty")
+    drop_database(cluster, "bench_scale_loaded")
     print(f"  scale: claim p50/p99 {empty.p50_ms:.2f}/{empty.p99_ms:.2f} ms empty, "
           f"{loaded.p50_ms:.2f}/{loaded.p99_ms:.2f} ms loaded ({time.monotonic() - t0:.0f}s)")
     t0 = time.monotonic()
