@@ -1,6 +1,6 @@
-"""Scale: a million jobs enqueued in bulk; claim latency with them waiting, with a
-million finished rows and with a million scheduled for later; daemon RSS over a long
-run of no-op jobs.
+"""Scale: claim latency with a big table (a million jobs waiting; a million finished and
+a million scheduled for later) against an empty one, and daemon memory over a long run
+of no-op jobs. `python -m bench --scale` reports the two targets from here.
 
     python -m bench.scale [--jobs 1000000] [--samples 2000] [--daemon-jobs 100000]
 
@@ -10,26 +10,42 @@ Timings are printed, never asserted: tests/test_claim_plan.py asserts the plan.
 from __future__ import annotations
 
 import argparse
-import signal
-import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import psycopg
 
 import pgworkerd
-from pgworkerd.embedded import EmbeddedCluster, free_port
-from pgworkerd.migrations import migrate
+from bench import stats
+from bench.cluster import fresh_database, throwaway_cluster
+from bench.daemon import QUEUE, Daemon, migrate, write_config
+from pgworkerd.migrations import migrate as migrate_schema
 from pgworkerd.store import JobStore
-from tests.daemon import Daemon, write_config
 
 Conn = psycopg.Connection[Any]
+CLAIM_QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class Latency:
+    what: str
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    elapsed_s: float
+    supervisor_mb: float
+    largest_worker_mb: float
+    jobs_done: int
 
 
 def enqueue_bulk(conn: Conn, count: int, chunk: int = 10_000, **options: Any) -> float:
+    """`count` no-op jobs through enqueue_many, `chunk` a call; jobs/s."""
     started = time.perf_counter()
     for offset in range(0, count, chunk):
         pgworkerd.enqueue_many(conn, [{"kind": "noop", "payload": {"n": offset + n}, **options}
@@ -37,43 +53,99 @@ def enqueue_bulk(conn: Conn, count: int, chunk: int = 10_000, **options: Any) ->
     return count / (time.perf_counter() - started)
 
 
-def claim_latency_ms(conn: Conn, samples: int) -> tuple[float, float]:
+def claim_times_ms(conn: Conn, samples: int) -> list[float]:
+    """Claim one job and complete it, `samples` times, through JobStore as a worker
+    does (autocommit: two commits each); `samples` ready jobs are enqueued first so
+    every claim finds one. Each time is the claim plus the complete."""
+    enqueue_bulk(conn, samples)
+    conn.execute("ANALYZE pgworkerd.jobs")
     store = JobStore()
     latencies = []
     for _ in range(samples):
         started = time.perf_counter()
-        jobs = store.claim(conn, queues=["default"], limit=1, lease_ttl_s=30, worker="scale")
-        latencies.append((time.perf_counter() - started) * 1000)
+        jobs = store.claim(conn, queues=[CLAIM_QUEUE], limit=1, lease_ttl_s=30, worker="scale")
         store.complete(conn, [(job.lease, None) for job in jobs])
-    latencies.sort()
-    return statistics.median(latencies), latencies[int(len(latencies) * 0.99) - 1]
+        latencies.append((time.perf_counter() - started) * 1000)
+        assert len(jobs) == 1, "a ready job was not claimed"
+    return latencies
 
 
-def daemon_rss(dsn: str, work: Path, jobs: int) -> list[tuple[float, float, float, int]]:
+def claim_latency(conn: Conn, what: str, samples: int) -> Latency:
+    return _latency(what, claim_times_ms(conn, samples))
+
+
+def _latency(what: str, times_ms: list[float]) -> Latency:
+    return Latency(what, stats.percentile(times_ms, 50), stats.percentile(times_ms, 99))
+
+
+def add_finished(conn: Conn, count: int) -> None:
+    """`count` finished jobs of the claimed queue, made as in production: enqueued, then
+    ended `succeeded` (by one UPDATE rather than a daemon run: the rows are what matters).
+    Call with no other job queued."""
+    enqueue_bulk(conn, count)
+    conn.execute("UPDATE pgworkerd.jobs SET state = 'succeeded', finished_at = now(),"
+                 " attempt = 1 WHERE state = 'queued'")
+
+
+def add_scheduled(conn: Conn, count: int) -> None:
+    """`count` jobs on the claimed queue, due in a day: the claim must not walk them."""
+    enqueue_bulk(conn, count, delay=86_400)
+
+
+def settle(conn: Conn) -> None:
+    # What autovacuum would have done by then, so the plan sees real statistics.
+    conn.execute("VACUUM ANALYZE pgworkerd.jobs")
+
+
+def claim_empty_vs_loaded(empty_dsn: str, loaded_dsn: str, *, finished: int, scheduled: int,
+                          samples: int, rounds: int = 10) -> tuple[Latency, Latency]:
+    """Single-job claim+complete latency on an empty table against one holding
+    `finished` finished rows and `scheduled` future rows (the target: within 1.2x).
+
+    Two databases of one cluster, measured in alternating rounds: this VM's fdatasync
+    rate drifts within minutes, and one after the other would charge the drift to
+    whichever came second."""
+    with psycopg.connect(empty_dsn, autocommit=True) as empty, \
+            psycopg.connect(loaded_dsn, autocommit=True) as loaded:
+        migrate_schema(empty, "pgworkerd")
+        migrate_schema(loaded, "pgworkerd")
+        add_finished(loaded, finished)
+        add_scheduled(loaded, scheduled)
+        settle(loaded)
+        times: dict[str, list[float]] = {"empty": [], "loaded": []}
+        for _ in range(rounds):
+            times["empty"] += claim_times_ms(empty, max(1, samples // rounds))
+            times["loaded"] += claim_times_ms(loaded, max(1, samples // rounds))
+    return (_latency("claim+complete, empty table", times["empty"]),
+            _latency(f"claim+complete, +{finished:,} finished +{scheduled:,} scheduled",
+                     times["loaded"]))
+
+
+def daemon_memory(dsn: str, work: Path, jobs: int, concurrency: int = 2,
+                  every_s: float = 2.0) -> list[MemorySample]:
+    """Run `jobs` no-op jobs through `pgworkerd run` (the bench's config) and sample the
+    supervisor's and the largest worker's RSS until all are finished; the last sample
+    is taken with every job done, before SIGTERM."""
+    config = write_config(work / "memory.yaml", dsn, concurrency=concurrency)
+    log_path = work / "memory.log"
+    migrate(config, log_path)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        enqueue_bulk(conn, jobs)
-    config = write_config(work / "scale.yaml", workers=[{"queues": ["default"],
-                                                         "concurrency": 2}],
-                          defaults={"batch_size": 100})
-    daemon = Daemon(config, dsn, work / "scale.log")
-    samples = []
-    started = time.monotonic()
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        enqueue_bulk(conn, jobs, queue=QUEUE)
+        daemon = Daemon(config, log_path)
+        samples = []
+        try:
             while True:
                 left = conn.execute("SELECT count(*) FROM pgworkerd.jobs"
-                                    " WHERE state = 'queued'").fetchone()[0]
-                supervisor = psutil.Process(daemon.pid).memory_info().rss / 2**20
-                children = [p.memory_info().rss / 2**20 for p in daemon.workers()]
-                samples.append((time.monotonic() - started, supervisor,
-                                max(children, default=0.0), jobs - left))
+                                    " WHERE state IN ('queued', 'running')").fetchone()[0]
+                usage = daemon.usage()
+                samples.append(MemorySample(time.perf_counter() - daemon.started,
+                                            usage.supervisor_rss_mb,
+                                            max(usage.worker_rss_mb, default=0.0), jobs - left))
                 if left == 0:
                     break
-                time.sleep(2)
-        daemon.signal(signal.SIGTERM)
-        daemon.wait(timeout_s=60)
-    finally:
-        daemon.kill_everything()
+                time.sleep(every_s)
+        finally:
+            daemon.stop()
     return samples
 
 
@@ -84,39 +156,30 @@ def main() -> None:
     parser.add_argument("--daemon-jobs", type=int, default=100_000)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pgworkerd-scale-"))
-    cluster = EmbeddedCluster(base_dir=work / "pg", port=free_port()).ensure_running()
-    dsn = cluster.dsn()
     rows = []
-    try:
+    with throwaway_cluster(work / "postgresql.log") as cluster:
+        dsn = fresh_database(cluster, "scale_queued")
         with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn, "pgworkerd")
-            rows.append(("claim, empty table", *claim_latency_ms(conn, 200)))
+            migrate_schema(conn, "pgworkerd")
             rate = enqueue_bulk(conn, args.jobs)
             print(f"enqueue_many of {args.jobs:,} jobs (10,000 a call): {rate:,.0f} jobs/s")
-            conn.execute("VACUUM ANALYZE pgworkerd.jobs")
-            rows.append((f"claim, {args.jobs:,} queued", *claim_latency_ms(conn, args.samples)))
-            conn.execute("UPDATE pgworkerd.jobs SET state = 'succeeded', finished_at = now(),"
-                         " attempt = 1 WHERE state = 'queued'")
-            enqueue_bulk(conn, args.samples * 2)
-            conn.execute("VACUUM ANALYZE pgworkerd.jobs")
-            rows.append((f"claim, {args.jobs:,} finished", *claim_latency_ms(conn, args.samples)))
-            enqueue_bulk(conn, args.jobs, delay=86_400)
-            conn.execute("VACUUM ANALYZE pgworkerd.jobs")
-            rows.append((f"claim, + {args.jobs:,} scheduled later",
-                         *claim_latency_ms(conn, args.samples)))
-            conn.execute("DELETE FROM pgworkerd.jobs")
-            conn.execute("VACUUM ANALYZE pgworkerd.jobs")
-        rss = daemon_rss(dsn, work, args.daemon_jobs)
-    finally:
-        cluster.destroy()
-    print("| claim of 1 job                               | p50 ms | p99 ms |")
-    print("|----------------------------------------------|-------:|-------:|")
-    for what, p50, p99 in rows:
-        print(f"| {what:<44} | {p50:6.2f} | {p99:6.2f} |")
-    print(f"daemon over {args.daemon_jobs:,} no-op jobs (2 workers, batch 100):")
+            settle(conn)
+            rows.append(claim_latency(conn, f"claim+complete, {args.jobs:,} queued",
+                                      args.samples))
+        rows.extend(claim_empty_vs_loaded(fresh_database(cluster, "scale_empty"),
+                                          fresh_database(cluster, "scale_loaded"),
+                                          finished=args.jobs, scheduled=args.jobs,
+                                          samples=args.samples))
+        memory = daemon_memory(fresh_database(cluster, "scale_memory"), work, args.daemon_jobs)
+    print(f"| {'claim of 1 job':<58} | p50 ms | p99 ms |")
+    print(f"|{'-' * 60}|-------:|-------:|")
+    for row in rows:
+        print(f"| {row.what:<58} | {row.p50_ms:6.2f} | {row.p99_ms:6.2f} |")
+    print(f"daemon over {args.daemon_jobs:,} no-op jobs (2 workers, config defaults):")
     print("  seconds  supervisor_MB  largest_worker_MB  jobs_done")
-    for elapsed, supervisor, child, done in rss:
-        print(f"  {elapsed:7.0f}  {supervisor:13.1f}  {child:17.1f}  {done:9d}")
+    for s in memory:
+        print(f"  {s.elapsed_s:7.0f}  {s.supervisor_mb:13.1f}  {s.largest_worker_mb:17.1f}"
+              f"  {s.jobs_done:9d}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,21 @@
+"""The handlers the benchmark daemon runs, named by import path in its YAML config."""
+
+from __future__ import annotations
+
+import time
+
+import pgworkerd
+
+
+def noop(job: pgworkerd.Job) -> None:
+    """Throughput mode: the queue's own overhead only."""
+
+
+def stamp(job: pgworkerd.Job) -> dict[str, float]:
+    """Latency mode: the wall-clock time the handler started, kept as the job's result.
+
+    The bench reads it back from the database and subtracts the producer's time.time()
+    taken just before its enqueue call (payload["t"]): the peers' definition. Going
+    through the result column needs no side channel out of the worker processes.
+    """
+    return {"started": time.time()}

@@ -1,0 +1,51 @@
+"""The latency mode's producer, a separate process as in the peers' harnesses: enqueue
+`--n` jobs one at a time (one transaction each) at `--rate` per second on one
+connection, each carrying time.time() taken just before its enqueue call.
+
+    python -m bench.producer DSN [--n 200] [--rate 50] [--queue bench]
+
+Prints one JSON line: {"enqueue_call_s": [...]}, the duration of every enqueue call.
+The schedule is common.trickle_loop's: call i is due at t0 + i / rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import psycopg
+
+import pgworkerd
+
+
+def trickle(dsn: str, n: int, rate: float, queue: str) -> list[float]:
+    interval = 1.0 / rate
+    durations = []
+    # autocommit: every enqueue is its own transaction, committed before it returns.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        t0 = time.perf_counter()
+        for i in range(n):
+            delay = t0 + i * interval - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            t_enqueue = time.time()
+            c0 = time.perf_counter()
+            pgworkerd.enqueue(conn, "stamp", {"i": i, "t": t_enqueue}, queue=queue)
+            durations.append(time.perf_counter() - c0)
+    return durations
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dsn")
+    parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--queue", default="bench")
+    args = parser.parse_args()
+    durations = trickle(args.dsn, args.n, args.rate, args.queue)
+    print(json.dumps({"enqueue_call_s": durations}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

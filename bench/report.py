@@ -1,0 +1,190 @@
+"""From the run's records to the one table, the targets and their verdicts.
+
+A record is a RESULT dict (a peer's, or pgworkerd's from bench.measure) tagged with
+`name` (pgworkerd or a peer's key) and `rep`. With several reps every figure is the
+median of its runs, as in the peers' summaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.peers import PEERS
+from bench.stats import median
+
+OURS = "pgworkerd"
+RAW = "raw_2x100"  # the reference loop the targets name
+LABELS = {
+    OURS: "pgworkerd",
+    "pgqueuer_apg": "PgQueuer (asyncpg)",
+    "pgqueuer_psy": "PgQueuer (psycopg)",
+    "procrastinate": "Procrastinate",
+    "oban": "oban-py",
+    "chancy": "Chancy",
+    "raw_2x100": "raw psycopg loop, 2 procs x batch 100 (reference)",
+    "raw_8x1": "raw psycopg loop, 8 procs x batch 1 (reference)",
+}
+
+
+@dataclass
+class Row:
+    name: str
+    label: str
+    version: str
+    setting: str
+    enqueue_single: float | None
+    enqueue_bulk: float | None
+    process: float | None
+    lat_p50: float | None
+    lat_p99: float | None
+    cpu_per_10k: float | None
+    runs: str  # "throughput runs/latency runs"
+
+    @property
+    def is_peer(self) -> bool:
+        return self.name != OURS and not (self.name in PEERS and PEERS[self.name].reference)
+
+
+@dataclass
+class Target:
+    text: str
+    measured: str
+    passed: bool | None  # None: not measured in this run
+
+
+# (column title, Row attribute, higher is better, format)
+COLUMNS: list[tuple[str, str, bool, str]] = [
+    ("enqueue 1-by-1 jobs/s", "enqueue_single", True, "{:,.0f}"),
+    ("enqueue bulk jobs/s", "enqueue_bulk", True, "{:,.0f}"),
+    ("no-op processing jobs/s", "process", True, "{:,.0f}"),
+    ("idle latency p50 ms", "lat_p50", False, "{:.1f}"),
+    ("idle latency p99 ms", "lat_p99", False, "{:.1f}"),
+    ("CPU s per 10k jobs", "cpu_per_10k", False, "{:.2f}"),
+]
+
+
+def rows(records: list[dict[str, Any]], order: list[str]) -> list[Row]:
+    out = []
+    for name in order:
+        th = [r for r in records if r["name"] == name and r["mode"] == "throughput"]
+        la = [r for r in records if r["name"] == name and r["mode"] == "latency"]
+        if not th and not la:
+            continue
+        first = (th or la)[0]
+        ok = [r for r in th if r.get("acked_ok")]
+        out.append(Row(
+            name=name, label=LABELS.get(name, name), version=str(first.get("version", "?")),
+            setting=str(first.get("concurrency", "")),
+            enqueue_single=median(r.get("enqueue_single_jps") for r in th),
+            enqueue_bulk=median(r.get("enqueue_batch_jps") for r in th),
+            # a run that did not finish every job has no processing figure
+            process=median(r.get("process_jps") for r in ok),
+            lat_p50=median(r.get("lat_p50_ms") for r in la),
+            lat_p99=median(r.get("lat_p99_ms") for r in la),
+            cpu_per_10k=median(_cpu_per_10k(r) for r in ok),
+            runs=f"{len(ok)}/{len(la)}",
+        ))
+    return out
+
+
+def best_peer(table: list[Row], attr: str, higher: bool) -> Row | None:
+    peers = [r for r in table if r.is_peer and getattr(r, attr) is not None]
+    if not peers:
+        return None
+    pick: Callable[..., Row] = max if higher else min
+    return pick(peers, key=lambda r: getattr(r, attr))
+
+
+def targets(table: list[Row], scale: dict[str, Any] | None) -> list[Target]:
+    ours = next((r for r in table if r.name == OURS), None)
+    raw = next((r for r in table if r.name == RAW), None)
+    best = best_peer(table, "process", True)
+    out = []
+
+    def ratio_target(text: str, num: float | None, den: float | None, limit: float,
+                     at_least: bool, unit: str = "x") -> None:
+        if num is None or not den:
+            out.append(Target(text, "not measured", None))
+            return
+        value = num / den
+        shown = f"{value * 100:.0f} %" if unit == "%" else f"{value:.2f}x"
+        out.append(Target(text, shown, value >= limit if at_least else value <= limit))
+
+    ratio_target(f"processing ≥ 5x best peer ({best.label if best else '-'})",
+                 ours and ours.process, best and best.process, 5.0, True)
+    ratio_target("processing ≥ 60 % of raw 2x100", ours and ours.process,
+                 raw and raw.process, 0.60, True, "%")
+    ratio_target("idle latency p50 ≤ 1.25x raw 2x100's", ours and ours.lat_p50,
+                 raw and raw.lat_p50, 1.25, False)
+    p99 = ours.lat_p99 if ours else None
+    out.append(Target("idle latency p99 ≤ 10 ms", _fmt(p99, "{:.1f} ms"),
+                      None if p99 is None else p99 <= 10.0))
+    bulk = ours.enqueue_bulk if ours else None
+    out.append(Target("bulk enqueue ≥ 100,000 jobs/s", _fmt(bulk, "{:,.0f} jobs/s"),
+                      None if bulk is None else bulk >= 100_000))
+    scale = scale or {}
+    empty, loaded = scale.get("claim_empty"), scale.get("claim_loaded")
+    rows_added = f"{scale['rows']:,}" if "rows" in scale else "1,000,000"
+    ratio_target(f"claim latency p50 with {rows_added} finished + {rows_added} scheduled rows"
+                 " ≤ 1.2x empty table",
+                 loaded and loaded["p50_ms"], empty and empty["p50_ms"], 1.2, False)
+    rss = scale.get("worker_rss_mb")
+    jobs = scale.get("daemon_jobs")
+    out.append(Target(f"worker RSS ≤ 40 MB after {jobs or 100_000:,} jobs",
+                      _fmt(rss, "{:.1f} MB"), None if rss is None else rss <= 40.0))
+    return out
+
+
+def target_lines(table: list[Row]) -> dict[str, float]:
+    """Where the chart draws each target: processing at the stricter of its two."""
+    best = best_peer(table, "process", True)
+    raw = next((r for r in table if r.name == RAW), None)
+    process = [x for x in (best and best.process and 5 * best.process,
+                           raw and raw.process and 0.6 * raw.process) if x]
+    lines = {"enqueue_bulk": 100_000.0, "lat_p99": 10.0}
+    if process:
+        lines["process"] = max(process)
+    return lines
+
+
+def markdown(table: list[Row], goals: list[Target], header: list[str],
+             notes: list[str]) -> str:
+    lines = [*header, ""]
+    titles = [title for title, *_ in COLUMNS]
+    lines.append("| system | " + " | ".join(titles) + " |")
+    lines.append("|---|" + "---:|" * len(COLUMNS))
+    for row in table:
+        cells = [_fmt(getattr(row, attr), fmt) for _, attr, _, fmt in COLUMNS]
+        label = f"**{row.label}** {row.version}" if row.name == OURS else \
+            f"{row.label} {row.version}"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    ours = next((r for r in table if r.name == OURS), None)
+    raw = next((r for r in table if r.name == RAW), None)
+    if ours is not None:
+        cells = []
+        for _, attr, higher, _ in COLUMNS:
+            best = best_peer(table, attr, higher)
+            value, ref = getattr(ours, attr), best and getattr(best, attr)
+            cell = f"{value / ref:.2f}x" if value is not None and ref else "-"
+            if attr == "process" and value is not None and raw and raw.process:
+                cell += f" ({value / raw.process * 100:.0f} % of raw 2x100)"
+            cells.append(cell)
+        lines.append("| *pgworkerd ÷ best peer (per column)* | " + " | ".join(cells) + " |")
+    lines += ["", "Targets:", ""]
+    for goal in goals:
+        verdict = {True: "PASS", False: "FAIL", None: "n/a "}[goal.passed]
+        lines.append(f"- **{verdict}** {goal.text}: {goal.measured}")
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def _cpu_per_10k(record: dict[str, Any]) -> float | None:
+    cpu, n = record.get("worker_cpu_s"), record.get("n")
+    return cpu / n * 10_000 if cpu is not None and n else None
+
+
+def _fmt(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)

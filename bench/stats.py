@@ -1,0 +1,39 @@
+"""Percentiles and medians exactly as the peer harnesses compute them
+(../shared/bench/peers/common.py), so pgworkerd's figures and the peers' are comparable."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+
+
+def percentile(values: Iterable[float], p: float) -> float:
+    """Linear-interpolated percentile (p in 0..100), the same formula as common.percentile."""
+    xs = sorted(values)
+    if not xs:
+        return float("nan")
+    if len(xs) == 1:
+        return xs[0]
+    k = (len(xs) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def latency_summary(latencies_s: list[float]) -> dict[str, float | int | None]:
+    """The latency keys of a peer's RESULT line (common.latency_summary)."""
+    ms = [x * 1000.0 for x in latencies_s]
+    return {
+        "lat_n": len(ms),
+        "lat_p50_ms": round(percentile(ms, 50), 2),
+        "lat_p90_ms": round(percentile(ms, 90), 2),
+        "lat_p99_ms": round(percentile(ms, 99), 2),
+        "lat_max_ms": round(max(ms), 2) if ms else None,
+        "lat_mean_ms": round(sum(ms) / len(ms), 2) if ms else None,
+    }
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """Median of the values present; None when there are none (a run that failed)."""
+    xs = [x for x in values if x is not None]
+    return statistics.median(xs) if xs else None
