@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fdatasync {environment['fdatasync_per_s_start'] or 0:,.0f}/s, "
               f"load average {environment['loadavg_start'][0]:.2f}")
         for rep in range(1, args.reps + 1):
-            for name in [report.OURS, *available]:
+            for name in [*report.OUR_ROWS, *available]:
                 for mode in MODES:
                     record = _one_run(cluster, name, mode, rep, proto, args, logs)
                     if record is not None:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                            loadavg_end=os.getloadavg())
     elapsed = time.monotonic() - started
 
-    table = report.rows(records, [report.OURS, *available])
+    table = report.rows(records, [*report.OUR_ROWS, *available])
     goals = report.targets(table, scale_figures)
     title = (f"pgworkerd vs peers, {time.strftime('%Y-%m-%d')}: {_machine()}, PostgreSQL "
              f"{settings.get('server_version', '?').split()[0]} durable "
@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
               f"2 s, a separate process enqueues {proto.trickle_n} jobs at "
               f"{proto.trickle_rate:g}/s; handler start minus time before the enqueue call. "
               f"pgworkerd: `workers: [{{queues: [bench], concurrency: {proto.concurrency}}}]`, "
-              "other settings at their defaults. Peers: their harnesses from "
+              "other settings at their defaults, and again with "
+              f"`{json.dumps(measure.TUNED_CONFIG)}` (the targets are judged on that row). "
+              "Peers: their harnesses from "
               f"`{_shown(args.peers_dir)}`. "
               + (f"Median of {args.reps} runs." if args.reps > 1 else "One run each.")
               + f" Disk fdatasync (pg_test_fsync): {_rate(environment, 'start')} at the start, "
@@ -159,9 +161,10 @@ def _one_run(cluster: EmbeddedCluster, name: str, mode: str, rep: int,
     tag = f"{name}_{mode}_{rep}"
     t0 = time.monotonic()
     try:
-        if name == report.OURS:
+        if name in report.OUR_ROWS:
             run: Callable[..., dict[str, Any]] = getattr(measure, mode)
-            record: dict[str, Any] | None = run(dsn, logs, tag, proto)
+            extra = measure.TUNED_CONFIG if name == report.OURS_TUNED else None
+            record: dict[str, Any] | None = run(dsn, logs, tag, proto, extra)
         else:
             record = peers.run(peers.PEERS[name], mode, dsn, args.peers_dir, proto,
                                logs / f"{tag}.log")
@@ -203,12 +206,13 @@ def _scale(cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace) -> di
 
 
 def _notes(records: list[dict[str, Any]], scale_figures: dict[str, Any] | None) -> list[str]:
-    ours = [r for r in records if r["name"] == report.OURS and r["mode"] == "throughput"]
+    ours = [r for r in records if r["name"] in report.OUR_ROWS and r["mode"] == "throughput"]
     notes = []
     for r in ours:
         after = r.get("process_after_imports_jps")
         notes.append(
-            f"- pgworkerd run {r['rep']}: {r['all_acked_s']:.2f} s for {r['n']:,} jobs from "
+            f"- {report.LABELS[r['name']]} run {r['rep']}: {r['all_acked_s']:.2f} s for "
+            f"{r['n']:,} jobs from "
             f"spawning `pgworkerd run`, of which {r.get('imports_s', float('nan')):.2f} s "
             "before its \"supervisor started\" line (interpreter, imports, config: the peers' "
             "harnesses import before their clock starts) and "

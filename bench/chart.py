@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report import OURS, Row
+from bench.report import OUR_ROWS, Row
 
 OURS_COLOUR = "#1f6fb4"
 OTHER_COLOUR = "#9aa5b1"
@@ -29,7 +29,7 @@ def draw(table: list[Row], title: str, path: Path,
 
     labels = [r.label.replace(" (reference)", "\n(reference)").replace(", ", ",\n", 1)
               for r in table]
-    colours = [OURS_COLOUR if r.name == OURS else
+    colours = [OURS_COLOUR if r.name in OUR_ROWS else
                (OTHER_COLOUR if r.is_peer else REFERENCE_COLOUR) for r in table]
     ys = list(range(len(table)))[::-1]  # first row on top
 

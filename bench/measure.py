@@ -56,21 +56,35 @@ class Protocol:
     phase_timeout_s: float = 160.0
 
 
-def _record(mode: str, proto: Protocol) -> dict[str, Any]:
+# pgworkerd at its best setting for no-op jobs (bench.report.OURS_TUNED).
+TUNED_CONFIG: dict[str, Any] = {"defaults": {"batch_size": 100}, "log_level": "warning"}
+
+
+def _record(mode: str, proto: Protocol, config_extra: dict[str, Any]) -> dict[str, Any]:
     return {
         "system": "pgworkerd",
         "version": version("pgworkerd"),
         "driver": f"psycopg {psycopg.__version__} sync",
         "mode": mode,
-        "concurrency": f"{proto.concurrency} procs, config defaults",
+        "concurrency": f"{proto.concurrency} procs, config "
+                       + (json.dumps(config_extra) if config_extra else "defaults"),
     }
 
 
-def throughput(dsn: str, work: Path, tag: str, proto: Protocol) -> dict[str, Any]:
-    config = write_config(work / f"{tag}.yaml", dsn, concurrency=proto.concurrency)
+def _prepare(mode: str, dsn: str, work: Path, tag: str, proto: Protocol,
+             config_extra: dict[str, Any] | None) -> tuple[Path, Path, dict[str, Any]]:
+    """The run's config file (migrated), its log path and its record so far."""
+    config_extra = config_extra or {}
+    config = write_config(work / f"{tag}.yaml", dsn, concurrency=proto.concurrency,
+                          extra=config_extra)
     log_path = work / f"{tag}.log"
     migrate(config, log_path)
-    res = _record("throughput", proto)
+    return config, log_path, _record(mode, proto, config_extra)
+
+
+def throughput(dsn: str, work: Path, tag: str, proto: Protocol,
+               config_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    config, log_path, res = _prepare("throughput", dsn, work, tag, proto, config_extra)
     with psycopg.connect(dsn, autocommit=True) as conn:
         payload = {"i": 0}
         t0 = time.perf_counter()
@@ -118,11 +132,9 @@ def throughput(dsn: str, work: Path, tag: str, proto: Protocol) -> dict[str, Any
     return res
 
 
-def latency(dsn: str, work: Path, tag: str, proto: Protocol) -> dict[str, Any]:
-    config = write_config(work / f"{tag}.yaml", dsn, concurrency=proto.concurrency)
-    log_path = work / f"{tag}.log"
-    migrate(config, log_path)
-    res = _record("latency", proto)
+def latency(dsn: str, work: Path, tag: str, proto: Protocol,
+            config_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    config, log_path, res = _prepare("latency", dsn, work, tag, proto, config_extra)
     daemon = Daemon(config, log_path)
     try:
         res["workers_connected_s"] = round(daemon.workers_connected(dsn, proto.concurrency), 3)

@@ -15,9 +15,14 @@ from bench.peers import PEERS
 from bench.stats import median
 
 OURS = "pgworkerd"
+# pgworkerd at its best setting for no-op jobs, as the peers are run at theirs: big
+# batches, no per-job log lines. The targets are judged on this row when it was run.
+OURS_TUNED = "pgworkerd_tuned"
+OUR_ROWS = (OURS, OURS_TUNED)
 RAW = "raw_2x100"  # the reference loop the targets name
 LABELS = {
-    OURS: "pgworkerd",
+    OURS: "pgworkerd (defaults)",
+    OURS_TUNED: "pgworkerd (batch_size 100, log_level warning)",
     "pgqueuer_apg": "PgQueuer (asyncpg)",
     "pgqueuer_psy": "PgQueuer (psycopg)",
     "procrastinate": "Procrastinate",
@@ -44,7 +49,8 @@ class Row:
 
     @property
     def is_peer(self) -> bool:
-        return self.name != OURS and not (self.name in PEERS and PEERS[self.name].reference)
+        return self.name not in OUR_ROWS and not (self.name in PEERS
+                                                  and PEERS[self.name].reference)
 
 
 @dataclass
@@ -97,8 +103,14 @@ def best_peer(table: list[Row], attr: str, higher: bool) -> Row | None:
     return pick(peers, key=lambda r: getattr(r, attr))
 
 
+def judged_row(table: list[Row]) -> Row | None:
+    """Our row the targets are judged on: the tuned one if it ran, else the defaults."""
+    by_name = {r.name: r for r in table}
+    return by_name.get(OURS_TUNED) or by_name.get(OURS)
+
+
 def targets(table: list[Row], scale: dict[str, Any] | None) -> list[Target]:
-    ours = next((r for r in table if r.name == OURS), None)
+    ours = judged_row(table)
     raw = next((r for r in table if r.name == RAW), None)
     best = best_peer(table, "process", True)
     out = []
@@ -157,10 +169,10 @@ def markdown(table: list[Row], goals: list[Target], header: list[str],
     lines.append("|---|" + "---:|" * len(COLUMNS))
     for row in table:
         cells = [_fmt(getattr(row, attr), fmt) for _, attr, _, fmt in COLUMNS]
-        label = f"**{row.label}** {row.version}" if row.name == OURS else \
+        label = f"**{row.label}** {row.version}" if row.name in OUR_ROWS else \
             f"{row.label} {row.version}"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    ours = next((r for r in table if r.name == OURS), None)
+    ours = judged_row(table)
     raw = next((r for r in table if r.name == RAW), None)
     if ours is not None:
         cells = []
@@ -171,7 +183,8 @@ def markdown(table: list[Row], goals: list[Target], header: list[str],
             if attr == "process" and value is not None and raw and raw.process:
                 cell += f" ({value / raw.process * 100:.0f} % of raw 2x100)"
             cells.append(cell)
-        lines.append("| *pgworkerd ÷ best peer (per column)* | " + " | ".join(cells) + " |")
+        lines.append(f"| *{ours.label} ÷ best peer (per column)* | " + " | ".join(cells)
+                     + " |")
     lines += ["", "Targets:", ""]
     for goal in goals:
         verdict = {True: "PASS", False: "FAIL", None: "n/a "}[goal.passed]
