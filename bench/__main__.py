@@ -209,18 +209,22 @@ def _notes(records: list[dict[str, Any]], scale_figures: dict[str, Any] | None) 
     ours = [r for r in records if r["name"] in report.OUR_ROWS and r["mode"] == "throughput"]
     notes = []
     for r in ours:
-        after = r.get("process_after_imports_jps")
+        imports_s = r.get("imports_s")
+        if imports_s is None:  # log_level warning: no "supervisor started" line to time
+            imports = "(its start-up is not logged at this log level)"
+        else:
+            imports = (f"of which {imports_s:.2f} s before its \"supervisor started\" line "
+                       "(interpreter, imports, config: the peers' harnesses import before "
+                       "their clock starts); rate without the imports "
+                       f"{r.get('process_after_imports_jps') or 0:,.0f} jobs/s")
         notes.append(
             f"- {report.LABELS[r['name']]} run {r['rep']}: {r['all_acked_s']:.2f} s for "
-            f"{r['n']:,} jobs from "
-            f"spawning `pgworkerd run`, of which {r.get('imports_s', float('nan')):.2f} s "
-            "before its \"supervisor started\" line (interpreter, imports, config: the peers' "
-            "harnesses import before their clock starts) and "
-            f"{r.get('startup_s') or float('nan'):.2f} s to the first claim. Rate without the "
-            f"imports {after or 0:,.0f} jobs/s; steady (first claim to last finish) "
-            f"{r.get('steady_jps') or 0:,.0f} jobs/s. CPU {r.get('worker_cpu_s')} s, of which "
-            f"the supervisor {r.get('supervisor_cpu_s')} s. {r.get('log_lines', 0) / r['n']:.1f} "
-            f"daemon log lines per job; worker RSS {r.get('worker_rss_mb')} MB at the end.")
+            f"{r['n']:,} jobs from spawning `pgworkerd run`, {imports}; first claim "
+            f"{r.get('startup_s') or float('nan'):.2f} s after the spawn; steady (first "
+            f"claim to last finish) {r.get('steady_jps') or 0:,.0f} jobs/s. CPU "
+            f"{r.get('worker_cpu_s')} s, of which the supervisor {r.get('supervisor_cpu_s')} s. "
+            f"{r.get('log_lines', 0) / r['n']:.1f} daemon log lines per job; worker RSS "
+            f"{r.get('worker_rss_mb')} MB at the end.")
     notes.append("- CPU: pgworkerd = supervisor + workers (psutil, reaped children included, "
                  "start-up included); peers = their worker process as their harness reports "
                  "it (the raw loop reports none).")
