@@ -42,6 +42,11 @@ EXIT_BOOT_ERROR = 3  # the child could not even start: the supervisor stops
 EXIT_ORPHANED = 4  # the supervisor is gone
 RECONNECT_MAX_S = 10.0
 MEMORY_CHECK_INTERVAL_S = 1.0  # reading our RSS costs a /proc read: not before every job
+# The worker's statements (prepared by psycopg after a few runs) have plans that do not
+# depend on their parameters' values (tests/test_claim_plan.py asserts the generic
+# ones). Left to choose, PostgreSQL kept planning the claim afresh for every run: half
+# a millisecond of each claim, and of an idle worker's pick-up of a new job.
+WORKER_PLAN_CACHE_MODE = "force_generic_plan"
 # Errors that end a connection's use. A server that cannot write any more (a failover
 # left us on a read-only node, or a standby) is one: the job is not at fault, nothing
 # is charged, we reconnect (with backoff) until a writable server answers (§21).
@@ -402,7 +407,8 @@ class Worker:
                 self.conn = db.connect(
                     self.spec.database_url,
                     application_name=f"pgworkerd worker {self.spec.pool} #{self.spec.index}",
-                    tcp_user_timeout=int(min(30.0, self.spec.lease_ttl_s) * 1000))
+                    tcp_user_timeout=int(min(30.0, self.spec.lease_ttl_s) * 1000),
+                    options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}")
                 self._connection_epoch += 1
                 self.writer.send("ready")
                 return self.conn

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 import pgworkerd
 from pgworkerd import queries
 from pgworkerd.store import JobStore
+from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
 
 CLAIM_PARAMS = {"queues": ["default", "other"], "queue_max_attempts": [5, 5], "limit": 10,
                 "lease_ttl_s": 30.0, "worker": "explain"}
@@ -22,17 +25,41 @@ def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from plan_nodes(child)
 
 
-def explain(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any]:
+# Workers run their statements with generic plans (worker.WORKER_PLAN_CACHE_MODE): each
+# plan is checked both ways, planned for the parameters' values and planned blind.
+PLAN_MODES = ("auto", WORKER_PLAN_CACHE_MODE)
+
+
+def explain(conn: psycopg.Connection[Any], name: str, params: dict[str, Any], *,
+            plan_cache_mode: str = "auto") -> dict[str, Any]:
     """EXPLAIN ANALYZE of a real run of statement `name`, rolled back so the data stays
-    as it is."""
-    statement = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries.statements("pgworkerd")[name]
-    with conn.transaction(force_rollback=True):
-        raw = conn.execute(statement, params).fetchone()[0]
+    as it is. Run as a named prepared statement, as psycopg runs the workers' hot
+    statements, so plan_cache_mode decides between a plan for these values and the
+    generic one."""
+    names: list[str] = []
+
+    def placeholder(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    text = queries.statements("pgworkerd")[name].decode()
+    body = re.sub(r"%\((\w+)\)s", placeholder, text).replace("%%", "%")
+    conn.execute(f"PREPARE explained AS {body}".encode())
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute("SELECT set_config('plan_cache_mode', %s, true)", (plan_cache_mode,))
+            types = conn.execute("SELECT parameter_types::text[] FROM pg_prepared_statements"
+                                 " WHERE name = 'explained'").fetchone()[0]
+            # Values inlined: a utility statement's own parameters would have no types.
+            arguments = sql.SQL(", ").join(
+                sql.SQL("{}::{}").format(sql.Literal(params[n]), sql.SQL(type_name))
+                for n, type_name in zip(names, types, strict=True))
+            raw = conn.execute(sql.SQL("EXPLAIN (ANALYZE, VERBOSE, BUFFERS, FORMAT JSON) "
+                                       "EXECUTE explained ({})").format(arguments)).fetchone()[0]
+    finally:
+        conn.execute("DEALLOCATE explained")
     return (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
-
-
-def explain_claim(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    return explain(conn, "jobs_claim", CLAIM_PARAMS)
 
 
 def pages_touched(plan: dict[str, Any]) -> int:
@@ -52,16 +79,30 @@ def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(co
     pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in range(20)])
     conn.execute("VACUUM ANALYZE pgworkerd.jobs")
 
-    plan = explain_claim(conn)
-    nodes = list(plan_nodes(plan))
-    scans = [(n["Node Type"], n.get("Index Name")) for n in nodes
-             if n.get("Relation Name") == "jobs"]
-    assert ("Seq Scan", None) not in scans, scans
-    assert any(index == "jobs_claim_idx" for _, index in scans), scans
-    assert plan["Actual Rows"] == 10
-    # Buffers, not time: the claim touches a few pages, not the millions of rows.
-    touched = pages_touched(plan)
-    assert touched < 300, f"claim touched {touched} pages"
+    for mode in PLAN_MODES:
+        plan = explain(conn, "jobs_claim", CLAIM_PARAMS, plan_cache_mode=mode)
+        nodes = list(plan_nodes(plan))
+        scans = [(n["Node Type"], n.get("Index Name")) for n in nodes
+                 if n.get("Relation Name") == "jobs"]
+        assert ("Seq Scan", None) not in scans, (mode, scans)
+        assert any(index == "jobs_claim_idx" for _, index in scans), (mode, scans)
+        assert plan["Actual Rows"] == 10
+        # Buffers, not time: the claim touches a few pages, not the millions of rows.
+        touched = pages_touched(plan)
+        assert touched < 300, f"claim touched {touched} pages ({mode})"
+
+    # The worker's other statements on its hot path, on the same table.
+    statements = {
+        "jobs_next_run_at": {"queues": ["default", "other"]},
+        "jobs_complete_and_claim": {**CLAIM_PARAMS, "ids": [], "tokens": [], "results": []},
+    }
+    for (name, params), mode in [(item, mode) for item in statements.items()
+                                 for mode in PLAN_MODES]:
+        plan = explain(conn, name, params, plan_cache_mode=mode)
+        scans = [(n["Node Type"], n.get("Index Name")) for n in plan_nodes(plan)
+                 if n.get("Relation Name") == "jobs"]
+        assert ("Seq Scan", None) not in scans, (name, mode, scans)
+        assert pages_touched(plan) < 300, (name, mode, pages_touched(plan))
 
 
 def test_completing_a_batch_does_not_read_the_finished_rows(conn):
@@ -78,9 +119,10 @@ def test_completing_a_batch_does_not_read_the_finished_rows(conn):
     jobs = JobStore().claim(conn, queues=["default"], limit=100, lease_ttl_s=30, worker="w")
     params = {"ids": [job.id for job in jobs], "tokens": [job.lease_token for job in jobs],
               "results": [None] * len(jobs)}
-    for name in ("jobs_complete", "jobs_completed_by_leases"):
-        plan = explain(conn, name, params)
+    for name, mode in [(name, mode) for name in ("jobs_complete", "jobs_completed_by_leases")
+                       for mode in PLAN_MODES]:
+        plan = explain(conn, name, params, plan_cache_mode=mode)
         scans = {n.get("Index Name") or n["Node Type"] for n in plan_nodes(plan)
                  if n.get("Relation Name") == "jobs" and n["Node Type"] != "ModifyTable"}
-        assert scans == {"jobs_pkey"}, (name, scans)
-        assert pages_touched(plan) < 2000, (name, pages_touched(plan))
+        assert scans == {"jobs_pkey"}, (name, mode, scans)
+        assert pages_touched(plan) < 2000, (name, mode, pages_touched(plan))

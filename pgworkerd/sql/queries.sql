@@ -145,8 +145,10 @@ SET state            = 'running',
     worker           = %(worker)s,
     started_at       = now(),
     max_attempts     = COALESCE(j.max_attempts, q.max_attempts)
-FROM picked, queues AS q
-WHERE j.id = picked.id AND q.name = j.queue
+FROM queues AS q
+-- By primary key, whatever the estimates: a plan made without the limit's value (a
+-- generic plan) would otherwise join the picks to a scan of the whole table.
+WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked)) AND q.name = j.queue
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
           j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord
