@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     header = [f"### {title}", "",
               f"No-op jobs. Throughput: {proto.n:,} jobs ({proto.n_single:,} enqueued one per "
               f"transaction, the rest {proto.enq_batch:,} per bulk call), processed until the "
-              "database shows all finished, worker start-up included. Latency: worker idle "
+              "database shows all finished, worker start-up included (pgworkerd's from its "
+              "READY=1, after its imports, as the peers' harnesses import before their "
+              "clocks start). Latency: worker idle "
               f"2 s, a separate process enqueues {proto.trickle_n} jobs at "
               f"{proto.trickle_rate:g}/s; handler start minus time before the enqueue call. "
               f"pgworkerd: `workers: [{{queues: [bench], concurrency: {proto.concurrency}}}]`, "
@@ -210,13 +212,15 @@ def _notes(records: list[dict[str, Any]], scale_figures: dict[str, Any] | None) 
     notes = []
     for r in ours:
         imports_s = r.get("imports_s")
-        if imports_s is None:  # log_level warning: no "supervisor started" line to time
-            imports = "(its start-up is not logged at this log level)"
+        if imports_s is None:
+            imports = "(it never said READY=1)"
         else:
-            imports = (f"of which {imports_s:.2f} s before its \"supervisor started\" line "
-                       "(interpreter, imports, config: the peers' harnesses import before "
-                       "their clock starts); rate without the imports "
-                       f"{r.get('process_after_imports_jps') or 0:,.0f} jobs/s")
+            imports = (f"of which {imports_s:.2f} s before its READY=1 (interpreter, imports, "
+                       "config, forks: the peers' harnesses import before their clock "
+                       f"starts); {r['n'] / r['all_acked_s']:,.0f} jobs/s counted from the "
+                       "spawn, "
+                       f"{r.get('process_after_imports_jps') or 0:,.0f} jobs/s from READY=1 "
+                       "(the table's figure)")
         notes.append(
             f"- {report.LABELS[r['name']]} run {r['rep']}: {r['all_acked_s']:.2f} s for "
             f"{r['n']:,} jobs from spawning `pgworkerd run`, {imports}; first claim "

@@ -11,8 +11,11 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,11 +87,19 @@ class Daemon:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self._log = log_path.open("ab")
+        # The daemon says READY=1 here once its workers are forked (the systemd notify
+        # protocol): the moment the peers' harnesses start their clocks, after imports.
+        self.ready: float | None = None  # perf_counter() at READY=1
+        self._notify_dir = tempfile.mkdtemp(prefix="pgworkerd-bench-notify-")
+        self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._notify.bind(os.path.join(self._notify_dir, "notify"))
+        threading.Thread(target=self._await_ready, daemon=True).start()
         self.started = time.perf_counter()
         self.started_wall = time.time()  # to compare with the database's timestamps
         self.proc = subprocess.Popen(
             [*pgworkerd_command(), "run", "-c", str(config)],
-            env=daemon_env(), stdout=self._log, stderr=subprocess.STDOUT,
+            env={**daemon_env(), "NOTIFY_SOCKET": self._notify.getsockname()},
+            stdout=self._log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
         self.ps = psutil.Process(self.proc.pid)
 
@@ -127,6 +138,12 @@ class Daemon:
                                        f"see {self.log_path}")
                 time.sleep(0.02)
 
+    def _await_ready(self) -> None:
+        with contextlib.suppress(OSError):
+            while self.ready is None:
+                if b"READY=1" in self._notify.recv(4096).split(b"\n"):
+                    self.ready = time.perf_counter()
+
     def stop(self, timeout_s: float = 60) -> int | None:
         """SIGTERM (drain) and wait; SIGKILL the daemon's own process group if it will
         not go. Returns its exit status (None if it had to be killed)."""
@@ -141,3 +158,5 @@ class Daemon:
             return None
         finally:
             self._log.close()
+            self._notify.close()
+            shutil.rmtree(self._notify_dir, ignore_errors=True)

@@ -36,6 +36,7 @@ from pgworkerd.config import Config, ConfigError, PoolConfig
 from pgworkerd.handlers import Handler, HandlerError
 from pgworkerd.housekeeping import ALL_QUEUES, Housekeeper, Settlement
 from pgworkerd.store import Backoff, JobStore
+from pgworkerd.systemd import Notifier
 from pgworkerd.worker import EXIT_BOOT_ERROR, WorkerSpec
 
 log = logging.getLogger("pgworkerd.supervisor")
@@ -86,6 +87,7 @@ class Supervisor:
         self.next_renew_at = 0.0
         self.next_rescue_at = 0.0
         self.housekeeper: Housekeeper | None = None
+        self.notifier = Notifier.from_environment()  # before any fork: see systemd.py
         self.listen_fd: int | None = None  # registered in the selector
         # Queues notified while no idle child could take them: the next child to go
         # idle is woken at once, so a notification that raced its `idle` is not lost.
@@ -107,6 +109,8 @@ class Supervisor:
         self.housekeeper = self._housekeeper()
         logs.event(log, logging.INFO, "supervisor started", pid=self.pid,
                    workers=len(self.children), daemon=self.daemon_id)
+        self.notifier.notify("READY=1", f"STATUS={len(self.children)} workers",
+                             f"MAINPID={self.pid}")
         try:
             while self.state != "stopped":
                 self._loop_once(wake_r)
@@ -182,6 +186,7 @@ class Supervisor:
             return
         logs.event(log, logging.INFO, "draining", signal=name,
                    shutdown_timeout_s=self.config.shutdown_timeout)
+        self.notifier.notify("STOPPING=1", "STATUS=draining")
         self.state = "draining"
         self.drain_deadline = time.monotonic() + self.config.shutdown_timeout
         for child in self.children.values():
@@ -190,6 +195,7 @@ class Supervisor:
 
     def handle_quit(self) -> None:
         logs.event(log, logging.INFO, "stopping now", signal="SIGQUIT")
+        self.notifier.notify("STOPPING=1", "STATUS=stopping")
         self.state = "draining"
         self._kill_all(KILL_SHUTDOWN)
 
@@ -209,6 +215,7 @@ class Supervisor:
                        problem="database settings changed: they need a restart")
             return
         logs.event(log, logging.INFO, "reloading: replacing workers")
+        self.notifier.notify("RELOADING=1", "STATUS=reloading")
         self.config, self.registry = new_config, new_registry
         logging.getLogger("pgworkerd").setLevel(new_config.log_level.upper())
         self.store = self._store()
@@ -220,6 +227,7 @@ class Supervisor:
             child.retiring = True
             osutil.signal_process(child.pid, signal.SIGTERM)
         self._build_slots(new_config)
+        self.notifier.notify("READY=1", "STATUS=reloaded")
 
     # -- children ------------------------------------------------------------------------
 
@@ -352,12 +360,17 @@ class Supervisor:
         back full wakes the next (see "claimed")."""
         assert self.housekeeper is not None
         for queue in self.housekeeper.notified_queues():
+            idle = sum(1 for child in self.children.values() if child.idle)
             if queue == ALL_QUEUES:
                 for child in self.children.values():
                     if child.idle:
                         child.wake()
-            elif not self._wake_one({queue}):
-                self.unclaimed_wakes.add(queue)
+                woken = idle
+            else:
+                woken = int(self._wake_one({queue}))
+                if not woken:
+                    self.unclaimed_wakes.add(queue)
+            logs.event(log, logging.DEBUG, "notified", queue=queue, idle=idle, woken=woken)
 
     def _wake_one(self, queues: set[str] | frozenset[str]) -> bool:
         if self.state != "running":

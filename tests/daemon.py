@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS history (
 BASE_CONFIG: dict[str, Any] = {
     "handlers": {
         "noop": "tests.handlers:noop",
+        "environment_variable": "tests.handlers:environment_variable",
         "record": "tests.handlers:record",
         "record_async": "tests.handlers:record_async",
         "fail": "tests.handlers:fail",

@@ -38,6 +38,11 @@ def noop(job: pgworkerd.Job) -> None:
     return None
 
 
+def environment_variable(job: pgworkerd.Job) -> str | None:
+    """What a handler sees of one environment variable (payload["name"])."""
+    return os.environ.get(job.payload["name"])
+
+
 def record(job: pgworkerd.Job) -> dict[str, Any]:
     _record(job, "start")
     return {"pid": os.getpid()}

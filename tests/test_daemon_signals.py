@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 import psutil
@@ -154,3 +155,25 @@ def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(start_daemon, 
     assert [p.pid for p in daemon.workers()] == [worker.pid], "workers were not replaced"
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
+
+
+def test_systemd_hears_ready_and_stopping_and_handlers_never_see_its_socket(
+        start_daemon, history_conn, tmp_path):
+    """The notify protocol (Type=notify units): READY=1 once the workers are forked,
+    STOPPING=1 on TERM. The socket is the supervisor's alone: a handler cannot speak to
+    systemd in the daemon's name."""
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as systemd:
+        systemd.bind(str(path))
+        systemd.settimeout(20)
+        daemon = start_daemon(env={"NOTIFY_SOCKET": str(path)})
+        ready = systemd.recv(4096).decode().splitlines()
+        assert "READY=1" in ready and f"MAINPID={daemon.pid}" in ready
+        job_id = pgworkerd.enqueue(history_conn, "environment_variable",
+                                   {"name": "NOTIFY_SOCKET"})
+        history_conn.commit()
+        wait_until(job_in_state(history_conn, job_id, "succeeded"), what="the job")
+        assert job(history_conn, job_id)["result"] is None
+        daemon.signal(signal.SIGTERM)
+        assert "STOPPING=1" in systemd.recv(4096).decode().splitlines()
+        assert daemon.wait() == 0
