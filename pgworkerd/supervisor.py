@@ -136,6 +136,11 @@ class Supervisor:
         self._reap()
         self._enforce_runtimes()
         self._housekeeping()
+        # A notification that came while the connection ran a housekeeping query was
+        # read with that query's answer: it waits in psycopg's backlog, and the socket
+        # will not wake us for it.
+        if self.listen_fd is not None:
+            self._on_notifications()
         self._stop_lapsing_leases()
         if self.state == "running":
             self._spawn_due()
