@@ -40,6 +40,17 @@ MIX: list[tuple[str, dict[str, Any], dict[str, Any], float]] = [
 ]
 
 
+def reconnect(dsn: str, stop: threading.Event) -> psycopg.Connection[Any]:
+    """A new connection once the server takes one (it may still be shutting down or
+    starting up): retried every 0.2 s, until `stop`."""
+    while True:
+        try:
+            return psycopg.connect(dsn, autocommit=True)
+        except psycopg.OperationalError:
+            if stop.wait(0.2):
+                raise
+
+
 def produce(dsn: str, rate: float, stop: threading.Event, ids: list[int]) -> None:
     rng = random.Random(1)
     kinds = [m[0] for m in MIX]
@@ -55,7 +66,7 @@ def produce(dsn: str, rate: float, stop: threading.Event, ids: list[int]) -> Non
             try:
                 ids.extend(pgworkerd.enqueue_many(conn, batch))
             except psycopg.OperationalError:
-                conn = psycopg.connect(dsn, autocommit=True)  # the restart took it
+                conn = reconnect(dsn, stop)  # a restart took it: back when it is up
                 continue
             stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
 
