@@ -130,11 +130,20 @@ class Daemon:
             return workers if len(workers) == count else None
         return wait_until(ready, timeout_s, f"{count} workers")
 
-    def worker_running(self, job_id: int, timeout_s: float = 20) -> psutil.Process:
+    def worker_running(self, job_id: int, timeout_s: float = 20, *,
+                       started_in: psycopg.Connection[Any] | None = None) -> psutil.Process:
+        """The worker whose title shows `job_id`. With `started_in` (the history
+        table's connection), also wait for the handler's own "start" row: a title is
+        set just before the handler runs, and a test that kills the worker at once
+        would otherwise leave a start the history never saw."""
         def find() -> psutil.Process | None:
             return next((p for p in self.workers() if f" job {job_id} " in _title(p) + " "),
                         None)
-        return wait_until(find, timeout_s, f"a worker running job {job_id}")
+        worker = wait_until(find, timeout_s, f"a worker running job {job_id}")
+        if started_in is not None:
+            wait_until(lambda: any(row[2] == "start" for row in history(started_in, job_id)),
+                       timeout_s, f"job {job_id}'s handler to record its start")
+        return worker
 
     def signal(self, sig: int) -> None:
         os.kill(self.pid, sig)

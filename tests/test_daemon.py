@@ -134,8 +134,7 @@ def test_the_soft_timeout_raises_job_timeout_in_the_handler(start_daemon, histor
 def test_sigkill_of_a_child_mid_job_reruns_the_job_as_attempt_two(start_daemon, history_conn):
     victim = pgworkerd.enqueue(history_conn, "sleep_first_attempt", {"seconds": 60})
     daemon = start_daemon()
-    worker = daemon.worker_running(victim)
-    wait_until(lambda: history(history_conn, victim), what="the first attempt's start")
+    worker = daemon.worker_running(victim, started_in=history_conn)
     killed_at = time.time()
     worker.kill()
     wait_until(job_in_state(history_conn, victim, "succeeded"), what="the job run again")

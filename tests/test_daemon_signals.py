@@ -76,7 +76,7 @@ def test_sigkill_of_the_supervisor_takes_the_children_and_another_daemon_rescues
         start_daemon, history_conn):
     victim = pgworkerd.enqueue(history_conn, "sleep_first_attempt", {"seconds": 60})
     first = start_daemon("first", lease_ttl="2s")
-    first.worker_running(victim)
+    first.worker_running(victim, started_in=history_conn)
     children = [p.pid for p in first.workers()]
     first.signal(signal.SIGKILL)
     first.wait(timeout_s=5)
@@ -98,7 +98,7 @@ def test_a_frozen_host_cannot_overwrite_the_outcome_of_the_daemon_that_took_over
         start_daemon, history_conn):
     victim = pgworkerd.enqueue(history_conn, "sleep_first_attempt", {"seconds": 2})
     frozen = start_daemon("frozen", lease_ttl="1s")
-    frozen.worker_running(victim)
+    frozen.worker_running(victim, started_in=history_conn)
     tree = [frozen.pid, *(p.pid for p in frozen.workers())]
     for pid in tree:
         os.kill(pid, signal.SIGSTOP)

@@ -44,7 +44,7 @@ def test_s1_s3_killed_and_crashing_workers(start_daemon, recorder):
     exits = pgworkerd.enqueue(recorder, "crash", {}, max_attempts=3)
     segv = pgworkerd.enqueue(recorder, "segfault", {}, max_attempts=3)
     daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 2}])
-    daemon.worker_running(victim).kill()
+    daemon.worker_running(victim, started_in=recorder).kill()
     wait_until(lambda: all(job(recorder, i)["state"] in ("succeeded", "dead")
                            for i in [*good, victim, exits, segv]), timeout_s=40,
                what="every job to finish")
@@ -114,7 +114,7 @@ def test_s5_killed_between_handler_success_and_outcome_commit(start_daemon, reco
     same id, attempt + 1."""
     victim = pgworkerd.enqueue(recorder, "sleep_first_attempt", {"seconds": 0.5})
     daemon = start_daemon(workers=ONE_WORKER)
-    worker = daemon.worker_running(victim)
+    worker = daemon.worker_running(victim, started_in=recorder)
     waiting_backend = (
         "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'pgworkerd worker%%'"
         " AND wait_event_type = 'Lock'")

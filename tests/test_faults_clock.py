@@ -81,7 +81,7 @@ def test_s10_clocks_an_hour_off_neither_rescue_early_nor_extend_leases(daemons, 
     #    expiry judged by either clock, the job would be rescued at once.
     long_job = pgworkerd.enqueue(recorder, "sleep", {"seconds": 4})
     behind = daemons(db_dsn, "behind", env=skewed("-1h"), **config)
-    behind.worker_running(long_job)
+    behind.worker_running(long_job, started_in=recorder)
     ahead = daemons(db_dsn, "ahead", env=skewed("+1h"), **config)
     assert abs(clock_offset_s(recorder, behind) + 3600) < 60
     assert abs(clock_offset_s(recorder, ahead) - 3600) < 60
@@ -99,7 +99,7 @@ def test_s10_clocks_an_hour_off_neither_rescue_early_nor_extend_leases(daemons, 
     behind.signal(signal.SIGTERM)
     assert behind.wait() == 0
     victim = pgworkerd.enqueue(recorder, "sleep_first_attempt", {"seconds": 60})
-    ahead.worker_running(victim)
+    ahead.worker_running(victim, started_in=recorder)
     horizons += lease_horizons(recorder, victim, 1.5)
     rescuer = daemons(db_dsn, "behind-again", env=skewed("-1h"), **config)
     rescuer.wait_for_workers(1)

@@ -71,7 +71,7 @@ def test_s8_network_cut_past_the_lease(daemons, proxy, db_dsn, recorder):
     victim = pgworkerd.enqueue(recorder, "sleep_first_attempt", {"seconds": 60})
     cut = daemons(proxy.dsn(db_dsn), "cut", history_dsn=db_dsn, workers=ONE_WORKER,
                   lease_ttl="3s")
-    worker = cut.worker_running(victim)
+    worker = cut.worker_running(victim, started_in=recorder)
     proxy.blackhole()
     cut_at = time.monotonic()
     wait_until(lambda: gone(worker), timeout_s=10, what="the cut daemon to stop its job")
