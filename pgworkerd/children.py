@@ -14,7 +14,6 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 from pgworkerd import osutil
 from pgworkerd.child_slot import ChildSlot
@@ -152,6 +151,3 @@ def spawn(spec: WorkerSpec) -> Child:
 def lease_from_message(job_id: int, token: str) -> Lease:
     return Lease(job_id, uuid.UUID(token))
 
-
-def describe(child: Child, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"worker": child.name, "pid": child.pid, **(extra or {})}

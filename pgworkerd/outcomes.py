@@ -41,9 +41,6 @@ class OutcomeBuffer:
         self._oldest_at = 0.0  # monotonic time of the first pending success
         self._last_run_s: dict[str, float] = {}  # job kind -> how long its last run took
 
-    def __len__(self) -> int:
-        return len(self._pending)
-
     def ran(self, job: Job, seconds: float) -> None:
         """Note how long a job's handler took, whatever its outcome."""
         self._last_run_s[job.kind] = seconds
