@@ -102,6 +102,9 @@ class Housekeeper:
         self._next_prune_at = 0.0
         self._outage_logged = False
         self._listening_since_connect = False  # a fresh LISTEN: report ALL_QUEUES once
+        # A query ran since notified_queues() last looked: its answer may have brought
+        # notifications with it, which the socket will not announce again.
+        self.queried_since_drain = False
 
     # -- periodic work (each returns None when the database could not be reached) --------
 
@@ -183,6 +186,7 @@ class Housekeeper:
         """The queues named by notifications received so far (ALL_QUEUES after a new
         connection, whose LISTEN missed whatever was enqueued before it)."""
         queues: set[str] = set()
+        self.queried_since_drain = False
         if self._listening_since_connect:
             self._listening_since_connect = False
             queues.add(ALL_QUEUES)
@@ -219,6 +223,7 @@ class Housekeeper:
                 conn = self._connection()
                 if conn is None:
                     return failed
+                self.queried_since_drain = True
                 result = work(conn)
         except (psycopg.Error, RoundTripTimeout) as exc:
             # When the deadline fired, the error that surfaced is its doing: say so.

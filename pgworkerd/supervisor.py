@@ -139,7 +139,8 @@ class Supervisor:
         # A notification that came while the connection ran a housekeeping query was
         # read with that query's answer: it waits in psycopg's backlog, and the socket
         # will not wake us for it.
-        if self.listen_fd is not None:
+        if self.listen_fd is not None and self.housekeeper is not None \
+                and self.housekeeper.queried_since_drain:
             self._on_notifications()
         self._stop_lapsing_leases()
         if self.state == "running":
