@@ -366,17 +366,19 @@ class Supervisor:
         back full wakes the next (see "claimed")."""
         assert self.housekeeper is not None
         for queue in self.housekeeper.notified_queues():
-            idle = sum(1 for child in self.children.values() if child.idle)
-            if queue == ALL_QUEUES:
-                for child in self.children.values():
-                    if child.idle:
-                        child.wake()
-                woken = idle
+            idle = [child for child in self.children.values() if child.idle]
+            if self.state != "running":
+                woken = 0  # draining: no child is to take new work
+            elif queue == ALL_QUEUES:
+                for child in idle:
+                    child.wake()
+                woken = len(idle)
             else:
                 woken = int(self._wake_one({queue}))
                 if not woken:
                     self.unclaimed_wakes.add(queue)
-            logs.event(log, logging.DEBUG, "notified", queue=queue, idle=idle, woken=woken)
+            logs.event(log, logging.DEBUG, "notified", queue=queue, idle=len(idle),
+                       woken=woken)
 
     def _wake_one(self, queues: set[str] | frozenset[str]) -> bool:
         if self.state != "running":
