@@ -44,20 +44,31 @@ MODES = ("throughput", "latency")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--peers", default=",".join(peers.DEFAULT_PEERS),
-                        help=f"comma-separated, 'all' or 'none'; of {', '.join(peers.PEERS)}"
-                             " (default: %(default)s)")
+    parser.add_argument(
+        "--peers",
+        default=",".join(peers.DEFAULT_PEERS),
+        help=f"comma-separated, 'all' or 'none'; of {', '.join(peers.PEERS)}"
+        " (default: %(default)s)",
+    )
     parser.add_argument("--reps", type=int, default=1, help="runs of each; median when > 1")
     parser.add_argument("-n", type=int, default=20_000, help="jobs in throughput mode")
-    parser.add_argument("--n-single", type=int, default=2_000,
-                        help="of which enqueued one by one (at most n/10)")
-    parser.add_argument("--scale", action="store_true",
-                        help="also claim latency with 1 M finished + 1 M scheduled rows, and "
-                             "worker RSS after 100k jobs (a few minutes more)")
+    parser.add_argument(
+        "--n-single", type=int, default=2_000, help="of which enqueued one by one (at most n/10)"
+    )
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="also claim latency with 1 M finished + 1 M scheduled rows, and "
+        "worker RSS after 100k jobs (a few minutes more)",
+    )
     parser.add_argument("--scale-rows", type=int, default=1_000_000, help=argparse.SUPPRESS)
     parser.add_argument("--scale-jobs", type=int, default=100_000, help=argparse.SUPPRESS)
-    parser.add_argument("--peers-dir", type=Path, default=REPO.parent / "shared/bench/peers",
-                        help="the peers' harnesses (default: %(default)s)")
+    parser.add_argument(
+        "--peers-dir",
+        type=Path,
+        default=REPO.parent / "shared/bench/peers",
+        help="the peers' harnesses (default: %(default)s)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     args = parser.parse_args(argv)
     if args.peers in ("all", "none"):
@@ -68,8 +79,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if unknown:
             parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(peers.PEERS)}")
     if args.peer_names and not (args.peers_dir / "common.py").exists():
-        parser.error(f"{args.peers_dir} holds no peer harnesses (common.py); "
-                     "give --peers-dir or --peers none")
+        parser.error(
+            f"{args.peers_dir} holds no peer harnesses (common.py); "
+            "give --peers-dir or --peers none"
+        )
     if args.reps < 1 or args.n < 10:
         parser.error("--reps must be ≥ 1 and -n ≥ 10")
     return args
@@ -85,19 +98,26 @@ def main(argv: list[str] | None = None) -> int:
     proto = measure.Protocol(n=args.n, n_single=min(args.n_single, args.n // 10))
     print(f"results in {out}")
 
-    available = [name for name in args.peer_names
-                 if peers.ready(peers.PEERS[name], logs / "venv.log")]
+    available = [
+        name for name in args.peer_names if peers.ready(peers.PEERS[name], logs / "venv.log")
+    ]
     records: list[dict[str, Any]] = []
     scale_figures: dict[str, Any] | None = None
     with throwaway_cluster(keep_log=logs / "postgresql.log") as cluster:
         settings = server_settings(cluster.dsn())
-        print(f"cluster up on 127.0.0.1:{cluster.port}: " +
-              ", ".join(f"{k}={v}" for k, v in settings.items()))
+        print(
+            f"cluster up on 127.0.0.1:{cluster.port}: "
+            + ", ".join(f"{k}={v}" for k, v in settings.items())
+        )
         # The disk and the neighbours move commit-bound numbers: say what they were.
-        environment = {"fdatasync_per_s_start": fdatasync_rate(cluster),
-                       "loadavg_start": os.getloadavg()}
-        print(f"fdatasync {environment['fdatasync_per_s_start'] or 0:,.0f}/s, "
-              f"load average {environment['loadavg_start'][0]:.2f}")
+        environment = {
+            "fdatasync_per_s_start": fdatasync_rate(cluster),
+            "loadavg_start": os.getloadavg(),
+        }
+        print(
+            f"fdatasync {environment['fdatasync_per_s_start'] or 0:,.0f}/s, "
+            f"load average {environment['loadavg_start'][0]:.2f}"
+        )
         for rep in range(1, args.reps + 1):
             for name in [*report.OUR_ROWS, *available]:
                 for mode in MODES:
@@ -108,44 +128,59 @@ def main(argv: list[str] | None = None) -> int:
                             fh.write(json.dumps(record, sort_keys=True) + "\n")
         if args.scale:
             scale_figures = _scale(cluster, logs, args)
-        environment.update(fdatasync_per_s_end=fdatasync_rate(cluster),
-                           loadavg_end=os.getloadavg())
+        environment.update(fdatasync_per_s_end=fdatasync_rate(cluster), loadavg_end=os.getloadavg())
     elapsed = time.monotonic() - started
 
     table = report.rows(records, [*report.OUR_ROWS, *available])
     goals = report.targets(table, scale_figures)
-    title = (f"pgworkerd vs peers, {time.strftime('%Y-%m-%d')}: {_machine()}, PostgreSQL "
-             f"{settings.get('server_version', '?').split()[0]} durable "
-             f"(fsync, synchronous_commit on)")
-    header = [f"### {title}", "",
-              f"No-op jobs. Throughput: {proto.n:,} jobs ({proto.n_single:,} enqueued one per "
-              f"transaction, the rest {proto.enq_batch:,} per bulk call), processed until the "
-              "database shows all finished, worker start-up included (pgworkerd's from its "
-              "READY=1, after its imports, as the peers' harnesses import before their "
-              "clocks start). Latency: worker idle "
-              f"2 s, a separate process enqueues {proto.trickle_n} jobs at "
-              f"{proto.trickle_rate:g}/s; handler start minus time before the enqueue call. "
-              f"pgworkerd: `workers: [{{queues: [bench], concurrency: {proto.concurrency}}}]`, "
-              "other settings at their defaults, and again with "
-              f"`{json.dumps(measure.TUNED_CONFIG)}` (the targets are judged on that row). "
-              "Peers: their harnesses from "
-              f"`{_shown(args.peers_dir)}`. "
-              + (f"Median of {args.reps} runs." if args.reps > 1 else "One run each.")
-              + f" Disk fdatasync (pg_test_fsync): {_rate(environment, 'start')} at the start, "
-              f"{_rate(environment, 'end')} at the end; load average (1 min) "
-              f"{environment['loadavg_start'][0]:.1f} before."]
+    title = (
+        f"pgworkerd vs peers, {time.strftime('%Y-%m-%d')}: {_machine()}, PostgreSQL "
+        f"{settings.get('server_version', '?').split()[0]} durable "
+        f"(fsync, synchronous_commit on)"
+    )
+    header = [
+        f"### {title}",
+        "",
+        f"No-op jobs. Throughput: {proto.n:,} jobs ({proto.n_single:,} enqueued one per "
+        f"transaction, the rest {proto.enq_batch:,} per bulk call), processed until the "
+        "database shows all finished, worker start-up included (pgworkerd's from its "
+        "READY=1, after its imports, as the peers' harnesses import before their "
+        "clocks start). Latency: worker idle "
+        f"2 s, a separate process enqueues {proto.trickle_n} jobs at "
+        f"{proto.trickle_rate:g}/s; handler start minus time before the enqueue call. "
+        f"pgworkerd: `workers: [{{queues: [bench], concurrency: {proto.concurrency}}}]`, "
+        "other settings at their defaults, and again with "
+        f"`{json.dumps(measure.TUNED_CONFIG)}` (the targets are judged on that row). "
+        "Peers: their harnesses from "
+        f"`{_shown(args.peers_dir)}`. "
+        + (f"Median of {args.reps} runs." if args.reps > 1 else "One run each.")
+        + f" Disk fdatasync (pg_test_fsync): {_rate(environment, 'start')} at the start, "
+        f"{_rate(environment, 'end')} at the end; load average (1 min) "
+        f"{environment['loadavg_start'][0]:.1f} before.",
+    ]
     notes = _notes(records, scale_figures)
     summary = report.markdown(table, goals, header, notes)
     print()
     print(summary)
     (out / "summary.md").write_text(summary)
-    (out / "run.json").write_text(json.dumps({
-        "argv": sys.argv, "protocol": asdict(proto), "peers": available,
-        "skipped_peers": [p for p in args.peer_names if p not in available],
-        "settings": settings, "machine": _machine(), "environment": environment,
-        "elapsed_s": round(elapsed, 1),
-        "scale": scale_figures, "rows": [asdict(r) for r in table],
-        "targets": [asdict(g) for g in goals]}, indent=2))
+    (out / "run.json").write_text(
+        json.dumps(
+            {
+                "argv": sys.argv,
+                "protocol": asdict(proto),
+                "peers": available,
+                "skipped_peers": [p for p in args.peer_names if p not in available],
+                "settings": settings,
+                "machine": _machine(),
+                "environment": environment,
+                "elapsed_s": round(elapsed, 1),
+                "scale": scale_figures,
+                "rows": [asdict(r) for r in table],
+                "targets": [asdict(g) for g in goals],
+            },
+            indent=2,
+        )
+    )
     if chart.draw(table, title, out / "chart.png", report.target_lines(table)):
         shutil.copyfile(out / "chart.png", args.out / "latest.png")
         print(f"chart: {out / 'chart.png'} (copied to {args.out / 'latest.png'})")
@@ -154,9 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _one_run(cluster: EmbeddedCluster, name: str, mode: str, rep: int,
-             proto: measure.Protocol, args: argparse.Namespace,
-             logs: Path) -> dict[str, Any] | None:
+def _one_run(
+    cluster: EmbeddedCluster,
+    name: str,
+    mode: str,
+    rep: int,
+    proto: measure.Protocol,
+    args: argparse.Namespace,
+    logs: Path,
+) -> dict[str, Any] | None:
     """One system, one mode, in a fresh database; its record, or None after a note."""
     database = f"bench_{name}"
     dsn = fresh_database(cluster, database)
@@ -168,8 +209,9 @@ def _one_run(cluster: EmbeddedCluster, name: str, mode: str, rep: int,
             extra = measure.TUNED_CONFIG if name == report.OURS_TUNED else None
             record: dict[str, Any] | None = run(dsn, logs, tag, proto, extra)
         else:
-            record = peers.run(peers.PEERS[name], mode, dsn, args.peers_dir, proto,
-                               logs / f"{tag}.log")
+            record = peers.run(
+                peers.PEERS[name], mode, dsn, args.peers_dir, proto, logs / f"{tag}.log"
+            )
     except Exception as exc:  # one broken run must not lose the others' figures
         print(f"  note: {tag} failed: {type(exc).__name__}: {exc} (see {logs})")
         (logs / f"{tag}.error").write_text(traceback.format_exc())
@@ -184,27 +226,43 @@ def _one_run(cluster: EmbeddedCluster, name: str, mode: str, rep: int,
 
 def _scale(cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.monotonic()
-    print(f"  scale: claim latency, empty vs +{args.scale_rows:,} finished "
-          f"+{args.scale_rows:,} scheduled rows ...")
+    print(
+        f"  scale: claim latency, empty vs +{args.scale_rows:,} finished "
+        f"+{args.scale_rows:,} scheduled rows ..."
+    )
     empty, loaded = scale.claim_empty_vs_loaded(
-        fresh_database(cluster, "bench_scale_empty"), fresh_database(cluster, "bench_scale_loaded"),
-        finished=args.scale_rows, scheduled=args.scale_rows, samples=2000)
+        fresh_database(cluster, "bench_scale_empty"),
+        fresh_database(cluster, "bench_scale_loaded"),
+        finished=args.scale_rows,
+        scheduled=args.scale_rows,
+        samples=2000,
+    )
     drop_database(cluster, "bench_scale_empty")
     drop_database(cluster, "bench_scale_loaded")
-    print(f"  scale: claim p50/p99 {empty.p50_ms:.2f}/{empty.p99_ms:.2f} ms empty, "
-          f"{loaded.p50_ms:.2f}/{loaded.p99_ms:.2f} ms loaded ({time.monotonic() - t0:.0f}s)")
+    print(
+        f"  scale: claim p50/p99 {empty.p50_ms:.2f}/{empty.p99_ms:.2f} ms empty, "
+        f"{loaded.p50_ms:.2f}/{loaded.p99_ms:.2f} ms loaded ({time.monotonic() - t0:.0f}s)"
+    )
     t0 = time.monotonic()
     print(f"  scale: worker RSS over {args.scale_jobs:,} jobs through the daemon ...")
-    memory = scale.daemon_memory(fresh_database(cluster, "bench_scale_memory"), logs,
-                                 args.scale_jobs)
+    memory = scale.daemon_memory(
+        fresh_database(cluster, "bench_scale_memory"), logs, args.scale_jobs
+    )
     drop_database(cluster, "bench_scale_memory")
     last = memory[-1]
-    print(f"  scale: after {last.jobs_done:,} jobs: largest worker {last.largest_worker_mb:.1f} "
-          f"MB, supervisor {last.supervisor_mb:.1f} MB ({time.monotonic() - t0:.0f}s)")
-    return {"rows": args.scale_rows, "claim_empty": asdict(empty), "claim_loaded": asdict(loaded),
-            "daemon_jobs": args.scale_jobs, "worker_rss_mb": round(last.largest_worker_mb, 1),
-            "supervisor_rss_mb": round(last.supervisor_mb, 1),
-            "memory_samples": [asdict(s) for s in memory]}
+    print(
+        f"  scale: after {last.jobs_done:,} jobs: largest worker {last.largest_worker_mb:.1f} "
+        f"MB, supervisor {last.supervisor_mb:.1f} MB ({time.monotonic() - t0:.0f}s)"
+    )
+    return {
+        "rows": args.scale_rows,
+        "claim_empty": asdict(empty),
+        "claim_loaded": asdict(loaded),
+        "daemon_jobs": args.scale_jobs,
+        "worker_rss_mb": round(last.largest_worker_mb, 1),
+        "supervisor_rss_mb": round(last.supervisor_mb, 1),
+        "memory_samples": [asdict(s) for s in memory],
+    }
 
 
 def _notes(records: list[dict[str, Any]], scale_figures: dict[str, Any] | None) -> list[str]:
@@ -215,12 +273,14 @@ def _notes(records: list[dict[str, Any]], scale_figures: dict[str, Any] | None) 
         if imports_s is None:
             imports = "(it never said READY=1)"
         else:
-            imports = (f"of which {imports_s:.2f} s before its READY=1 (interpreter, imports, "
-                       "config, forks: the peers' harnesses import before their clock "
-                       f"starts); {r['n'] / r['all_acked_s']:,.0f} jobs/s counted from the "
-                       "spawn, "
-                       f"{r.get('process_after_imports_jps') or 0:,.0f} jobs/s from READY=1 "
-                       "(the table's figure)")
+            imports = (
+                f"of which {imports_s:.2f} s before its READY=1 (interpreter, imports, "
+                "config, forks: the peers' harnesses import before their clock "
+                f"starts); {r['n'] / r['all_acked_s']:,.0f} jobs/s counted from the "
+                "spawn, "
+                f"{r.get('process_after_imports_jps') or 0:,.0f} jobs/s from READY=1 "
+                "(the table's figure)"
+            )
         notes.append(
             f"- {report.LABELS[r['name']]} run {r['rep']}: {r['all_acked_s']:.2f} s for "
             f"{r['n']:,} jobs from spawning `pgworkerd run`, {imports}; first claim "
@@ -228,24 +288,31 @@ def _notes(records: list[dict[str, Any]], scale_figures: dict[str, Any] | None) 
             f"claim to last finish) {r.get('steady_jps') or 0:,.0f} jobs/s. CPU "
             f"{r.get('worker_cpu_s')} s, of which the supervisor {r.get('supervisor_cpu_s')} s. "
             f"{r.get('log_lines', 0) / r['n']:.1f} daemon log lines per job; worker RSS "
-            f"{r.get('worker_rss_mb')} MB at the end.")
-    notes.append("- CPU: pgworkerd = supervisor + workers (psutil, reaped children included, "
-                 "start-up included); peers = their worker process as their harness reports "
-                 "it (the raw loop reports none).")
+            f"{r.get('worker_rss_mb')} MB at the end."
+        )
+    notes.append(
+        "- CPU: pgworkerd = supervisor + workers (psutil, reaped children included, "
+        "start-up included); peers = their worker process as their harness reports "
+        "it (the raw loop reports none)."
+    )
     if scale_figures:
         e, lo = scale_figures["claim_empty"], scale_figures["claim_loaded"]
-        notes.append(f"- Claim+complete of one job through JobStore, p50/p99: "
-                     f"{e['p50_ms']:.2f}/{e['p99_ms']:.2f} ms empty table, "
-                     f"{lo['p50_ms']:.2f}/{lo['p99_ms']:.2f} ms with the rows added.")
+        notes.append(
+            f"- Claim+complete of one job through JobStore, p50/p99: "
+            f"{e['p50_ms']:.2f}/{e['p99_ms']:.2f} ms empty table, "
+            f"{lo['p50_ms']:.2f}/{lo['p99_ms']:.2f} ms with the rows added."
+        )
     return notes
 
 
 def _brief(record: dict[str, Any]) -> str:
     if record["mode"] == "throughput":
-        return (f"enqueue {record.get('enqueue_single_jps', 0):,.0f} / "
-                f"{record.get('enqueue_batch_jps', 0):,.0f} jobs/s, process "
-                f"{record.get('process_jps', 0):,.0f} jobs/s"
-                + ("" if record.get("acked_ok") else " (NOT all finished)"))
+        return (
+            f"enqueue {record.get('enqueue_single_jps', 0):,.0f} / "
+            f"{record.get('enqueue_batch_jps', 0):,.0f} jobs/s, process "
+            f"{record.get('process_jps', 0):,.0f} jobs/s"
+            + ("" if record.get("acked_ok") else " (NOT all finished)")
+        )
     return f"latency p50 {record.get('lat_p50_ms')} ms, p99 {record.get('lat_p99_ms')} ms"
 
 

@@ -29,8 +29,16 @@ PEER_SETTINGS: dict[str, str] = {
     "max_connections": "200",
 }
 
-REPORTED_SETTINGS = ("server_version", "fsync", "synchronous_commit", "full_page_writes",
-                     "wal_sync_method", "shared_buffers", "max_connections", "autovacuum")
+REPORTED_SETTINGS = (
+    "server_version",
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_sync_method",
+    "shared_buffers",
+    "max_connections",
+    "autovacuum",
+)
 
 
 @contextlib.contextmanager
@@ -55,24 +63,28 @@ def throwaway_cluster(keep_log: Path | None = None) -> Iterator[EmbeddedCluster]
 def fresh_database(cluster: EmbeddedCluster, name: str) -> str:
     """(Re)create database `name`, as run_all.sh does before every harness run; its DSN."""
     with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return cluster.dsn(name)
 
 
 def drop_database(cluster: EmbeddedCluster, name: str) -> None:
     with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 def server_settings(dsn: str) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         # current_setting() keeps the unit (shared_buffers reads 512MB, not 65536 pages).
-        rows = conn.execute("SELECT name, current_setting(name) FROM pg_settings"
-                            " WHERE name = ANY(%s) ORDER BY name",
-                            (list(REPORTED_SETTINGS),)).fetchall()
+        rows = conn.execute(
+            "SELECT name, current_setting(name) FROM pg_settings"
+            " WHERE name = ANY(%s) ORDER BY name",
+            (list(REPORTED_SETTINGS),),
+        ).fetchall()
     return dict(rows)
 
 
@@ -80,9 +92,13 @@ def fdatasync_rate(cluster: EmbeddedCluster) -> float | None:
     """fdatasync ops/s on the cluster's filesystem now (`pg_test_fsync -s 1`, first
     block only): commit-bound figures follow it, and on a VM it drifts within minutes."""
     test_file = cluster.base_dir / "fsync.test"
-    proc = subprocess.Popen([str(cluster.bin_dir / "pg_test_fsync"), "-s", "1", "-f",
-                             str(test_file)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [str(cluster.bin_dir / "pg_test_fsync"), "-s", "1", "-f", str(test_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     rate = None
     try:
         assert proc.stdout is not None

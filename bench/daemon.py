@@ -30,8 +30,9 @@ QUEUE = "bench"
 HANDLERS = {"noop": "bench.handlers:noop", "stamp": "bench.handlers:stamp"}
 
 
-def write_config(path: Path, dsn: str, *, concurrency: int = 2,
-                 extra: dict[str, Any] | None = None) -> Path:
+def write_config(
+    path: Path, dsn: str, *, concurrency: int = 2, extra: dict[str, Any] | None = None
+) -> Path:
     """The bench's config file: one pool of `concurrency` processes on queue `bench`,
     everything else at pgworkerd's defaults (batch size included): what a user gets."""
     config: dict[str, Any] = {
@@ -66,9 +67,15 @@ def daemon_env() -> dict[str, str]:
 
 def migrate(config: Path, log_path: Path) -> None:
     with log_path.open("ab") as log:
-        subprocess.run([*pgworkerd_command(), "migrate", "-c", str(config)], env=daemon_env(),
-                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                       check=True, cwd=REPO)
+        subprocess.run(
+            [*pgworkerd_command(), "migrate", "-c", str(config)],
+            env=daemon_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            check=True,
+            cwd=REPO,
+        )
 
 
 @dataclass
@@ -99,8 +106,12 @@ class Daemon:
         self.proc = subprocess.Popen(
             [*pgworkerd_command(), "run", "-c", str(config)],
             env={**daemon_env(), "NOTIFY_SOCKET": self._notify.getsockname()},
-            stdout=self._log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=REPO,
+        )
         self.ps = psutil.Process(self.proc.pid)
 
     def usage(self) -> TreeUsage:
@@ -125,17 +136,21 @@ class Daemon:
         deadline = time.monotonic() + timeout_s
         with psycopg.connect(dsn, autocommit=True) as conn:
             while True:
-                n = conn.execute("SELECT count(*) FROM pg_stat_activity"
-                                 " WHERE application_name LIKE 'pgworkerd worker %%'"
-                                 " AND datname = current_database()").fetchone()[0]
+                n = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name LIKE 'pgworkerd worker %%'"
+                    " AND datname = current_database()"
+                ).fetchone()[0]
                 if n >= count:
                     return time.perf_counter() - self.started
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"pgworkerd run exited {self.proc.returncode}; "
-                                       f"see {self.log_path}")
+                    raise RuntimeError(
+                        f"pgworkerd run exited {self.proc.returncode}; see {self.log_path}"
+                    )
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{count} workers not connected after {timeout_s}s; "
-                                       f"see {self.log_path}")
+                    raise RuntimeError(
+                        f"{count} workers not connected after {timeout_s}s; see {self.log_path}"
+                    )
                 time.sleep(0.02)
 
     def _await_ready(self) -> None:

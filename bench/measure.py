@@ -65,23 +65,26 @@ def _record(mode: str, proto: Protocol, config_extra: dict[str, Any]) -> dict[st
         "driver": f"psycopg {psycopg.__version__} sync",
         "mode": mode,
         "concurrency": f"{proto.concurrency} procs, config "
-                       + (json.dumps(config_extra) if config_extra else "defaults"),
+        + (json.dumps(config_extra) if config_extra else "defaults"),
     }
 
 
-def _prepare(mode: str, dsn: str, work: Path, tag: str, proto: Protocol,
-             config_extra: dict[str, Any] | None) -> tuple[Path, Path, dict[str, Any]]:
+def _prepare(
+    mode: str, dsn: str, work: Path, tag: str, proto: Protocol, config_extra: dict[str, Any] | None
+) -> tuple[Path, Path, dict[str, Any]]:
     """The run's config file (migrated), its log path and its record so far."""
     config_extra = config_extra or {}
-    config = write_config(work / f"{tag}.yaml", dsn, concurrency=proto.concurrency,
-                          extra=config_extra)
+    config = write_config(
+        work / f"{tag}.yaml", dsn, concurrency=proto.concurrency, extra=config_extra
+    )
     log_path = work / f"{tag}.log"
     migrate(config, log_path)
     return config, log_path, _record(mode, proto, config_extra)
 
 
-def throughput(dsn: str, work: Path, tag: str, proto: Protocol,
-               config_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def throughput(
+    dsn: str, work: Path, tag: str, proto: Protocol, config_extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     config, log_path, res = _prepare("throughput", dsn, work, tag, proto, config_extra)
     with psycopg.connect(dsn, autocommit=True) as conn:
         payload = {"i": 0}
@@ -100,8 +103,12 @@ def throughput(dsn: str, work: Path, tag: str, proto: Protocol,
         daemon = Daemon(config, log_path)
         try:
             # A daemon that exited (bad config, crash) ends the wait: nothing will finish.
-            _poll(lambda: daemon.proc.poll() is not None
-                  or not conn.execute(UNFINISHED).fetchone()[0], proto.phase_timeout_s)
+            _poll(
+                lambda: (
+                    daemon.proc.poll() is not None or not conn.execute(UNFINISHED).fetchone()[0]
+                ),
+                proto.phase_timeout_s,
+            )
             done = not conn.execute(UNFINISHED).fetchone()[0]
             elapsed = time.perf_counter() - daemon.started
             usage = daemon.usage()
@@ -110,7 +117,8 @@ def throughput(dsn: str, work: Path, tag: str, proto: Protocol,
         succeeded, span_s, first_start_s = conn.execute(
             "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)),"
             " extract(epoch FROM min(started_at)) FROM pgworkerd.jobs"
-            " WHERE state = 'succeeded'").fetchone()
+            " WHERE state = 'succeeded'"
+        ).fetchone()
     res.update(
         n=proto.n,
         all_acked_s=round(elapsed, 3),
@@ -118,8 +126,11 @@ def throughput(dsn: str, work: Path, tag: str, proto: Protocol,
         process_jps=round(proto.n / elapsed, 1),
         steady_jps=round(succeeded / float(span_s), 1) if span_s else None,
         # spawn to the first claim: the daemon's start-up inside all_acked_s
-        startup_s=(round(float(first_start_s) - daemon.started_wall, 3)
-                   if first_start_s is not None else None),
+        startup_s=(
+            round(float(first_start_s) - daemon.started_wall, 3)
+            if first_start_s is not None
+            else None
+        ),
         **_after_ready(daemon, elapsed, proto.n),
         worker_cpu_s=round(usage.cpu_s, 2),
         supervisor_cpu_s=round(usage.supervisor_cpu_s, 2),
@@ -130,24 +141,46 @@ def throughput(dsn: str, work: Path, tag: str, proto: Protocol,
     return res
 
 
-def latency(dsn: str, work: Path, tag: str, proto: Protocol,
-            config_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def latency(
+    dsn: str, work: Path, tag: str, proto: Protocol, config_extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     config, log_path, res = _prepare("latency", dsn, work, tag, proto, config_extra)
     daemon = Daemon(config, log_path)
     try:
         res["workers_connected_s"] = round(daemon.workers_connected(dsn, proto.concurrency), 3)
         time.sleep(2.0)  # idle, as the peers' workers are before the trickle
         out = subprocess.run(
-            [sys.executable, "-m", "bench.producer", dsn, "--n", str(proto.trickle_n),
-             "--rate", str(proto.trickle_rate), "--queue", QUEUE],
-            stdout=subprocess.PIPE, check=True, env=daemon_env(), cwd=REPO,
-            timeout=proto.phase_timeout_s).stdout
+            [
+                sys.executable,
+                "-m",
+                "bench.producer",
+                dsn,
+                "--n",
+                str(proto.trickle_n),
+                "--rate",
+                str(proto.trickle_rate),
+                "--queue",
+                QUEUE,
+            ],
+            stdout=subprocess.PIPE,
+            check=True,
+            env=daemon_env(),
+            cwd=REPO,
+            timeout=proto.phase_timeout_s,
+        ).stdout
         with psycopg.connect(dsn, autocommit=True) as conn:
-            _poll(lambda: conn.execute("SELECT count(*) FROM pgworkerd.jobs WHERE state"
-                                       " = 'succeeded'").fetchone()[0] >= proto.trickle_n,
-                  30.0)
-            rows = conn.execute("SELECT payload, result FROM pgworkerd.jobs"
-                                " WHERE state = 'succeeded'").fetchall()
+            _poll(
+                lambda: (
+                    conn.execute(
+                        "SELECT count(*) FROM pgworkerd.jobs WHERE state = 'succeeded'"
+                    ).fetchone()[0]
+                    >= proto.trickle_n
+                ),
+                30.0,
+            )
+            rows = conn.execute(
+                "SELECT payload, result FROM pgworkerd.jobs WHERE state = 'succeeded'"
+            ).fetchall()
     finally:
         res["daemon_exit"] = daemon.stop()
     lats = [result["started"] - payload["t"] for payload, result in rows]
@@ -165,8 +198,10 @@ def _after_ready(daemon: Daemon, elapsed: float, n: int) -> dict[str, float]:
     if daemon.ready is None:
         return {}
     imports_s = daemon.ready - daemon.started
-    return {"imports_s": round(imports_s, 3),
-            "process_after_imports_jps": round(n / (elapsed - imports_s), 1)}
+    return {
+        "imports_s": round(imports_s, 3),
+        "process_after_imports_jps": round(n / (elapsed - imports_s), 1),
+    }
 
 
 def _poll(check: Any, timeout_s: float) -> bool:

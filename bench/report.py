@@ -49,8 +49,7 @@ class Row:
 
     @property
     def is_peer(self) -> bool:
-        return self.name not in OUR_ROWS and not (self.name in PEERS
-                                                  and PEERS[self.name].reference)
+        return self.name not in OUR_ROWS and not (self.name in PEERS and PEERS[self.name].reference)
 
 
 @dataclass
@@ -80,21 +79,26 @@ def rows(records: list[dict[str, Any]], order: list[str]) -> list[Row]:
             continue
         first = (th or la)[0]
         ok = [r for r in th if r.get("acked_ok")]
-        out.append(Row(
-            name=name, label=LABELS.get(name, name), version=str(first.get("version", "?")),
-            setting=str(first.get("concurrency", "")),
-            enqueue_single=median(r.get("enqueue_single_jps") for r in th),
-            enqueue_bulk=median(r.get("enqueue_batch_jps") for r in th),
-            # a run that did not finish every job has no processing figure
-            # pgworkerd's from its READY=1: the peers' harnesses import before their
-            # clocks start (the figure from the spawn is in the notes)
-            process=median(r.get("process_after_imports_jps") or r.get("process_jps")
-                           for r in ok),
-            lat_p50=median(r.get("lat_p50_ms") for r in la),
-            lat_p99=median(r.get("lat_p99_ms") for r in la),
-            cpu_per_10k=median(_cpu_per_10k(r) for r in ok),
-            runs=f"{len(ok)}/{len(la)}",
-        ))
+        out.append(
+            Row(
+                name=name,
+                label=LABELS.get(name, name),
+                version=str(first.get("version", "?")),
+                setting=str(first.get("concurrency", "")),
+                enqueue_single=median(r.get("enqueue_single_jps") for r in th),
+                enqueue_bulk=median(r.get("enqueue_batch_jps") for r in th),
+                # a run that did not finish every job has no processing figure
+                # pgworkerd's from its READY=1: the peers' harnesses import before their
+                # clocks start (the figure from the spawn is in the notes)
+                process=median(
+                    r.get("process_after_imports_jps") or r.get("process_jps") for r in ok
+                ),
+                lat_p50=median(r.get("lat_p50_ms") for r in la),
+                lat_p99=median(r.get("lat_p99_ms") for r in la),
+                cpu_per_10k=median(_cpu_per_10k(r) for r in ok),
+                runs=f"{len(ok)}/{len(la)}",
+            )
+        )
     return out
 
 
@@ -118,8 +122,14 @@ def targets(table: list[Row], scale: dict[str, Any] | None) -> list[Target]:
     best = best_peer(table, "process", True)
     out = []
 
-    def ratio_target(text: str, num: float | None, den: float | None, limit: float,
-                     at_least: bool, unit: str = "x") -> None:
+    def ratio_target(
+        text: str,
+        num: float | None,
+        den: float | None,
+        limit: float,
+        at_least: bool,
+        unit: str = "x",
+    ) -> None:
         if num is None or not den:
             out.append(Target(text, "not measured", None))
             return
@@ -127,28 +137,62 @@ def targets(table: list[Row], scale: dict[str, Any] | None) -> list[Target]:
         shown = f"{value * 100:.0f} %" if unit == "%" else f"{value:.2f}x"
         out.append(Target(text, shown, value >= limit if at_least else value <= limit))
 
-    ratio_target(f"processing ≥ 5x best peer ({best.label if best else '-'})",
-                 ours and ours.process, best and best.process, 5.0, True)
-    ratio_target("processing ≥ 60 % of raw 2x100", ours and ours.process,
-                 raw and raw.process, 0.60, True, "%")
-    ratio_target("idle latency p50 ≤ 1.25x raw 2x100's", ours and ours.lat_p50,
-                 raw and raw.lat_p50, 1.25, False)
+    ratio_target(
+        f"processing ≥ 5x best peer ({best.label if best else '-'})",
+        ours and ours.process,
+        best and best.process,
+        5.0,
+        True,
+    )
+    ratio_target(
+        "processing ≥ 60 % of raw 2x100",
+        ours and ours.process,
+        raw and raw.process,
+        0.60,
+        True,
+        "%",
+    )
+    ratio_target(
+        "idle latency p50 ≤ 1.25x raw 2x100's",
+        ours and ours.lat_p50,
+        raw and raw.lat_p50,
+        1.25,
+        False,
+    )
     p99 = ours.lat_p99 if ours else None
-    out.append(Target("idle latency p99 ≤ 10 ms", _fmt(p99, "{:.1f} ms"),
-                      None if p99 is None else p99 <= 10.0))
+    out.append(
+        Target(
+            "idle latency p99 ≤ 10 ms", _fmt(p99, "{:.1f} ms"), None if p99 is None else p99 <= 10.0
+        )
+    )
     bulk = ours.enqueue_bulk if ours else None
-    out.append(Target("bulk enqueue ≥ 100,000 jobs/s", _fmt(bulk, "{:,.0f} jobs/s"),
-                      None if bulk is None else bulk >= 100_000))
+    out.append(
+        Target(
+            "bulk enqueue ≥ 100,000 jobs/s",
+            _fmt(bulk, "{:,.0f} jobs/s"),
+            None if bulk is None else bulk >= 100_000,
+        )
+    )
     scale = scale or {}
     empty, loaded = scale.get("claim_empty"), scale.get("claim_loaded")
     rows_added = f"{scale['rows']:,}" if "rows" in scale else "1,000,000"
-    ratio_target(f"claim latency p50 with {rows_added} finished + {rows_added} scheduled rows"
-                 " ≤ 1.2x empty table",
-                 loaded and loaded["p50_ms"], empty and empty["p50_ms"], 1.2, False)
+    ratio_target(
+        f"claim latency p50 with {rows_added} finished + {rows_added} scheduled rows"
+        " ≤ 1.2x empty table",
+        loaded and loaded["p50_ms"],
+        empty and empty["p50_ms"],
+        1.2,
+        False,
+    )
     rss = scale.get("worker_rss_mb")
     jobs = scale.get("daemon_jobs")
-    out.append(Target(f"worker RSS ≤ 40 MB after {jobs or 100_000:,} jobs",
-                      _fmt(rss, "{:.1f} MB"), None if rss is None else rss <= 40.0))
+    out.append(
+        Target(
+            f"worker RSS ≤ 40 MB after {jobs or 100_000:,} jobs",
+            _fmt(rss, "{:.1f} MB"),
+            None if rss is None else rss <= 40.0,
+        )
+    )
     return out
 
 
@@ -156,24 +200,32 @@ def target_lines(table: list[Row]) -> dict[str, float]:
     """Where the chart draws each target: processing at the stricter of its two."""
     best = best_peer(table, "process", True)
     raw = next((r for r in table if r.name == RAW), None)
-    process = [x for x in (best and best.process and 5 * best.process,
-                           raw and raw.process and 0.6 * raw.process) if x]
+    process = [
+        x
+        for x in (
+            best and best.process and 5 * best.process,
+            raw and raw.process and 0.6 * raw.process,
+        )
+        if x
+    ]
     lines = {"enqueue_bulk": 100_000.0, "lat_p99": 10.0}
     if process:
         lines["process"] = max(process)
     return lines
 
 
-def markdown(table: list[Row], goals: list[Target], header: list[str],
-             notes: list[str]) -> str:
+def markdown(table: list[Row], goals: list[Target], header: list[str], notes: list[str]) -> str:
     lines = [*header, ""]
     titles = [title for title, *_ in COLUMNS]
     lines.append("| system | " + " | ".join(titles) + " |")
     lines.append("|---|" + "---:|" * len(COLUMNS))
     for row in table:
         cells = [_fmt(getattr(row, attr), fmt) for _, attr, _, fmt in COLUMNS]
-        label = f"**{row.label}** {row.version}" if row.name in OUR_ROWS else \
-            f"{row.label} {row.version}"
+        label = (
+            f"**{row.label}** {row.version}"
+            if row.name in OUR_ROWS
+            else f"{row.label} {row.version}"
+        )
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     ours = judged_row(table)
     raw = next((r for r in table if r.name == RAW), None)
@@ -186,8 +238,7 @@ def markdown(table: list[Row], goals: list[Target], header: list[str],
             if attr == "process" and value is not None and raw and raw.process:
                 cell += f" ({value / raw.process * 100:.0f} % of raw 2x100)"
             cells.append(cell)
-        lines.append(f"| *{ours.label} ÷ best peer (per column)* | " + " | ".join(cells)
-                     + " |")
+        lines.append(f"| *{ours.label} ÷ best peer (per column)* | " + " | ".join(cells) + " |")
     lines += ["", "Targets:", ""]
     for goal in goals:
         verdict = {True: "PASS", False: "FAIL", None: "n/a "}[goal.passed]

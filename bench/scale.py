@@ -48,8 +48,13 @@ def enqueue_bulk(conn: Conn, count: int, chunk: int = 10_000, **options: Any) ->
     """`count` no-op jobs through enqueue_many, `chunk` a call; jobs/s."""
     started = time.perf_counter()
     for offset in range(0, count, chunk):
-        pgworkerd.enqueue_many(conn, [{"kind": "noop", "payload": {"n": offset + n}, **options}
-                                      for n in range(min(chunk, count - offset))])
+        pgworkerd.enqueue_many(
+            conn,
+            [
+                {"kind": "noop", "payload": {"n": offset + n}, **options}
+                for n in range(min(chunk, count - offset))
+            ],
+        )
     return count / (time.perf_counter() - started)
 
 
@@ -83,8 +88,10 @@ def add_finished(conn: Conn, count: int) -> None:
     ended `succeeded` (by one UPDATE rather than a daemon run: the rows are what matters).
     Call with no other job queued."""
     enqueue_bulk(conn, count)
-    conn.execute("UPDATE pgworkerd.jobs SET state = 'succeeded', finished_at = now(),"
-                 " attempt = 1 WHERE state = 'queued'")
+    conn.execute(
+        "UPDATE pgworkerd.jobs SET state = 'succeeded', finished_at = now(),"
+        " attempt = 1 WHERE state = 'queued'"
+    )
 
 
 def add_scheduled(conn: Conn, count: int) -> None:
@@ -97,16 +104,25 @@ def settle(conn: Conn) -> None:
     conn.execute("VACUUM ANALYZE pgworkerd.jobs")
 
 
-def claim_empty_vs_loaded(empty_dsn: str, loaded_dsn: str, *, finished: int, scheduled: int,
-                          samples: int, rounds: int = 10) -> tuple[Latency, Latency]:
+def claim_empty_vs_loaded(
+    empty_dsn: str,
+    loaded_dsn: str,
+    *,
+    finished: int,
+    scheduled: int,
+    samples: int,
+    rounds: int = 10,
+) -> tuple[Latency, Latency]:
     """Single-job claim+complete latency on an empty table against one holding
     `finished` finished rows and `scheduled` future rows (the target: within 1.2x).
 
     Two databases of one cluster, measured in alternating rounds: this VM's fdatasync
     rate drifts within minutes, and one after the other would charge the drift to
     whichever came second."""
-    with psycopg.connect(empty_dsn, autocommit=True) as empty, \
-            psycopg.connect(loaded_dsn, autocommit=True) as loaded:
+    with (
+        psycopg.connect(empty_dsn, autocommit=True) as empty,
+        psycopg.connect(loaded_dsn, autocommit=True) as loaded,
+    ):
         migrate_schema(empty, "pgworkerd")
         migrate_schema(loaded, "pgworkerd")
         add_finished(loaded, finished)
@@ -116,13 +132,17 @@ def claim_empty_vs_loaded(empty_dsn: str, loaded_dsn: str, *, finished: int, sch
         for _ in range(rounds):
             times["empty"] += claim_times_ms(empty, max(1, samples // rounds))
             times["loaded"] += claim_times_ms(loaded, max(1, samples // rounds))
-    return (_latency("claim+complete, empty table", times["empty"]),
-            _latency(f"claim+complete, +{finished:,} finished +{scheduled:,} scheduled",
-                     times["loaded"]))
+    return (
+        _latency("claim+complete, empty table", times["empty"]),
+        _latency(
+            f"claim+complete, +{finished:,} finished +{scheduled:,} scheduled", times["loaded"]
+        ),
+    )
 
 
-def daemon_memory(dsn: str, work: Path, jobs: int, concurrency: int = 2,
-                  every_s: float = 2.0) -> list[MemorySample]:
+def daemon_memory(
+    dsn: str, work: Path, jobs: int, concurrency: int = 2, every_s: float = 2.0
+) -> list[MemorySample]:
     """Run `jobs` no-op jobs through `pgworkerd run` (the bench's config) and sample the
     supervisor's and the largest worker's RSS until all are finished; the last sample
     is taken with every job done, before SIGTERM."""
@@ -135,12 +155,18 @@ def daemon_memory(dsn: str, work: Path, jobs: int, concurrency: int = 2,
         samples = []
         try:
             while True:
-                left = conn.execute("SELECT count(*) FROM pgworkerd.jobs"
-                                    " WHERE state IN ('queued', 'running')").fetchone()[0]
+                left = conn.execute(
+                    "SELECT count(*) FROM pgworkerd.jobs WHERE state IN ('queued', 'running')"
+                ).fetchone()[0]
                 usage = daemon.usage()
-                samples.append(MemorySample(time.perf_counter() - daemon.started,
-                                            usage.supervisor_rss_mb,
-                                            max(usage.worker_rss_mb, default=0.0), jobs - left))
+                samples.append(
+                    MemorySample(
+                        time.perf_counter() - daemon.started,
+                        usage.supervisor_rss_mb,
+                        max(usage.worker_rss_mb, default=0.0),
+                        jobs - left,
+                    )
+                )
                 if left == 0:
                     break
                 time.sleep(every_s)
@@ -164,12 +190,16 @@ def main() -> None:
             rate = enqueue_bulk(conn, args.jobs)
             print(f"enqueue_many of {args.jobs:,} jobs (10,000 a call): {rate:,.0f} jobs/s")
             settle(conn)
-            rows.append(claim_latency(conn, f"claim+complete, {args.jobs:,} queued",
-                                      args.samples))
-        rows.extend(claim_empty_vs_loaded(fresh_database(cluster, "scale_empty"),
-                                          fresh_database(cluster, "scale_loaded"),
-                                          finished=args.jobs, scheduled=args.jobs,
-                                          samples=args.samples))
+            rows.append(claim_latency(conn, f"claim+complete, {args.jobs:,} queued", args.samples))
+        rows.extend(
+            claim_empty_vs_loaded(
+                fresh_database(cluster, "scale_empty"),
+                fresh_database(cluster, "scale_loaded"),
+                finished=args.jobs,
+                scheduled=args.jobs,
+                samples=args.samples,
+            )
+        )
         memory = daemon_memory(fresh_database(cluster, "scale_memory"), work, args.daemon_jobs)
     print(f"| {'claim of 1 job':<58} | p50 ms | p99 ms |")
     print(f"|{'-' * 60}|-------:|-------:|")
@@ -178,8 +208,10 @@ def main() -> None:
     print(f"daemon over {args.daemon_jobs:,} no-op jobs (2 workers, config defaults):")
     print("  seconds  supervisor_MB  largest_worker_MB  jobs_done")
     for s in memory:
-        print(f"  {s.elapsed_s:7.0f}  {s.supervisor_mb:13.1f}  {s.largest_worker_mb:17.1f}"
-              f"  {s.jobs_done:9d}")
+        print(
+            f"  {s.elapsed_s:7.0f}  {s.supervisor_mb:13.1f}  {s.largest_worker_mb:17.1f}"
+            f"  {s.jobs_done:9d}"
+        )
 
 
 if __name__ == "__main__":

@@ -88,8 +88,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20, help="jobs enqueued per second")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--kill-every", type=float, default=10, help="seconds between kills")
-    parser.add_argument("--restart-every", type=float, default=120,
-                        help="seconds between database restarts")
+    parser.add_argument(
+        "--restart-every", type=float, default=120, help="seconds between database restarts"
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="pgworkerd-soak-"))
@@ -98,10 +99,17 @@ def main() -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         migrate(conn, "pgworkerd")
         invariants.install(conn)
-    config = write_config(work / "soak.yaml",
-                          workers=[{"queues": ["default"], "concurrency": args.concurrency}],
-                          defaults={"max_attempts": 5, "max_runtime": "30s", "batch_size": 10,
-                                    "backoff_base": "1s", "backoff_max": "10s"})
+    config = write_config(
+        work / "soak.yaml",
+        workers=[{"queues": ["default"], "concurrency": args.concurrency}],
+        defaults={
+            "max_attempts": 5,
+            "max_runtime": "30s",
+            "batch_size": 10,
+            "backoff_base": "1s",
+            "backoff_max": "10s",
+        },
+    )
     daemon = Daemon(config, dsn, work / "soak.log")
     ids: list[int] = []
     stop = threading.Event()
@@ -136,19 +144,26 @@ def main() -> None:
         deadline = time.monotonic() + 120
         with psycopg.connect(dsn, autocommit=True) as conn:
             while time.monotonic() < deadline:
-                left = conn.execute("SELECT count(*) FROM pgworkerd.jobs"
-                                    " WHERE state IN ('queued', 'running')").fetchone()[0]
+                left = conn.execute(
+                    "SELECT count(*) FROM pgworkerd.jobs WHERE state IN ('queued', 'running')"
+                ).fetchone()[0]
                 if left == 0:
                     break
                 time.sleep(1)
         daemon.signal(signal.SIGTERM)
         exit_code = daemon.wait(timeout_s=60)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            verdict = invariants.check(conn, ids, max_runtime_s=30, lease_ttl_s=3,
-                                       unrecorded_starts=kills + restarts * 3 * 10)
+            verdict = invariants.check(
+                conn,
+                ids,
+                max_runtime_s=30,
+                lease_ttl_s=3,
+                unrecorded_starts=kills + restarts * 3 * 10,
+            )
             dead_tuples = conn.execute(
                 "SELECT n_live_tup, n_dead_tup, autovacuum_count FROM pg_stat_user_tables"
-                " WHERE schemaname = 'pgworkerd' AND relname = 'jobs'").fetchone()
+                " WHERE schemaname = 'pgworkerd' AND relname = 'jobs'"
+            ).fetchone()
             by_kind = conn.execute(
                 "SELECT kind, state, count(*) FROM pgworkerd.jobs GROUP BY 1, 2 ORDER BY 1, 2"
             ).fetchall()
@@ -157,13 +172,14 @@ def main() -> None:
         daemon.kill_everything()
         cluster.destroy()
 
-    print(f"soak: {args.minutes:g} min, {len(ids)} jobs, {kills} worker kills, "
-          f"{restarts} database restarts, daemon exit {exit_code}")
+    print(
+        f"soak: {args.minutes:g} min, {len(ids)} jobs, {kills} worker kills, "
+        f"{restarts} database restarts, daemon exit {exit_code}"
+    )
     print("verdict:", "I1-I5 hold" if not verdict.violations else verdict.report())
     print("counts:", verdict.counts)
     print("by kind and state:", ", ".join(f"{k}/{s}={n}" for k, s, n in by_kind))
-    print(f"jobs table: live={dead_tuples[0]} dead={dead_tuples[1]} "
-          f"autovacuums={dead_tuples[2]}")
+    print(f"jobs table: live={dead_tuples[0]} dead={dead_tuples[1]} autovacuums={dead_tuples[2]}")
     print("RSS MB over time (s, supervisor, largest worker):")
     for elapsed, supervisor, child in rss_samples:
         print(f"  {elapsed:6.0f}  {supervisor:6.1f}  {child:6.1f}")

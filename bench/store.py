@@ -82,8 +82,9 @@ def bench_claim_complete(conn: Conn, n: int, batch: int) -> tuple[float, float]:
     conn.execute("ANALYZE raw_jobs")
 
     def ours() -> None:
-        while jobs := store.claim(conn, queues=["default"], limit=batch, lease_ttl_s=30,
-                                  worker="bench"):
+        while jobs := store.claim(
+            conn, queues=["default"], limit=batch, lease_ttl_s=30, worker="bench"
+        ):
             store.complete(conn, [(job.lease, None) for job in jobs])
 
     def raw() -> None:
@@ -97,32 +98,50 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--single", type=int, default=2000, help="jobs enqueued one by one")
     parser.add_argument("--bulk", type=int, default=10_000, help="jobs per enqueue_many call")
-    parser.add_argument("--claim-jobs", type=int, default=20_000,
-                        help="jobs drained per claim batch size (batch 1 drains a quarter)")
+    parser.add_argument(
+        "--claim-jobs",
+        type=int,
+        default=20_000,
+        help="jobs drained per claim batch size (batch 1 drains a quarter)",
+    )
     args = parser.parse_args()
 
-    cluster = EmbeddedCluster(base_dir=Path(tempfile.mkdtemp(prefix="pgworkerd-bench-")),
-                              port=free_port())
+    cluster = EmbeddedCluster(
+        base_dir=Path(tempfile.mkdtemp(prefix="pgworkerd-bench-")), port=free_port()
+    )
     try:
         cluster.ensure_running()
         with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
             migrate(conn, "pgworkerd")
             conn.execute(RAW_SCHEMA)
-            rows = [("enqueue, one job per transaction", *bench_enqueue_single(conn, args.single)),
-                    (f"enqueue_many, {args.bulk:,} jobs per call",
-                     *bench_enqueue_bulk(conn, args.bulk))]
+            rows = [
+                ("enqueue, one job per transaction", *bench_enqueue_single(conn, args.single)),
+                (
+                    f"enqueue_many, {args.bulk:,} jobs per call",
+                    *bench_enqueue_bulk(conn, args.bulk),
+                ),
+            ]
             for batch in (1, 10, 100):
                 n = args.claim_jobs // 4 if batch == 1 else args.claim_jobs
-                rows.append((f"claim+complete, batch {batch}, 1 process",
-                             *bench_claim_complete(conn, n, batch)))
-            settings = dict(conn.execute(
-                "SELECT name, setting FROM pg_settings WHERE name IN "
-                "('fsync', 'synchronous_commit', 'server_version')").fetchall())
+                rows.append(
+                    (
+                        f"claim+complete, batch {batch}, 1 process",
+                        *bench_claim_complete(conn, n, batch),
+                    )
+                )
+            settings = dict(
+                conn.execute(
+                    "SELECT name, setting FROM pg_settings WHERE name IN "
+                    "('fsync', 'synchronous_commit', 'server_version')"
+                ).fetchall()
+            )
     finally:
         cluster.destroy()
 
-    print(f"PostgreSQL {settings['server_version']}, fsync={settings['fsync']}, "
-          f"synchronous_commit={settings['synchronous_commit']}, psycopg {psycopg.__version__}")
+    print(
+        f"PostgreSQL {settings['server_version']}, fsync={settings['fsync']}, "
+        f"synchronous_commit={settings['synchronous_commit']}, psycopg {psycopg.__version__}"
+    )
     print(f"| {'what':<42} | {'pgworkerd jobs/s':>16} | {'raw SQL jobs/s':>14} | {'ratio':>5} |")
     print(f"|{'-' * 44}|{'-' * 18}|{'-' * 16}|{'-' * 7}|")
     for what, ours, raw in rows:

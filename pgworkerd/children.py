@@ -144,10 +144,16 @@ def spawn(spec: WorkerSpec) -> Child:
     with contextlib.suppress(OSError):  # also done by the child; whichever runs first
         os.setpgid(pid, pid)
     os.set_blocking(control_w, False)
-    return Child(pid=pid, pool=spec.pool, index=spec.index, reader=StatusReader(status_r),
-                 control_fd=control_w, slot=slot, queues=frozenset(spec.queues))
+    return Child(
+        pid=pid,
+        pool=spec.pool,
+        index=spec.index,
+        reader=StatusReader(status_r),
+        control_fd=control_w,
+        slot=slot,
+        queues=frozenset(spec.queues),
+    )
 
 
 def lease_from_message(job_id: int, token: str) -> Lease:
     return Lease(job_id, uuid.UUID(token))
-

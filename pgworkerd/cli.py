@@ -39,6 +39,7 @@ class _Parser(argparse.ArgumentParser):
 
 # -- commands -------------------------------------------------------------------------------
 
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     config = _load_config(args)
     url = db.database_url(config)
@@ -87,8 +88,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     with db.connect(url, application_name="pgworkerd run") as conn:
         migrations.check_version(conn, config.database.schema_name)
     path = args.config or os.environ.get(config_module.CONFIG_PATH_ENV)
-    supervisor = Supervisor(config=config, config_path=path, registry=registry,
-                            database_url=url, log_format=args.log_format)
+    supervisor = Supervisor(
+        config=config,
+        config_path=path,
+        registry=registry,
+        database_url=url,
+        log_format=args.log_format,
+    )
     return supervisor.run()
 
 
@@ -98,37 +104,49 @@ def cmd_check(args: argparse.Namespace) -> int:
     url = db.database_url(config)
     with db.connect(url, application_name="pgworkerd check") as conn:
         version = migrations.check_version(conn, config.database.schema_name)
-    print(f"ok: {len(config.handlers)} handler(s) import, {len(config.pools())} pool(s), "
-          f"database reachable at {db.redact(url)}, schema version {version}")
+    print(
+        f"ok: {len(config.handlers)} handler(s) import, {len(config.pools())} pool(s), "
+        f"database reachable at {db.redact(url)}, schema version {version}"
+    )
     return EXIT_OK
 
 
 # -- parsing and dispatch ---------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
-    config_help = ("config file (default: $PGWORKERD_CONFIG, else "
-                   f"{config_module.DEFAULT_CONFIG_PATH})")
+    config_help = (
+        f"config file (default: $PGWORKERD_CONFIG, else {config_module.DEFAULT_CONFIG_PATH})"
+    )
     parser = _Parser(prog="pgworkerd", description="Background jobs on PostgreSQL.")
     parser.add_argument("-c", "--config", metavar="PATH", help=config_help)
     # Also accepted after the command; SUPPRESS keeps it from resetting one given before.
     common = _Parser(add_help=False)
-    common.add_argument("-c", "--config", metavar="PATH", help=config_help,
-                        default=argparse.SUPPRESS)
+    common.add_argument(
+        "-c", "--config", metavar="PATH", help=config_help, default=argparse.SUPPRESS
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def command(name: str, func: Callable[[argparse.Namespace], int],
-                help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[common], help=help_text,
-                                  description=help_text)
+    def command(
+        name: str, func: Callable[[argparse.Namespace], int], help_text: str
+    ) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help_text, description=help_text)
         sub.set_defaults(func=func)
         return sub
 
     command("migrate", cmd_migrate, "create or upgrade the schema (idempotent)")
     run = command("run", cmd_run, "run the daemon in the foreground")
-    run.add_argument("--log-format", choices=logs.LOG_FORMATS, default="text",
-                     help="one line per event: text for people, json for machines")
-    command("check", cmd_check,
-            "validate the config, import every handler, reach the database, check the schema")
+    run.add_argument(
+        "--log-format",
+        choices=logs.LOG_FORMATS,
+        default="text",
+        help="one line per event: text for people, json for machines",
+    )
+    command(
+        "check",
+        cmd_check,
+        "validate the config, import every handler, reach the database, check the schema",
+    )
     enqueue = command("enqueue", cmd_enqueue, "enqueue one job and print its id")
     enqueue.add_argument("kind")
     enqueue.add_argument("--payload", default="{}", metavar="JSON")
@@ -162,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
 
 def _load_config(args: argparse.Namespace) -> Config:
     explicit = args.config or os.environ.get(config_module.CONFIG_PATH_ENV)

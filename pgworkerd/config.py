@@ -35,8 +35,16 @@ DATABASE_URL_ENV = "PGWORKERD_DATABASE_URL"  # the contract's name; wins over th
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$")
-_UNIT_BYTES = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
-               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+_UNIT_BYTES = {
+    None: 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+}
 # package.module:function, package.module:Class.method, or package.module.function
 _HANDLER_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -62,7 +70,8 @@ def parse_duration(value: Any) -> Any:
             return float(value)
         except ValueError:
             raise ValueError(
-                f"must be a duration such as 30, 30s, 15m, 1h, not {value!r}") from None
+                f"must be a duration such as 30, 30s, 15m, 1h, not {value!r}"
+            ) from None
     return value
 
 
@@ -97,13 +106,15 @@ class _Section(BaseModel):
 
 class DatabaseConfig(_Section):
     url: SecretStr | None = Field(
-        None, description="libpq URL; absent: the embedded local cluster under .pgworkerd/")
+        None, description="libpq URL; absent: the embedded local cluster under .pgworkerd/"
+    )
     schema_name: str = Field("pgworkerd", alias="schema", min_length=1, max_length=63)
 
 
 class QueueConfig(_Section):
-    priority: Count = Field(0, ge=-(2**31), le=2**31 - 1,
-                            description="higher is claimed first within a pool")
+    priority: Count = Field(
+        0, ge=-(2**31), le=2**31 - 1, description="higher is claimed first within a pool"
+    )
     max_runtime: Seconds | None = None
     max_attempts: Count | None = Field(None, ge=1, le=1_000_000)
 
@@ -135,7 +146,10 @@ class Config(BaseSettings):
     """The whole file. Environment variables (PGWORKERD_..., `__` for nesting) win."""
 
     model_config = SettingsConfigDict(
-        env_prefix="PGWORKERD_", env_nested_delimiter="__", extra="forbid", frozen=True,
+        env_prefix="PGWORKERD_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
         populate_by_name=True,
     )
 
@@ -143,17 +157,22 @@ class Config(BaseSettings):
     handlers: dict[Annotated[str, Field(min_length=1, max_length=255)], str] = {}
     queues: dict[QueueName, QueueConfig] = Field(default_factory=lambda: {"default": QueueConfig()})
     workers: list[PoolConfig] | None = Field(
-        None, description="absent: one pool over all queues, one process per CPU")
+        None, description="absent: one pool over all queues, one process per CPU"
+    )
     defaults: Defaults = Defaults()
     lease_ttl: Seconds = Field(30.0, ge=1)
     shutdown_timeout: Seconds = 30.0
     poll_interval: Seconds = Field(
-        1.0, description="an idle worker looks for work this often when no NOTIFY comes")
+        1.0, description="an idle worker looks for work this often when no NOTIFY comes"
+    )
     notifications: bool = Field(
-        True, description="wake idle workers by LISTEN/NOTIFY (one connection per daemon); "
-                          "false behind PgBouncer in transaction mode: workers poll")
+        True,
+        description="wake idle workers by LISTEN/NOTIFY (one connection per daemon); "
+        "false behind PgBouncer in transaction mode: workers poll",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="info logs a line per job start and end; warning only trouble")
+        "info", description="info logs a line per job start and end; warning only trouble"
+    )
     max_jobs_per_child: Count | None = Field(None, ge=1)
     max_memory_per_child: Bytes | None = None
 
@@ -175,7 +194,8 @@ class Config(BaseSettings):
         for kind, path in handlers.items():
             if not isinstance(path, str) or not _HANDLER_PATH.match(path):
                 raise ValueError(
-                    f"{kind}: {path!r} is not an import path like package.module:function")
+                    f"{kind}: {path!r} is not an import path like package.module:function"
+                )
         return handlers
 
     @model_validator(mode="after")
@@ -183,8 +203,9 @@ class Config(BaseSettings):
         for index, pool in enumerate(self.workers or []):
             for name in pool.queues:
                 if name not in self.queues:
-                    raise ValueError(f"workers[{index}].queues: {name!r} is not declared "
-                                     "under queues")
+                    raise ValueError(
+                        f"workers[{index}].queues: {name!r} is not declared under queues"
+                    )
         return self
 
     # -- derived settings ---------------------------------------------------------------
@@ -220,6 +241,7 @@ class Config(BaseSettings):
 
 # -- loading ------------------------------------------------------------------------------
 
+
 class _StrictLoader(yaml.SafeLoader):
     """safe_load that refuses a key given twice in one mapping."""
 
@@ -229,10 +251,12 @@ class _StrictLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             if isinstance(key, list | dict):
                 raise yaml.constructor.ConstructorError(
-                    None, None, "a key must be a plain value", key_node.start_mark)
+                    None, None, "a key must be a plain value", key_node.start_mark
+                )
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -266,8 +290,10 @@ def parse(text: str, *, origin: str = "<config>") -> Config:
     database_url = os.environ.get(DATABASE_URL_ENV)
     if database_url:
         database = data.get("database")
-        data = {**data, "database": {**(database if isinstance(database, dict) else {}),
-                                     "url": database_url}}
+        data = {
+            **data,
+            "database": {**(database if isinstance(database, dict) else {}), "url": database_url},
+        }
     try:
         return Config(**data)
     except ValidationError as exc:
@@ -308,8 +334,12 @@ def _message(error: Any) -> str:
     if kind == "missing":
         return "is required"
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        sign = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤",
-                "less_than": "<"}[kind]
+        sign = {
+            "greater_than_equal": "≥",
+            "greater_than": ">",
+            "less_than_equal": "≤",
+            "less_than": "<",
+        }[kind]
         bound = next(iter(ctx.values()))
         return f"must be {sign} {bound}"
     if kind in ("int_parsing", "int_type", "int_from_float"):

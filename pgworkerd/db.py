@@ -35,11 +35,13 @@ def database_url(config: Config) -> str:
     return local_cluster().ensure_running().dsn()
 
 
-def connect(url: str, *, application_name: str, autocommit: bool = True,
-            **options: Any) -> psycopg.Connection[Any]:
+def connect(
+    url: str, *, application_name: str, autocommit: bool = True, **options: Any
+) -> psycopg.Connection[Any]:
     """A connection with keepalives and a name that shows in pg_stat_activity."""
-    conninfo = make_conninfo(url, **{**KEEPALIVE_OPTIONS, **options},
-                             application_name=application_name)
+    conninfo = make_conninfo(
+        url, **{**KEEPALIVE_OPTIONS, **options}, application_name=application_name
+    )
     try:
         return psycopg.connect(conninfo, autocommit=autocommit)
     except psycopg.Error as exc:

@@ -136,8 +136,10 @@ class EmbeddedCluster:
         self._run_server_cmd(
             [
                 self._bin("initdb"),
-                "-D", str(self.data_dir),
-                "-U", SUPERUSER,
+                "-D",
+                str(self.data_dir),
+                "-U",
+                SUPERUSER,
                 # Local-only cluster: the socket lives in a directory of ours and TCP,
                 # when enabled, listens on loopback only.
                 "--auth=trust",
@@ -160,10 +162,17 @@ class EmbeddedCluster:
         option_args = " ".join(f"-c {key}={value}" for key, value in options.items())
         self._run_server_cmd(
             [
-                self._bin("pg_ctl"), "start", "-w", "-t", "60",
-                "-D", str(self.data_dir),
-                "-l", str(self.log_file),
-                "-o", option_args,
+                self._bin("pg_ctl"),
+                "start",
+                "-w",
+                "-t",
+                "60",
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_file),
+                "-o",
+                option_args,
             ],
             check=True,
         )
@@ -208,8 +217,7 @@ class EmbeddedCluster:
             detail = (result.stderr or result.stdout).strip().splitlines()
             last = detail[-1] if detail else f"exit status {result.returncode}"
             raise EmbeddedError(
-                f"{command} failed for {self.data_dir}: {last}"
-                f" (log: {self.log_file})"
+                f"{command} failed for {self.data_dir}: {last} (log: {self.log_file})"
             )
         return result
 

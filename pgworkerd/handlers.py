@@ -50,8 +50,7 @@ def load_registry(handlers: Mapping[str, str]) -> dict[str, Handler]:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             reason = " ".join(str(exc).split()) or type(exc).__name__
-            problems.append(f"handlers.{kind}: cannot use {path!r}: "
-                            f"{type(exc).__name__}: {reason}")
+            problems.append(f"handlers.{kind}: cannot use {path!r}: {type(exc).__name__}: {reason}")
     if problems:
         raise HandlerError(problems)
     return registry

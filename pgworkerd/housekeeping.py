@@ -77,10 +77,18 @@ ALL_QUEUES = "*"
 
 
 class Housekeeper:
-    def __init__(self, *, store: JobStore, database_url: str, lease_ttl_s: float,
-                 retention_s: float, daemon_id: str, listen: bool = True,
-                 on_disconnect: Callable[[], None] | None = None,
-                 answer_by: Callable[[], float | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        database_url: str,
+        lease_ttl_s: float,
+        retention_s: float,
+        daemon_id: str,
+        listen: bool = True,
+        on_disconnect: Callable[[], None] | None = None,
+        answer_by: Callable[[], float | None] = lambda: None,
+    ) -> None:
         self.store = store
         # Called before our connection closes: its socket may sit in a selector, which
         # must forget it before the descriptor number can be reused.
@@ -114,9 +122,13 @@ class Housekeeper:
 
         def work(conn: psycopg.Connection[Any]) -> set[int]:
             with conn.transaction():
-                self.store.heartbeat(conn, daemon_id=self.daemon_id,
-                                     hostname=socket.gethostname(), pid=os.getpid(),
-                                     info=json.dumps(info))
+                self.store.heartbeat(
+                    conn,
+                    daemon_id=self.daemon_id,
+                    hostname=socket.gethostname(),
+                    pid=os.getpid(),
+                    info=json.dumps(info),
+                )
                 return self.store.renew(conn, leases, self.lease_ttl_s)
 
         return self._attempt("renew leases", work)
@@ -125,9 +137,14 @@ class Housekeeper:
         def work(conn: psycopg.Connection[Any]) -> int:
             outcomes = self.store.rescue(conn)
             for outcome in outcomes:
-                logs.event(log, logging.WARNING, "rescued job with expired lease",
-                           job=outcome.job_id, attempt=outcome.attempt,
-                           next_state=outcome.state)
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "rescued job with expired lease",
+                    job=outcome.job_id,
+                    attempt=outcome.attempt,
+                    next_state=outcome.state,
+                )
             return len(outcomes)
 
         return self._attempt("rescue", work)
@@ -167,9 +184,15 @@ class Housekeeper:
                     return
                 outcome = self.store.fail(conn, item.lease, item.charge_error)
                 if outcome is not None:
-                    logs.event(log, logging.WARNING, "charged job of a lost worker",
-                               job=item.lease.job_id, attempt=outcome.attempt,
-                               next_state=outcome.state, error=item.charge_error)
+                    logs.event(
+                        log,
+                        logging.WARNING,
+                        "charged job of a lost worker",
+                        job=item.lease.job_id,
+                        attempt=outcome.attempt,
+                        next_state=outcome.state,
+                        error=item.charge_error,
+                    )
 
             if self._attempt("settle job", work, quiet=True) is False:
                 return
@@ -260,8 +283,7 @@ class Housekeeper:
             conn = self.conn
             if conn is None or conn.closed:
                 raise deadline.error()
-            with contextlib.suppress(OSError), \
-                    socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.fileno())) as sock:
                 sock.shutdown(socket.SHUT_RDWR)
 
         previous = signal.signal(signal.SIGALRM, expire)
@@ -282,19 +304,28 @@ class Housekeeper:
             return None
         timeout_ms = int(self.round_trip_cap_s * 1000)
         self.conn = db.connect(
-            self.database_url, application_name="pgworkerd supervisor",
-            connect_timeout=max(2, timeout_ms // 1000), tcp_user_timeout=timeout_ms,
-            options=f"-c statement_timeout={timeout_ms}")
+            self.database_url,
+            application_name="pgworkerd supervisor",
+            connect_timeout=max(2, timeout_ms // 1000),
+            tcp_user_timeout=timeout_ms,
+            options=f"-c statement_timeout={timeout_ms}",
+        )
         if self.listen:
-            self.conn.execute(sql.SQL("LISTEN {}").format(
-                sql.Identifier(self.store.notify_channel)))
+            self.conn.execute(
+                sql.SQL("LISTEN {}").format(sql.Identifier(self.store.notify_channel))
+            )
             self._listening_since_connect = True
         return self.conn
 
     def _failed(self, what: str, exc: BaseException) -> None:
         if not self._outage_logged:
-            logs.event(log, logging.WARNING, "database error in supervisor", during=what,
-                       error=db.describe_error(exc, self.database_url))
+            logs.event(
+                log,
+                logging.WARNING,
+                "database error in supervisor",
+                during=what,
+                error=db.describe_error(exc, self.database_url),
+            )
             self._outage_logged = True
         self.close()
         # No new connection for a moment, so one tick holds the loop for one failed

@@ -25,8 +25,10 @@ class _TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, _FIELDS, None)
-        line = f"{self._timestamp(record.created)} {record.levelname:<7} " \
-               f"[{record.processName}:{record.process}] {record.getMessage()}"
+        line = (
+            f"{self._timestamp(record.created)} {record.levelname:<7} "
+            f"[{record.processName}:{record.process}] {record.getMessage()}"
+        )
         if fields:
             extra = " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
             line = f"{line} {extra}"
@@ -57,8 +59,9 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
-def setup(log_format: str = "text", *, role: str = "pgworkerd",
-          level: int | str = logging.INFO) -> None:
+def setup(
+    log_format: str = "text", *, role: str = "pgworkerd", level: int | str = logging.INFO
+) -> None:
     """Send pgworkerd's logs to stderr in `log_format`; `role` names this process."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if log_format == "json" else _TextFormatter())
@@ -77,16 +80,18 @@ def event(logger: logging.Logger, level: int, message: str, **fields: Any) -> No
     Workers log two lines a job, so the record is made directly: `Logger.log` would
     also walk the stack for a caller's file and line that no line of ours shows."""
     if logger.isEnabledFor(level):
-        logger.handle(logger.makeRecord(logger.name, level, "", 0, message, (), None,
-                                        extra={_FIELDS: fields}))
+        logger.handle(
+            logger.makeRecord(logger.name, level, "", 0, message, (), None, extra={_FIELDS: fields})
+        )
 
 
 def _text_value(value: Any) -> str:
     if type(value) is int or type(value) is float:
         return str(value)
     text = str(value)
-    return json.dumps(text, ensure_ascii=False) if (not text or " " in text or '"' in text) \
-        else text
+    return (
+        json.dumps(text, ensure_ascii=False) if (not text or " " in text or '"' in text) else text
+    )
 
 
 def _one_line(text: str) -> str:

@@ -54,7 +54,8 @@ def migrate(
         conn.execute(statements["migrations_create_table"])
         applied = {row[0] for row in conn.execute(statements["migrations_applied"])}
         missing = [
-            m for m in available()
+            m
+            for m in available()
             if m.version not in applied and (target is None or m.version <= target)
         ]
         if missing:

@@ -54,7 +54,8 @@ class OutcomeBuffer:
         """Full, or its oldest success waited long enough."""
         return bool(self._pending) and (
             len(self._pending) >= self.limit
-            or time.monotonic() - self._oldest_at >= self.max_wait_s)
+            or time.monotonic() - self._oldest_at >= self.max_wait_s
+        )
 
     def due_before(self, job: Job) -> bool:
         """Whether to write what is pending before `job` starts."""

@@ -28,8 +28,17 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 # Look-up-then-insert rounds for a unique key whose holder finishes while we look.
 MAX_UNIQUE_KEY_ROUNDS = 5
 ENQUEUE_KEYS = frozenset(
-    {"kind", "payload", "queue", "priority", "delay", "run_at", "unique_key",
-     "max_attempts", "max_runtime"}
+    {
+        "kind",
+        "payload",
+        "queue",
+        "priority",
+        "delay",
+        "run_at",
+        "unique_key",
+        "max_attempts",
+        "max_runtime",
+    }
 )
 
 
@@ -71,8 +80,14 @@ class Producer:
         """Enqueue one job in `conn`'s transaction; returns its id (or, for a
         `unique_key` held by a queued or running job, that job's id)."""
         record = _job_record(
-            kind=kind, payload=payload, queue=queue, priority=priority, delay=delay,
-            run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
+            kind=kind,
+            payload=payload,
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            run_at=run_at,
+            unique_key=unique_key,
+            max_attempts=max_attempts,
             max_runtime=max_runtime,
         )
         return self._insert(conn, [record], label_index=False)[0]
@@ -105,8 +120,11 @@ class Producer:
     ) -> list[int]:
         if not records:
             return []
-        ids = self.store.insert(conn, self._encode(records, label_index=label_index),
-                                unique_keys=any("unique_key" in r for r in records))
+        ids = self.store.insert(
+            conn,
+            self._encode(records, label_index=label_index),
+            unique_keys=any("unique_key" in r for r in records),
+        )
         inserted_by_key: dict[str, int] = {}
         for index, job_id in enumerate(ids):
             key = records[index].get("unique_key")
@@ -130,7 +148,8 @@ class Producer:
             if inserted is not None:
                 return inserted
         raise InvalidJob(  # a holder that keeps appearing and finishing: give up clearly
-            f"unique_key {key!r} kept changing hands; try again")
+            f"unique_key {key!r} kept changing hands; try again"
+        )
 
     def _encode(self, records: list[dict[str, Any]], *, label_index: bool) -> str:
         """The records as one JSON array, or InvalidJob naming the payload at fault."""
@@ -181,10 +200,15 @@ def _job_record(
             raise InvalidJob("run_at must be timezone-aware (a naive datetime is ambiguous)")
         record["run_at"] = run_at.isoformat()
     if max_attempts is not None:
-        if (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
-                or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT):
-            raise InvalidJob(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, "
-                             f"got {max_attempts!r}")
+        if (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+        ):
+            raise InvalidJob(
+                f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, "
+                f"got {max_attempts!r}"
+            )
         record["max_attempts"] = max_attempts
     if max_runtime is not None:
         record["max_runtime_s"] = _seconds("max_runtime", max_runtime, allow_zero=False)
@@ -234,9 +258,7 @@ def _seconds(what: str, value: Any, *, allow_zero: bool) -> float | None:
 def default_producer() -> Producer:
     """The producer behind `pgworkerd.enqueue`, configured from the environment once."""
     settings = ProducerSettings()
-    return Producer(
-        schema=settings.database__schema, max_payload_bytes=settings.max_payload_bytes
-    )
+    return Producer(schema=settings.database__schema, max_payload_bytes=settings.max_payload_bytes)
 
 
 def enqueue(conn: psycopg.Connection[Any], kind: str, payload: Any, **options: Any) -> int:

@@ -15,8 +15,7 @@ from psycopg import sql
 _NAME_MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # Fragments spliced into other statements rather than run on their own; a fragment may
 # use the ones before it.
-_FRAGMENTS = ("apply_failure", "queue_levels", "claim_picks", "claim_update",
-              "complete_update")
+_FRAGMENTS = ("apply_failure", "queue_levels", "claim_picks", "claim_update", "complete_update")
 
 
 @functools.cache

@@ -63,8 +63,9 @@ class JobStore:
 
     # -- producing ----------------------------------------------------------------------
 
-    def insert(self, conn: psycopg.Connection[Any], records_json: str, *,
-               unique_keys: bool = True) -> list[int | None]:
+    def insert(
+        self, conn: psycopg.Connection[Any], records_json: str, *, unique_keys: bool = True
+    ) -> list[int | None]:
         """Insert jobs, given as a JSON array of records (see `jobs_insert`), in one
         statement; ids in input order. An id is None where the job's unique_key is held
         by a live job: see `find_live_by_unique_key`. `unique_keys=False` promises that
@@ -131,13 +132,23 @@ class JobStore:
         neither happened (the successes are still to be written)."""
         done = list(done)
         if not done:
-            return set(), self.claim(conn, queues=queues, limit=limit, lease_ttl_s=lease_ttl_s,
-                                     worker=worker, max_attempts=max_attempts)
+            return set(), self.claim(
+                conn,
+                queues=queues,
+                limit=limit,
+                lease_ttl_s=lease_ttl_s,
+                worker=worker,
+                max_attempts=max_attempts,
+            )
         params = _complete_params(done)
         with conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(self._sql["jobs_complete_and_claim"], {
-                **params, **_claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
-            }).fetchall()
+            rows = cur.execute(
+                self._sql["jobs_complete_and_claim"],
+                {
+                    **params,
+                    **_claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+                },
+            ).fetchall()
         kept: set[int] = set()
         claimed = []
         for row in rows:
@@ -145,11 +156,11 @@ class JobStore:
                 kept = set(row["completed_ids"])
             else:
                 claimed.append(row)
-        return self._with_own_earlier_completions(conn, params, kept), \
-            _jobs_in_claim_order(claimed)
+        return self._with_own_earlier_completions(conn, params, kept), _jobs_in_claim_order(claimed)
 
-    def _with_own_earlier_completions(self, conn: psycopg.Connection[Any],
-                                      params: dict[str, Any], kept: set[int]) -> set[int]:
+    def _with_own_earlier_completions(
+        self, conn: psycopg.Connection[Any], params: dict[str, Any], kept: set[int]
+    ) -> set[int]:
         """`kept`, plus the jobs these very leases had completed before (RELIABILITY
         §6: the first write committed, its reply was lost). Rarely any are missing."""
         if len(kept) == len(params["ids"]):
@@ -225,9 +236,7 @@ class JobStore:
         rows = conn.execute(self._sql["jobs_retry_finished"], params).fetchall()
         return sorted(row[0] for row in rows)
 
-    def prune(
-        self, conn: psycopg.Connection[Any], *, retention_s: float, batch: int = 1000
-    ) -> int:
+    def prune(self, conn: psycopg.Connection[Any], *, retention_s: float, batch: int = 1000) -> int:
         """Delete at most `batch` finished jobs older than `retention_s`; returns how
         many. Call again while it returns `batch`."""
         cur = conn.execute(
@@ -241,17 +250,27 @@ class JobStore:
 
     # -- daemons ----------------------------------------------------------------------------
 
-    def heartbeat(self, conn: psycopg.Connection[Any], *, daemon_id: str, hostname: str,
-                  pid: int, info: str = "{}") -> None:
-        conn.execute(self._sql["daemons_heartbeat"],
-                     {"id": daemon_id, "hostname": hostname, "pid": pid, "info": info})
+    def heartbeat(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        daemon_id: str,
+        hostname: str,
+        pid: int,
+        info: str = "{}",
+    ) -> None:
+        conn.execute(
+            self._sql["daemons_heartbeat"],
+            {"id": daemon_id, "hostname": hostname, "pid": pid, "info": info},
+        )
 
     def remove_daemon(self, conn: psycopg.Connection[Any], daemon_id: str) -> None:
         conn.execute(self._sql["daemons_remove"], {"id": daemon_id})
 
     def prune_stale_daemons(self, conn: psycopg.Connection[Any], stale_after_s: float) -> int:
-        return conn.execute(self._sql["daemons_prune_stale"],
-                            {"stale_after_s": float(stale_after_s)}).rowcount
+        return conn.execute(
+            self._sql["daemons_prune_stale"], {"stale_after_s": float(stale_after_s)}
+        ).rowcount
 
     # -- internals ------------------------------------------------------------------------
 
@@ -301,8 +320,13 @@ def _quote_ident(name: str) -> str:
     return sql.Identifier(name).as_string(None)
 
 
-def _claim_params(queues: Sequence[str], limit: int, lease_ttl_s: float, worker: str,
-                  max_attempts: Sequence[int] | int) -> dict[str, Any]:
+def _claim_params(
+    queues: Sequence[str],
+    limit: int,
+    lease_ttl_s: float,
+    worker: str,
+    max_attempts: Sequence[int] | int,
+) -> dict[str, Any]:
     queues = list(dict.fromkeys(queues))  # a queue named twice is claimed once
     if isinstance(max_attempts, int):
         max_attempts = [max_attempts] * len(queues)

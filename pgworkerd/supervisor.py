@@ -107,10 +107,17 @@ class Supervisor:
         self._build_slots(self.config)
         self._spawn_due()  # forks first: no connection of ours exists yet to inherit
         self.housekeeper = self._housekeeper()
-        logs.event(log, logging.INFO, "supervisor started", pid=self.pid,
-                   workers=len(self.children), daemon=self.daemon_id)
-        self.notifier.notify("READY=1", f"STATUS={len(self.children)} workers",
-                             f"MAINPID={self.pid}")
+        logs.event(
+            log,
+            logging.INFO,
+            "supervisor started",
+            pid=self.pid,
+            workers=len(self.children),
+            daemon=self.daemon_id,
+        )
+        self.notifier.notify(
+            "READY=1", f"STATUS={len(self.children)} workers", f"MAINPID={self.pid}"
+        )
         try:
             while self.state != "stopped":
                 self._loop_once(wake_r)
@@ -139,8 +146,11 @@ class Supervisor:
         # A notification that came while the connection ran a housekeeping query was
         # read with that query's answer: it waits in psycopg's backlog, and the socket
         # will not wake us for it.
-        if self.listen_fd is not None and self.housekeeper is not None \
-                and self.housekeeper.queried_since_drain:
+        if (
+            self.listen_fd is not None
+            and self.housekeeper is not None
+            and self.housekeeper.queried_since_drain
+        ):
             self._on_notifications()
         self._stop_lapsing_leases()
         if self.state == "running":
@@ -149,8 +159,12 @@ class Supervisor:
             if not self.children:
                 self.state = "stopped"
             elif self.drain_deadline is not None and time.monotonic() >= self.drain_deadline:
-                logs.event(log, logging.WARNING, "shutdown timeout reached; killing workers",
-                           remaining=len(self.children))
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "shutdown timeout reached; killing workers",
+                    remaining=len(self.children),
+                )
                 self._kill_all(KILL_SHUTDOWN)
                 self.drain_deadline = None
 
@@ -162,8 +176,12 @@ class Supervisor:
         if self.housekeeper is not None:
             self.housekeeper.flush_settlements()
             if self.housekeeper.pending:
-                logs.event(log, logging.WARNING, "could not settle every job; their leases "
-                           "will expire and be rescued", jobs=len(self.housekeeper.pending))
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "could not settle every job; their leases will expire and be rescued",
+                    jobs=len(self.housekeeper.pending),
+                )
             self.housekeeper.unregister()
             self.housekeeper.close()
         logs.event(log, logging.INFO, "supervisor stopped", exit_code=self.exit_code)
@@ -190,8 +208,13 @@ class Supervisor:
             logs.event(log, logging.WARNING, "second signal; stopping now", signal=name)
             self._kill_all(KILL_SHUTDOWN)
             return
-        logs.event(log, logging.INFO, "draining", signal=name,
-                   shutdown_timeout_s=self.config.shutdown_timeout)
+        logs.event(
+            log,
+            logging.INFO,
+            "draining",
+            signal=name,
+            shutdown_timeout_s=self.config.shutdown_timeout,
+        )
         self.notifier.notify("STOPPING=1", "STATUS=draining")
         self.state = "draining"
         self.drain_deadline = time.monotonic() + self.config.shutdown_timeout
@@ -213,12 +236,20 @@ class Supervisor:
             new_registry = handlers.load_registry(new_config.handlers)
         except (ConfigError, HandlerError) as exc:
             for problem in exc.problems:
-                logs.event(log, logging.ERROR, "reload refused; keeping the running config",
-                           problem=problem)
+                logs.event(
+                    log,
+                    logging.ERROR,
+                    "reload refused; keeping the running config",
+                    problem=problem,
+                )
             return
         if new_config.database != self.config.database:
-            logs.event(log, logging.ERROR, "reload refused; keeping the running config",
-                       problem="database settings changed: they need a restart")
+            logs.event(
+                log,
+                logging.ERROR,
+                "reload refused; keeping the running config",
+                problem="database settings changed: they need a restart",
+            )
             return
         logs.event(log, logging.INFO, "reloading: replacing workers")
         self.notifier.notify("RELOADING=1", "STATUS=reloading")
@@ -256,13 +287,20 @@ class Supervisor:
         config = self.config
         queues = tuple(config.claim_order(slot.pool))
         return WorkerSpec(
-            pool=slot.pool_name, index=slot.index, queues=queues,
+            pool=slot.pool_name,
+            index=slot.index,
+            queues=queues,
             queue_max_attempts=tuple(config.max_attempts_for(q) for q in queues),
-            batch_size=config.batch_size_for(slot.pool), lease_ttl_s=config.lease_ttl,
-            poll_interval_s=config.poll_interval, database_url=self.database_url,
-            schema=config.database.schema_name, backoff=self.store.backoff,
-            registry=self.registry, max_jobs=config.max_jobs_per_child,
-            max_memory_bytes=config.max_memory_per_child, log_format=self.log_format,
+            batch_size=config.batch_size_for(slot.pool),
+            lease_ttl_s=config.lease_ttl,
+            poll_interval_s=config.poll_interval,
+            database_url=self.database_url,
+            schema=config.database.schema_name,
+            backoff=self.store.backoff,
+            registry=self.registry,
+            max_jobs=config.max_jobs_per_child,
+            max_memory_bytes=config.max_memory_per_child,
+            log_format=self.log_format,
             log_level=config.log_level,
             supervisor_pid=self.pid,
             worker_id=f"{socket.gethostname()}:{self.pid}/{slot.pool_name}#{slot.index}",
@@ -305,13 +343,19 @@ class Supervisor:
         kind = message.get("t")
         if kind == "claimed":
             for number, (job_id, token, job_kind, queue, max_runtime_s) in enumerate(
-                    message["jobs"], start=message["first"]):
+                message["jobs"], start=message["first"]
+            ):
                 runtime = self.config.max_runtime_for(queue, max_runtime_s)
                 # The lease runs from the claim, not from our reading of it (the host's
                 # monotonic clock is one for all its processes).
-                child.held[job_id] = HeldJob(lease_from_message(job_id, token), job_kind,
-                                             queue, runtime, number,
-                                             renewed_at=message.get("at", time.monotonic()))
+                child.held[job_id] = HeldJob(
+                    lease_from_message(job_id, token),
+                    job_kind,
+                    queue,
+                    runtime,
+                    number,
+                    renewed_at=message.get("at", time.monotonic()),
+                )
             child.idle = False
             if message.get("full"):  # there may be more: wake a sibling to share them
                 self._wake_one(child.queues)
@@ -331,8 +375,9 @@ class Supervisor:
                 child.held.pop(job_id, None)
         elif kind == "idle":
             child.idle = True
-            if self.unclaimed_wakes and (ALL_QUEUES in self.unclaimed_wakes
-                                         or child.queues & self.unclaimed_wakes):
+            if self.unclaimed_wakes and (
+                ALL_QUEUES in self.unclaimed_wakes or child.queues & self.unclaimed_wakes
+            ):
                 self.unclaimed_wakes -= child.queues | {ALL_QUEUES}
                 child.wake()
         elif kind == "stopping":
@@ -377,8 +422,7 @@ class Supervisor:
                 woken = int(self._wake_one({queue}))
                 if not woken:
                     self.unclaimed_wakes.add(queue)
-            logs.event(log, logging.DEBUG, "notified", queue=queue, idle=len(idle),
-                       woken=woken)
+            logs.event(log, logging.DEBUG, "notified", queue=queue, idle=len(idle), woken=woken)
 
     def _wake_one(self, queues: set[str] | frozenset[str]) -> bool:
         if self.state != "running":
@@ -425,10 +469,12 @@ class Supervisor:
         expected = child.retiring or child.kill_reason == KILL_SHUTDOWN
         clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
         level = logging.INFO if (clean or expected) else logging.ERROR
-        reason = child.kill_reason or (("drained" if child.retiring else "recycled") if clean
-                                       else "crashed")
-        logs.event(log, level, "worker exited", worker=child.name, pid=child.pid, how=how,
-                   reason=reason)
+        reason = child.kill_reason or (
+            ("drained" if child.retiring else "recycled") if clean else "crashed"
+        )
+        logs.event(
+            log, level, "worker exited", worker=child.name, pid=child.pid, how=how, reason=reason
+        )
         self._settle_jobs_of(child, how)
         slot = next((s for s in self.slots if s.child is child), None)
         if slot is not None:
@@ -458,11 +504,12 @@ class Supervisor:
         if job.finishing:
             # Its handler returned but its outcome was not written yet (successes are
             # written in batches): it runs again, and this start counts.
-            return (f"worker process {how} after the job's handler returned, before its "
-                    "outcome was recorded")
+            return (
+                f"worker process {how} after the job's handler returned, before its "
+                "outcome was recorded"
+            )
         if child.kill_reason == KILL_TIMEOUT:
-            return (f"exceeded its max runtime of {job.max_runtime_s:g}s: worker killed "
-                    "(SIGKILL)")
+            return f"exceeded its max runtime of {job.max_runtime_s:g}s: worker killed (SIGKILL)"
         if child.kill_reason == KILL_UNFENCED:
             return "worker killed: its supervisor could not renew the job's lease"
         return f"worker process {how} while running the job"
@@ -478,8 +525,14 @@ class Supervisor:
         delay = min(RESPAWN_MAX_DELAY_S, 0.1 * 2**slot.crash_streak) if slot.crash_streak else 0.0
         slot.respawn_at = time.monotonic() + delay
         if delay >= 1:
-            logs.event(log, logging.WARNING, "worker keeps dying; respawn delayed",
-                       worker=child.name, crash_streak=slot.crash_streak, delay_s=round(delay, 1))
+            logs.event(
+                log,
+                logging.WARNING,
+                "worker keeps dying; respawn delayed",
+                worker=child.name,
+                crash_streak=slot.crash_streak,
+                delay_s=round(delay, 1),
+            )
         if slot.retired:
             self.slots.remove(slot)
 
@@ -499,14 +552,26 @@ class Supervisor:
             job = child.running_job()
             assert job is not None
             if child.soft_timeout_sent_at is None:
-                logs.event(log, logging.WARNING, "job past its max runtime; soft timeout sent",
-                           job=job.lease.job_id, kind=job.kind, worker=child.name,
-                           max_runtime_s=job.max_runtime_s)
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "job past its max runtime; soft timeout sent",
+                    job=job.lease.job_id,
+                    kind=job.kind,
+                    worker=child.name,
+                    max_runtime_s=job.max_runtime_s,
+                )
                 child.soft_timeout_sent_at = now
                 osutil.signal_process(child.pid, signal.SIGUSR1)
             elif now >= child.soft_timeout_sent_at + SOFT_TIMEOUT_GRACE_S:
-                logs.event(log, logging.ERROR, "job past its max runtime; killing worker",
-                           job=job.lease.job_id, kind=job.kind, worker=child.name)
+                logs.event(
+                    log,
+                    logging.ERROR,
+                    "job past its max runtime; killing worker",
+                    job=job.lease.job_id,
+                    kind=job.kind,
+                    worker=child.name,
+                )
                 child.kill(KILL_TIMEOUT)
 
     # -- leases and housekeeping -----------------------------------------------------------
@@ -546,8 +611,13 @@ class Supervisor:
             if job.finishing:
                 continue
             if child.running == job_id:
-                logs.event(log, logging.WARNING, "job lease lost (cancelled or rescued); "
-                           "stopping its worker", job=job_id, worker=child.name)
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "job lease lost (cancelled or rescued); stopping its worker",
+                    job=job_id,
+                    worker=child.name,
+                )
                 child.lost_leases.add(job.lease)
                 child.kill(KILL_LEASE_LOST)
             else:
@@ -559,9 +629,13 @@ class Supervisor:
         lease_ttl (monotonic). Jobs of a child being killed, and jobs whose handler
         returned (only their fenced outcome write is left), need nothing from us."""
         limit = UNFENCED_FRACTION * self.config.lease_ttl
-        return [(job.renewed_at + limit, job_id, child)
-                for child in self.children.values() if child.kill_reason is None
-                for job_id, job in child.held.items() if not job.finishing]
+        return [
+            (job.renewed_at + limit, job_id, child)
+            for child in self.children.values()
+            if child.kill_reason is None
+            for job_id, job in child.held.items()
+            if not job.finishing
+        ]
 
     def _next_lapse(self) -> float | None:
         return min((moment for moment, _, _ in self._lapse_moments()), default=None)
@@ -571,8 +645,9 @@ class Supervisor:
         that hangs, or a loop that was busy, must not let a lease run out under a
         handler that is still running."""
         now = time.monotonic()
-        lapsing = {job_id: child for moment, job_id, child in self._lapse_moments()
-                   if now >= moment}
+        lapsing = {
+            job_id: child for moment, job_id, child in self._lapse_moments() if now >= moment
+        }
         if lapsing:
             self._stop_unfenced(lapsing)
 
@@ -581,12 +656,21 @@ class Supervisor:
         run unfenced, so its worker is killed; jobs not started are given up (their
         workers are told to skip them) and left for a rescue."""
         # Started and not finishing (the caller left those out): its handler runs.
-        running = {child for job_id, child in lapsing.items()
-                   if child.held[job_id].started_at is not None}
-        unstarted = [(job_id, child) for job_id, child in lapsing.items()
-                     if child.held[job_id].started_at is None]
-        logs.event(log, logging.ERROR, "cannot renew leases; stopping their jobs",
-                   running=len(running), unstarted=len(unstarted))
+        running = {
+            child for job_id, child in lapsing.items() if child.held[job_id].started_at is not None
+        }
+        unstarted = [
+            (job_id, child)
+            for job_id, child in lapsing.items()
+            if child.held[job_id].started_at is None
+        ]
+        logs.event(
+            log,
+            logging.ERROR,
+            "cannot renew leases; stopping their jobs",
+            running=len(running),
+            unstarted=len(unstarted),
+        )
         for child in running:
             child.kill(KILL_UNFENCED)
         for job_id, child in unstarted:
@@ -596,16 +680,22 @@ class Supervisor:
     def _wait_s(self) -> float:
         now = time.monotonic()
         busy = any(child.held for child in self.children.values())
-        moments = [self.next_renew_at, self.next_rescue_at,
-                   now + (BUSY_LOOP_WAIT_S if busy else MAX_LOOP_WAIT_S)]
+        moments = [
+            self.next_renew_at,
+            self.next_rescue_at,
+            now + (BUSY_LOOP_WAIT_S if busy else MAX_LOOP_WAIT_S),
+        ]
         next_lapse = self._next_lapse()
         if next_lapse is not None:
             moments.append(next_lapse)
         for child in self.children.values():
             deadline = child.deadline()
             if deadline is not None:
-                moments.append(deadline if child.soft_timeout_sent_at is None
-                               else child.soft_timeout_sent_at + SOFT_TIMEOUT_GRACE_S)
+                moments.append(
+                    deadline
+                    if child.soft_timeout_sent_at is None
+                    else child.soft_timeout_sent_at + SOFT_TIMEOUT_GRACE_S
+                )
         moments.extend(s.respawn_at for s in self.slots if s.child is None and not s.retired)
         if self.drain_deadline is not None:
             moments.append(self.drain_deadline)
@@ -615,15 +705,22 @@ class Supervisor:
 
     def _store(self) -> JobStore:
         defaults = self.config.defaults
-        return JobStore(self.config.database.schema_name,
-                        backoff=Backoff(base_s=defaults.backoff_base, max_s=defaults.backoff_max))
+        return JobStore(
+            self.config.database.schema_name,
+            backoff=Backoff(base_s=defaults.backoff_base, max_s=defaults.backoff_max),
+        )
 
     def _housekeeper(self) -> Housekeeper:
-        return Housekeeper(store=self.store, database_url=self.database_url,
-                           lease_ttl_s=self.config.lease_ttl,
-                           retention_s=self.config.defaults.retention, daemon_id=self.daemon_id,
-                           listen=self.config.notifications,
-                           on_disconnect=self._forget_listener, answer_by=self._next_lapse)
+        return Housekeeper(
+            store=self.store,
+            database_url=self.database_url,
+            lease_ttl_s=self.config.lease_ttl,
+            retention_s=self.config.defaults.retention,
+            daemon_id=self.daemon_id,
+            listen=self.config.notifications,
+            on_disconnect=self._forget_listener,
+            answer_by=self._next_lapse,
+        )
 
 
 def _record_only(signum: int, frame: Any) -> None:

@@ -88,8 +88,9 @@ def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, slot: ChildSlo
 
 
 class Worker:
-    def __init__(self, spec: WorkerSpec, writer: StatusWriter, control_fd: int,
-                 slot: ChildSlot) -> None:
+    def __init__(
+        self, spec: WorkerSpec, writer: StatusWriter, control_fd: int, slot: ChildSlot
+    ) -> None:
         self.spec = spec
         self.writer = writer
         self.slot = slot  # where we post each job start for the supervisor
@@ -133,8 +134,11 @@ class Worker:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGUSR1, self._on_soft_timeout)
-        logs.setup(self.spec.log_format, role=f"worker {self.spec.pool}#{self.spec.index}",
-                   level=self.spec.log_level)
+        logs.setup(
+            self.spec.log_format,
+            role=f"worker {self.spec.pool}#{self.spec.index}",
+            level=self.spec.log_level,
+        )
         # Two lines a job at info: not even built when the level leaves them out.
         self._log_jobs = log.isEnabledFor(logging.INFO)
         setproctitle(f"{self.title} idle")
@@ -187,10 +191,14 @@ class Worker:
             if successes:
                 self.writer.send("finishing", ids=[s.job.id for s in successes])
             kept, batch = self.store.complete_and_claim(
-                conn, [(s.job.lease, s.result_json) for s in successes],
-                queues=self.spec.queues, limit=self.spec.batch_size,
-                lease_ttl_s=self.spec.lease_ttl_s, worker=self.spec.worker_id,
-                max_attempts=self.spec.queue_max_attempts)
+                conn,
+                [(s.job.lease, s.result_json) for s in successes],
+                queues=self.spec.queues,
+                limit=self.spec.batch_size,
+                lease_ttl_s=self.spec.lease_ttl_s,
+                worker=self.spec.worker_id,
+                max_attempts=self.spec.queue_max_attempts,
+            )
         except CONNECTION_FAULTS as exc:
             self.outcomes.put_back(successes)  # neither the write nor the claim happened
             self._lost_connection(exc)
@@ -201,10 +209,13 @@ class Worker:
             first = self._claimed_count + 1
             self._claimed_count += len(batch)
             self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
-            self.writer.send("claimed", first=first, at=claimed_at,
-                             full=len(batch) == self.spec.batch_size,
-                             jobs=[[j.id, str(j.lease_token), j.kind, j.queue, j.max_runtime_s]
-                                   for j in batch])
+            self.writer.send(
+                "claimed",
+                first=first,
+                at=claimed_at,
+                full=len(batch) == self.spec.batch_size,
+                jobs=[[j.id, str(j.lease_token), j.kind, j.queue, j.max_runtime_s] for j in batch],
+            )
         return batch
 
     def _run_batch(self, batch: list[Job]) -> None:
@@ -236,8 +247,15 @@ class Worker:
     def _run_one(self, job: Job) -> None:
         handler = self.spec.registry.get(job.kind)
         if self._log_jobs:
-            logs.event(log, logging.INFO, "job started", job=job.id, kind=job.kind,
-                       queue=job.queue, attempt=job.attempt)
+            logs.event(
+                log,
+                logging.INFO,
+                "job started",
+                job=job.id,
+                kind=job.kind,
+                queue=job.queue,
+                attempt=job.attempt,
+            )
         setproctitle(f"{self.title} job {job.id} {job.kind}")
         started = time.monotonic()
         if handler is None:
@@ -317,8 +335,12 @@ class Worker:
             job = success.job
             if job.id in kept and not self._log_jobs:
                 continue
-            fields = {"job": job.id, "kind": job.kind, "attempt": job.attempt,
-                      "duration_ms": success.duration_ms}
+            fields = {
+                "job": job.id,
+                "kind": job.kind,
+                "attempt": job.attempt,
+                "duration_ms": success.duration_ms,
+            }
             if job.id in kept:
                 logs.event(log, logging.INFO, "job succeeded", **fields)
             else:
@@ -330,8 +352,7 @@ class Worker:
         unwritten outcome would make the job run again."""
         while True:
             try:
-                self._write_outcome(self._connection(for_outcome=True), job, outcome,
-                                    duration_ms)
+                self._write_outcome(self._connection(for_outcome=True), job, outcome, duration_ms)
                 self._read_only_delay_s = 0.0
                 return
             except CONNECTION_FAULTS as exc:
@@ -339,10 +360,15 @@ class Worker:
                 if os.getppid() != self.spec.supervisor_pid:
                     return
 
-    def _write_outcome(self, conn: psycopg.Connection[Any], job: Job, outcome: Outcome,
-                       duration_ms: float) -> None:
-        fields = {"job": job.id, "kind": job.kind, "attempt": job.attempt,
-                  "duration_ms": duration_ms}
+    def _write_outcome(
+        self, conn: psycopg.Connection[Any], job: Job, outcome: Outcome, duration_ms: float
+    ) -> None:
+        fields = {
+            "job": job.id,
+            "kind": job.kind,
+            "attempt": job.attempt,
+            "duration_ms": duration_ms,
+        }
         lease = job.lease
         if outcome.kind == "retry":
             result = self.store.retry_after(conn, lease, outcome.delay_s or 0.0, outcome.error)
@@ -350,13 +376,24 @@ class Worker:
             discard = outcome.kind == "discarded"
             result = self.store.fail(conn, lease, outcome.error or outcome.kind, discard=discard)
         if result is None:
-            logs.event(log, logging.WARNING, "job lease lost; outcome discarded",
-                       outcome=outcome.kind, **fields)
+            logs.event(
+                log,
+                logging.WARNING,
+                "job lease lost; outcome discarded",
+                outcome=outcome.kind,
+                **fields,
+            )
             return
         level = logging.ERROR if result.state == "dead" else logging.WARNING
-        logs.event(log, level, f"job {outcome.kind.replace('_', ' ')}", **fields,
-                   next_state=result.state, run_at=result.run_at.isoformat(),
-                   error=outcome.summary)
+        logs.event(
+            log,
+            level,
+            f"job {outcome.kind.replace('_', ' ')}",
+            **fields,
+            next_state=result.state,
+            run_at=result.run_at.isoformat(),
+            error=outcome.summary,
+        )
 
     def _release(self, jobs: list[Job]) -> None:
         if not jobs:
@@ -408,7 +445,8 @@ class Worker:
                     self.spec.database_url,
                     application_name=f"pgworkerd worker {self.spec.pool} #{self.spec.index}",
                     tcp_user_timeout=int(min(30.0, self.spec.lease_ttl_s) * 1000),
-                    options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}")
+                    options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}",
+                )
                 self._connection_epoch += 1
                 self.writer.send("ready")
                 return self.conn
@@ -417,41 +455,56 @@ class Worker:
                     with contextlib.suppress(Exception):
                         self.conn.close()
                 self.conn = None
-                logs.event(log, logging.WARNING, "database unreachable; retrying",
-                           error=db.describe_error(exc, self.spec.database_url),
-                           retry_in_s=round(delay, 2))
-                if os.getppid() != self.spec.supervisor_pid or (self.stopping
-                                                                   and not for_outcome):
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "database unreachable; retrying",
+                    error=db.describe_error(exc, self.spec.database_url),
+                    retry_in_s=round(delay, 2),
+                )
+                if os.getppid() != self.spec.supervisor_pid or (self.stopping and not for_outcome):
                     raise
                 _sleep_interruptibly(self._wake_r, delay)
                 delay = min(RECONNECT_MAX_S, delay * 2) * random.uniform(0.5, 1.0) + 0.05
 
     def _lost_connection(self, exc: BaseException) -> None:
-        logs.event(log, logging.WARNING, "database connection lost",
-                   error=db.describe_error(exc, self.spec.database_url))
+        logs.event(
+            log,
+            logging.WARNING,
+            "database connection lost",
+            error=db.describe_error(exc, self.spec.database_url),
+        )
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 self.conn.close()
         self.conn = None
         if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
             # Connecting works, writing does not: reconnecting at once would spin.
-            self._read_only_delay_s = min(RECONNECT_MAX_S,
-                                          max(0.1, self._read_only_delay_s * 2))
-            _sleep_interruptibly(self._wake_r,
-                                 self._read_only_delay_s * random.uniform(0.5, 1.0))
+            self._read_only_delay_s = min(RECONNECT_MAX_S, max(0.1, self._read_only_delay_s * 2))
+            _sleep_interruptibly(self._wake_r, self._read_only_delay_s * random.uniform(0.5, 1.0))
 
     def _should_recycle(self) -> bool:
         spec = self.spec
         if spec.max_jobs is not None and self.jobs_done >= spec.max_jobs:
-            logs.event(log, logging.INFO, "recycling worker", reason="max_jobs_per_child",
-                       jobs=self.jobs_done)
+            logs.event(
+                log,
+                logging.INFO,
+                "recycling worker",
+                reason="max_jobs_per_child",
+                jobs=self.jobs_done,
+            )
             return True
         if spec.max_memory_bytes is not None and time.monotonic() >= self._next_memory_check:
             self._next_memory_check = time.monotonic() + MEMORY_CHECK_INTERVAL_S
             rss = self._process.memory_info().rss
             if rss > spec.max_memory_bytes:
-                logs.event(log, logging.INFO, "recycling worker", reason="max_memory_per_child",
-                           rss_bytes=rss)
+                logs.event(
+                    log,
+                    logging.INFO,
+                    "recycling worker",
+                    reason="max_memory_per_child",
+                    rss_bytes=rss,
+                )
                 return True
         return False
 
@@ -466,4 +519,3 @@ def _drain_pipe(fd: int) -> None:
 def _sleep_interruptibly(wake_fd: int, seconds: float) -> None:
     select.select([wake_fd], [], [], seconds)
     _drain_pipe(wake_fd)
-

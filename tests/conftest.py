@@ -119,11 +119,16 @@ def daemons(tmp_path: Path):
 
     started: list[Daemon] = []
 
-    def start(dsn: str, name: str = "pgworkerd", *, history_dsn: str | None = None,
-              env: dict[str, str] | None = None, **config: Any) -> Daemon:
+    def start(
+        dsn: str,
+        name: str = "pgworkerd",
+        *,
+        history_dsn: str | None = None,
+        env: dict[str, str] | None = None,
+        **config: Any,
+    ) -> Daemon:
         path = write_config(tmp_path / f"{name}.yaml", **config)
-        daemon = Daemon(path, dsn, tmp_path / f"{name}.log", history_dsn=history_dsn,
-                        env=env)
+        daemon = Daemon(path, dsn, tmp_path / f"{name}.log", history_dsn=history_dsn, env=env)
         started.append(daemon)
         return daemon
 

@@ -52,16 +52,25 @@ BASE_CONFIG: dict[str, Any] = {
     },
     "queues": {"default": {}},
     "workers": [{"queues": ["default"], "concurrency": 2}],
-    "defaults": {"max_attempts": 5, "max_runtime": "30s", "batch_size": 10,
-                 "backoff_base": "100ms", "backoff_max": "500ms"},
+    "defaults": {
+        "max_attempts": 5,
+        "max_runtime": "30s",
+        "batch_size": 10,
+        "backoff_base": "100ms",
+        "backoff_max": "500ms",
+    },
     "lease_ttl": "3s",
     "shutdown_timeout": "5s",
     "poll_interval": "200ms",
 }
 
 
-def wait_until(check: Callable[[], T], timeout_s: float = 20.0, what: str = "condition",
-               interval_s: float = 0.05) -> T:
+def wait_until(
+    check: Callable[[], T],
+    timeout_s: float = 20.0,
+    what: str = "condition",
+    interval_s: float = 0.05,
+) -> T:
     """Poll `check` until it returns something truthy; fail with `what` at the deadline."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -83,8 +92,12 @@ def daemon_env(dsn: str, history_dsn: str | None = None) -> dict[str, str]:
     """The daemon's environment. Handlers write history to `history_dsn` (default: the
     daemon's own database URL), which a network fault test keeps off the faulty path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
-    env.update(PGWORKERD_DATABASE_URL=dsn, PGWORKERD_TEST_HISTORY_DSN=history_dsn or dsn,
-               PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env.update(
+        PGWORKERD_DATABASE_URL=dsn,
+        PGWORKERD_TEST_HISTORY_DSN=history_dsn or dsn,
+        PYTHONPATH=str(REPO),
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -92,17 +105,34 @@ class Daemon:
     """One `pgworkerd run` process tree. Always stopped (and checked for leftover
     children) by the fixture that made it."""
 
-    def __init__(self, config_path: Path, dsn: str, log_path: Path,
-                 log_format: str = "text", history_dsn: str | None = None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        dsn: str,
+        log_path: Path,
+        log_format: str = "text",
+        history_dsn: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pgworkerd", "run", "-c", str(config_path),
-             "--log-format", log_format],
-            env={**daemon_env(dsn, history_dsn), **(env or {})}, stdout=self._log,
+            [
+                sys.executable,
+                "-m",
+                "pgworkerd",
+                "run",
+                "-c",
+                str(config_path),
+                "--log-format",
+                log_format,
+            ],
+            env={**daemon_env(dsn, history_dsn), **(env or {})},
+            stdout=self._log,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True)
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.pid = self.proc.pid
         self._known_children: set[int] = set()
 
@@ -125,24 +155,35 @@ class Daemon:
 
     def wait_for_workers(self, count: int, timeout_s: float = 20) -> list[psutil.Process]:
         def ready() -> list[psutil.Process] | None:
-            workers = [p for p in self.workers() if _title(p).endswith("idle")
-                       or " job " in _title(p)]
+            workers = [
+                p for p in self.workers() if _title(p).endswith("idle") or " job " in _title(p)
+            ]
             return workers if len(workers) == count else None
+
         return wait_until(ready, timeout_s, f"{count} workers")
 
-    def worker_running(self, job_id: int, timeout_s: float = 20, *,
-                       started_in: psycopg.Connection[Any] | None = None) -> psutil.Process:
+    def worker_running(
+        self,
+        job_id: int,
+        timeout_s: float = 20,
+        *,
+        started_in: psycopg.Connection[Any] | None = None,
+    ) -> psutil.Process:
         """The worker whose title shows `job_id`. With `started_in` (the history
         table's connection), also wait for the handler's own "start" row: a title is
         set just before the handler runs, and a test that kills the worker at once
         would otherwise leave a start the history never saw."""
+
         def find() -> psutil.Process | None:
-            return next((p for p in self.workers() if f" job {job_id} " in _title(p) + " "),
-                        None)
+            return next((p for p in self.workers() if f" job {job_id} " in _title(p) + " "), None)
+
         worker = wait_until(find, timeout_s, f"a worker running job {job_id}")
         if started_in is not None:
-            wait_until(lambda: any(row[2] == "start" for row in history(started_in, job_id)),
-                       timeout_s, f"job {job_id}'s handler to record its start")
+            wait_until(
+                lambda: any(row[2] == "start" for row in history(started_in, job_id)),
+                timeout_s,
+                f"job {job_id}'s handler to record its start",
+            )
         return worker
 
     def signal(self, sig: int) -> None:
@@ -183,6 +224,7 @@ def _title(proc: psutil.Process) -> str:
 
 
 # -- the database side ------------------------------------------------------------------------
+
 
 def job(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
     from psycopg.rows import dict_row

@@ -24,7 +24,8 @@ def _record(job: pgworkerd.Job, event: str) -> None:
         conn.execute(
             "INSERT INTO history (job_id, attempt, lease_token, pid, event)"
             " VALUES (%s, %s, %s, %s, %s)",
-            (job.id, job.attempt, job.lease_token, os.getpid(), event))
+            (job.id, job.attempt, job.lease_token, os.getpid(), event),
+        )
 
 
 def _pause(seconds: float) -> None:
@@ -81,8 +82,7 @@ def sleep(job: pgworkerd.Job) -> str:
 def block_in_c(job: pgworkerd.Job) -> None:
     """Masks every signal and blocks in C: only SIGKILL can end it."""
     _record(job, "start")
-    signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL,
-                                                                     signal.SIGSTOP})
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL, signal.SIGSTOP})
     libc = ctypes.CDLL(None)
     libc.sleep(3600)
 
@@ -150,13 +150,18 @@ def spawn_then_die(job: pgworkerd.Job) -> str:
     succeed."""
     _record(job, "start")
     if job.attempt == 1:
-        grandchild = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        grandchild = subprocess.Popen(
+            ["sleep", "600"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         _record(job, f"grandchild {grandchild.pid}")
         if job.payload["how"] == "crash":
             os._exit(17)
-        signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL,
-                                                                         signal.SIGSTOP})
+        signal.pthread_sigmask(
+            signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL, signal.SIGSTOP}
+        )
         ctypes.CDLL(None).sleep(3600)
     _record(job, "end")
     return "no grandchild this time"

@@ -73,30 +73,43 @@ class Verdict:
         return "\n".join(lines)
 
 
-def check(conn: psycopg.Connection[Any], job_ids: Iterable[int], *, max_runtime_s: float,
-          lease_ttl_s: float, unrecorded_starts: int = 0, slack_s: float = 6.0) -> Verdict:
+def check(
+    conn: psycopg.Connection[Any],
+    job_ids: Iterable[int],
+    *,
+    max_runtime_s: float,
+    lease_ttl_s: float,
+    unrecorded_starts: int = 0,
+    slack_s: float = 6.0,
+) -> Verdict:
     """Check I1-I5 for `job_ids` once the system is quiet (no daemon running jobs).
 
     `unrecorded_starts` is how many starts may have left no history row in all (a
     worker SIGKILLed after its claim but before the handler's first write)."""
     ids = list(job_ids)
     verdict = Verdict()
-    jobs = {row[0]: row for row in conn.execute(
-        "SELECT id, state, attempt, last_error FROM pgworkerd.jobs WHERE id = ANY(%s)", (ids,))}
+    jobs = {
+        row[0]: row
+        for row in conn.execute(
+            "SELECT id, state, attempt, last_error FROM pgworkerd.jobs WHERE id = ANY(%s)", (ids,)
+        )
+    }
     starts: dict[int, list[tuple[int, Any, Any]]] = defaultdict(list)  # job -> (attempt, at, pid)
     ends: dict[tuple[int, int], Any] = {}
     for job_id, attempt, event, pid, at in conn.execute(
-            "SELECT job_id, attempt, event, pid, at FROM history WHERE job_id = ANY(%s)"
-            " ORDER BY id", (ids,)):
+        "SELECT job_id, attempt, event, pid, at FROM history WHERE job_id = ANY(%s) ORDER BY id",
+        (ids,),
+    ):
         if event == "start":
             starts[job_id].append((attempt, at, pid))
         elif event == "end":
             ends[(job_id, attempt)] = at
     transitions: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for row in conn.execute(
-            "SELECT job_id, old_state, new_state, old_token, new_token, old_attempt,"
-            " new_attempt, error, at FROM transitions WHERE job_id = ANY(%s) ORDER BY id",
-            (ids,)):
+        "SELECT job_id, old_state, new_state, old_token, new_token, old_attempt,"
+        " new_attempt, error, at FROM transitions WHERE job_id = ANY(%s) ORDER BY id",
+        (ids,),
+    ):
         transitions[row[0]].append(row[1:])
 
     _i1_nothing_lost(verdict, ids, jobs)
@@ -104,16 +117,20 @@ def check(conn: psycopg.Connection[Any], job_ids: Iterable[int], *, max_runtime_
     if unrecorded > unrecorded_starts:
         verdict.violations.append(
             f"I2: {unrecorded} starts left no history, more than the {unrecorded_starts} "
-            "the faults can explain")
+            "the faults can explain"
+        )
     _i3_one_outcome_per_lease(verdict, transitions)
     _i4_one_handler_at_a_time(verdict, starts, ends, transitions)
     _i5_bounded_holding(verdict, transitions, max_runtime_s + lease_ttl_s + slack_s)
     states: dict[str, int] = defaultdict(int)
     for row in jobs.values():
         states[row[1]] += 1
-    verdict.counts = {**states, "starts": sum(len(s) for s in starts.values()),
-                      "reruns": sum(max(0, row[2] - 1) for row in jobs.values()),
-                      "unrecorded_starts": unrecorded}
+    verdict.counts = {
+        **states,
+        "starts": sum(len(s) for s in starts.values()),
+        "reruns": sum(max(0, row[2] - 1) for row in jobs.values()),
+        "unrecorded_starts": unrecorded,
+    }
     return verdict
 
 
@@ -132,18 +149,26 @@ def _i1_nothing_lost(verdict: Verdict, ids: list[int], jobs: dict[int, Any]) -> 
             verdict.violations.append(f"I1: job {job_id} is stuck {row[1]!r}")
 
 
-def _i2_attempts_are_starts(verdict: Verdict, jobs: dict[int, Any],
-                            starts: dict[int, list[Any]], transitions: dict[int, list[Any]]) -> int:
+def _i2_attempts_are_starts(
+    verdict: Verdict,
+    jobs: dict[int, Any],
+    starts: dict[int, list[Any]],
+    transitions: dict[int, list[Any]],
+) -> int:
     unrecorded_total = 0
     for job_id, row in jobs.items():
         attempt = row[2]
         claims = sum(1 for t in transitions[job_id] if t[1] == "running")
-        releases = sum(1 for t in transitions[job_id]
-                       if t[0] == "running" and t[1] == "queued" and t[5] == t[4] - 1)
+        releases = sum(
+            1
+            for t in transitions[job_id]
+            if t[0] == "running" and t[1] == "queued" and t[5] == t[4] - 1
+        )
         if attempt != claims - releases:
             verdict.violations.append(
                 f"I2: job {job_id} attempt={attempt} but {claims} claims - {releases} "
-                "uncharged releases")
+                "uncharged releases"
+            )
         recorded = [a for a, _, _ in starts[job_id]]
         if len(recorded) != len(set(recorded)):
             verdict.violations.append(f"I2: job {job_id} ran attempt numbers {recorded} twice")
@@ -159,7 +184,8 @@ def _i3_one_outcome_per_lease(verdict: Verdict, transitions: dict[int, list[Any]
         for old_state, new_state, old_token, *_ in rows:
             if old_state in FINAL:
                 verdict.violations.append(
-                    f"I3: job {job_id} changed after it finished: {old_state} -> {new_state}")
+                    f"I3: job {job_id} changed after it finished: {old_state} -> {new_state}"
+                )
             if old_state == "running":
                 ended[old_token] += 1
         for token, count in ended.items():
@@ -167,22 +193,30 @@ def _i3_one_outcome_per_lease(verdict: Verdict, transitions: dict[int, list[Any]
                 verdict.violations.append(f"I3: job {job_id} lease {token} ended {count} times")
 
 
-def _i4_one_handler_at_a_time(verdict: Verdict, starts: dict[int, list[Any]],
-                              ends: dict[tuple[int, int], Any],
-                              transitions: dict[int, list[Any]]) -> None:
+def _i4_one_handler_at_a_time(
+    verdict: Verdict,
+    starts: dict[int, list[Any]],
+    ends: dict[tuple[int, int], Any],
+    transitions: dict[int, list[Any]],
+) -> None:
     for job_id, runs in starts.items():
-        expired = {t[4] for t in transitions[job_id]  # attempts whose lease ran out
-                   if t[0] == "running" and any(m in (t[6] or "") for m in LEASE_EXPIRY_MARKERS)}
+        expired = {
+            t[4]
+            for t in transitions[job_id]  # attempts whose lease ran out
+            if t[0] == "running" and any(m in (t[6] or "") for m in LEASE_EXPIRY_MARKERS)
+        }
         ordered = sorted(runs, key=lambda r: r[1])
         for (attempt, _, _), (later, later_at, _) in itertools.pairwise(ordered):
             end = ends.get((job_id, attempt))
             if end is not None and end > later_at and attempt not in expired:
                 verdict.violations.append(
-                    f"I4: job {job_id} attempt {later} started before attempt {attempt} ended")
+                    f"I4: job {job_id} attempt {later} started before attempt {attempt} ended"
+                )
 
 
-def _i5_bounded_holding(verdict: Verdict, transitions: dict[int, list[Any]],
-                        limit_s: float) -> None:
+def _i5_bounded_holding(
+    verdict: Verdict, transitions: dict[int, list[Any]], limit_s: float
+) -> None:
     for job_id, rows in transitions.items():
         claimed_at = {t[3]: t[7] for t in rows if t[1] == "running"}
         for old_state, _, old_token, *_, at in rows:
@@ -190,4 +224,5 @@ def _i5_bounded_holding(verdict: Verdict, transitions: dict[int, list[Any]],
                 held = (at - claimed_at[old_token]).total_seconds()
                 if held > limit_s:
                     verdict.violations.append(
-                        f"I5: job {job_id} held {held:.1f}s by one lease (limit {limit_s:.1f}s)")
+                        f"I5: job {job_id} held {held:.1f}s by one lease (limit {limit_s:.1f}s)"
+                    )

@@ -35,8 +35,9 @@ class Proxy:
         self.connections_made = 0
         self.replies_lost = 0
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="test-proxy")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="test-proxy"
+        )
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._flowing: asyncio.Event | None = None
         self._server: asyncio.Server | None = None
@@ -115,8 +116,7 @@ class Proxy:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _accept(self, client_r: asyncio.StreamReader,
-                      client_w: asyncio.StreamWriter) -> None:
+    async def _accept(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         self.connections_made += 1
         try:
             server_r, server_w = await asyncio.open_connection(*self.target)
@@ -127,17 +127,24 @@ class Proxy:
         self._pairs.add(pair)
         reply_lost = asyncio.Event()  # set: the server's next answer goes nowhere
         try:
-            await asyncio.gather(self._pump(client_r, server_w, watch=reply_lost),
-                                 self._pump(server_r, client_w, lose=reply_lost),
-                                 return_exceptions=True)
+            await asyncio.gather(
+                self._pump(client_r, server_w, watch=reply_lost),
+                self._pump(server_r, client_w, lose=reply_lost),
+                return_exceptions=True,
+            )
         finally:
             self._pairs.discard(pair)
             _abort(client_w)
             _abort(server_w)
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                    watch: asyncio.Event | None = None,
-                    lose: asyncio.Event | None = None) -> None:
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        watch: asyncio.Event | None = None,
+        lose: asyncio.Event | None = None,
+    ) -> None:
         assert self._flowing is not None
         tail = b""  # a marker may straddle two chunks
         try:

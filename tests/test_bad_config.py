@@ -30,8 +30,9 @@ def _assert_nothing_written(dsn: str) -> None:
 def test_bad_config_exits_2_naming_the_key(db_dsn, tmp_path, command, text, expected):
     config = tmp_path / "pgworkerd.yaml"
     config.write_text(text)
-    result = pgworkerd(command, "-c", str(config), env={"PGWORKERD_DATABASE_URL": db_dsn},
-                       cwd=tmp_path)
+    result = pgworkerd(
+        command, "-c", str(config), env={"PGWORKERD_DATABASE_URL": db_dsn}, cwd=tmp_path
+    )
     assert_one_line_error(result, 2, expected)
     assert result.stdout == ""
     _assert_nothing_written(db_dsn)
@@ -40,14 +41,19 @@ def test_bad_config_exits_2_naming_the_key(db_dsn, tmp_path, command, text, expe
 @pytest.mark.parametrize("command", ["check", "run"])
 @pytest.mark.parametrize(("handlers", "expected"), BAD_HANDLERS)
 def test_handlers_that_do_not_import_are_refused_before_anything_forks(
-        db_dsn, tmp_path, command, handlers, expected):
+    db_dsn, tmp_path, command, handlers, expected
+):
     from tests.daemon import REPO
 
     config = tmp_path / "pgworkerd.yaml"
     config.write_text(json.dumps({"handlers": handlers}))
-    result = pgworkerd(command, "-c", str(config),
-                       env={"PGWORKERD_DATABASE_URL": db_dsn, "PYTHONPATH": str(REPO)},
-                       cwd=tmp_path)
+    result = pgworkerd(
+        command,
+        "-c",
+        str(config),
+        env={"PGWORKERD_DATABASE_URL": db_dsn, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+    )
     assert_one_line_error(result, 2, f"handlers.k: cannot use {handlers['k']!r}")
     assert any(expected in line for line in result.stderr.splitlines())
     _assert_nothing_written(db_dsn)
@@ -56,6 +62,7 @@ def test_handlers_that_do_not_import_are_refused_before_anything_forks(
 def test_run_refuses_an_unmigrated_database(empty_db_dsn, tmp_path):
     config = tmp_path / "pgworkerd.yaml"
     config.write_text("queues: {default: {}}\n")
-    result = pgworkerd("run", "-c", str(config), env={"PGWORKERD_DATABASE_URL": empty_db_dsn},
-                       cwd=tmp_path)
+    result = pgworkerd(
+        "run", "-c", str(config), env={"PGWORKERD_DATABASE_URL": empty_db_dsn}, cwd=tmp_path
+    )
     assert_one_line_error(result, 1, "run `pgworkerd migrate`")

@@ -15,8 +15,13 @@ from pgworkerd import queries
 from pgworkerd.store import JobStore
 from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
 
-CLAIM_PARAMS = {"queues": ["default", "other"], "queue_max_attempts": [5, 5], "limit": 10,
-                "lease_ttl_s": 30.0, "worker": "explain"}
+CLAIM_PARAMS = {
+    "queues": ["default", "other"],
+    "queue_max_attempts": [5, 5],
+    "limit": 10,
+    "lease_ttl_s": 30.0,
+    "worker": "explain",
+}
 
 
 def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -30,8 +35,13 @@ def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 PLAN_MODES = ("auto", WORKER_PLAN_CACHE_MODE)
 
 
-def explain(conn: psycopg.Connection[Any], name: str, params: dict[str, Any], *,
-            plan_cache_mode: str = "auto") -> dict[str, Any]:
+def explain(
+    conn: psycopg.Connection[Any],
+    name: str,
+    params: dict[str, Any],
+    *,
+    plan_cache_mode: str = "auto",
+) -> dict[str, Any]:
     """EXPLAIN ANALYZE of a real run of statement `name`, rolled back so the data stays
     as it is. Run as a named prepared statement, as psycopg runs the workers' hot
     statements, so plan_cache_mode decides between a plan for these values and the
@@ -49,14 +59,20 @@ def explain(conn: psycopg.Connection[Any], name: str, params: dict[str, Any], *,
     try:
         with conn.transaction(force_rollback=True):
             conn.execute("SELECT set_config('plan_cache_mode', %s, true)", (plan_cache_mode,))
-            types = conn.execute("SELECT parameter_types::text[] FROM pg_prepared_statements"
-                                 " WHERE name = 'explained'").fetchone()[0]
+            types = conn.execute(
+                "SELECT parameter_types::text[] FROM pg_prepared_statements"
+                " WHERE name = 'explained'"
+            ).fetchone()[0]
             # Values inlined: a utility statement's own parameters would have no types.
             arguments = sql.SQL(", ").join(
                 sql.SQL("{}::{}").format(sql.Literal(params[n]), sql.SQL(type_name))
-                for n, type_name in zip(names, types, strict=True))
-            raw = conn.execute(sql.SQL("EXPLAIN (ANALYZE, VERBOSE, BUFFERS, FORMAT JSON) "
-                                       "EXECUTE explained ({})").format(arguments)).fetchone()[0]
+                for n, type_name in zip(names, types, strict=True)
+            )
+            raw = conn.execute(
+                sql.SQL(
+                    "EXPLAIN (ANALYZE, VERBOSE, BUFFERS, FORMAT JSON) EXECUTE explained ({})"
+                ).format(arguments)
+            ).fetchone()[0]
     finally:
         conn.execute("DEALLOCATE explained")
     return (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
@@ -82,8 +98,9 @@ def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(co
     for mode in PLAN_MODES:
         plan = explain(conn, "jobs_claim", CLAIM_PARAMS, plan_cache_mode=mode)
         nodes = list(plan_nodes(plan))
-        scans = [(n["Node Type"], n.get("Index Name")) for n in nodes
-                 if n.get("Relation Name") == "jobs"]
+        scans = [
+            (n["Node Type"], n.get("Index Name")) for n in nodes if n.get("Relation Name") == "jobs"
+        ]
         assert ("Seq Scan", None) not in scans, (mode, scans)
         assert any(index == "jobs_claim_idx" for _, index in scans), (mode, scans)
         assert plan["Actual Rows"] == 10
@@ -96,11 +113,15 @@ def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(co
         "jobs_next_run_at": {"queues": ["default", "other"]},
         "jobs_complete_and_claim": {**CLAIM_PARAMS, "ids": [], "tokens": [], "results": []},
     }
-    for (name, params), mode in [(item, mode) for item in statements.items()
-                                 for mode in PLAN_MODES]:
+    for (name, params), mode in [
+        (item, mode) for item in statements.items() for mode in PLAN_MODES
+    ]:
         plan = explain(conn, name, params, plan_cache_mode=mode)
-        scans = [(n["Node Type"], n.get("Index Name")) for n in plan_nodes(plan)
-                 if n.get("Relation Name") == "jobs"]
+        scans = [
+            (n["Node Type"], n.get("Index Name"))
+            for n in plan_nodes(plan)
+            if n.get("Relation Name") == "jobs"
+        ]
         assert ("Seq Scan", None) not in scans, (name, mode, scans)
         assert pages_touched(plan) < 300, (name, mode, pages_touched(plan))
 
@@ -117,12 +138,21 @@ def test_completing_a_batch_does_not_read_the_finished_rows(conn):
     pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in range(100)])
     conn.execute("VACUUM ANALYZE pgworkerd.jobs")
     jobs = JobStore().claim(conn, queues=["default"], limit=100, lease_ttl_s=30, worker="w")
-    params = {"ids": [job.id for job in jobs], "tokens": [job.lease_token for job in jobs],
-              "results": [None] * len(jobs)}
-    for name, mode in [(name, mode) for name in ("jobs_complete", "jobs_completed_by_leases")
-                       for mode in PLAN_MODES]:
+    params = {
+        "ids": [job.id for job in jobs],
+        "tokens": [job.lease_token for job in jobs],
+        "results": [None] * len(jobs),
+    }
+    for name, mode in [
+        (name, mode)
+        for name in ("jobs_complete", "jobs_completed_by_leases")
+        for mode in PLAN_MODES
+    ]:
         plan = explain(conn, name, params, plan_cache_mode=mode)
-        scans = {n.get("Index Name") or n["Node Type"] for n in plan_nodes(plan)
-                 if n.get("Relation Name") == "jobs" and n["Node Type"] != "ModifyTable"}
+        scans = {
+            n.get("Index Name") or n["Node Type"]
+            for n in plan_nodes(plan)
+            if n.get("Relation Name") == "jobs" and n["Node Type"] != "ModifyTable"
+        }
         assert scans == {"jobs_pkey"}, (name, mode, scans)
         assert pages_touched(plan) < 2000, (name, mode, pages_touched(plan))

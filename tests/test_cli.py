@@ -15,12 +15,20 @@ from psycopg.conninfo import conninfo_to_dict
 from pgworkerd.store import JobStore
 
 
-def pgworkerd(*args: str, env: dict[str, str] | None = None,
-              cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def pgworkerd(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "pgworkerd", *args], env=full_env, cwd=cwd,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "pgworkerd", *args],
+        env=full_env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, text: str) -> None:
@@ -39,29 +47,51 @@ def test_migrate_then_enqueue_prints_the_job_id(empty_db_dsn, tmp_path):
     again = pgworkerd("migrate", env=env, cwd=tmp_path)
     assert again.returncode == 0 and "up to date" in again.stdout
 
-    result = pgworkerd("enqueue", "send_email", "--payload", '{"to": "a@example.com"}',
-                       "--queue", "mail", "--priority", "3", "--delay", "10m",
-                       "--unique-key", "mail-1", "--max-attempts", "4", env=env, cwd=tmp_path)
+    result = pgworkerd(
+        "enqueue",
+        "send_email",
+        "--payload",
+        '{"to": "a@example.com"}',
+        "--queue",
+        "mail",
+        "--priority",
+        "3",
+        "--delay",
+        "10m",
+        "--unique-key",
+        "mail-1",
+        "--max-attempts",
+        "4",
+        env=env,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     job_id = int(result.stdout.strip())
     with psycopg.connect(empty_db_dsn) as conn:
         row = JobStore().get(conn, job_id)
-    assert (row["kind"], row["queue"], row["priority"], row["max_attempts"]) == \
-        ("send_email", "mail", 3, 4)
+    assert (row["kind"], row["queue"], row["priority"], row["max_attempts"]) == (
+        "send_email",
+        "mail",
+        3,
+        4,
+    )
     assert row["payload"] == {"to": "a@example.com"} and row["unique_key"] == "mail-1"
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["enqueue", "k", "--payload", "{not json"], "--payload: not valid JSON"),
-    (["enqueue", "k", "--payload", '"a\\u0000b"'], "NUL character"),
-    (["enqueue", "k", "--run-at", "2030-01-01T00:00:00"], "timezone-aware"),
-    (["enqueue", "k", "--run-at", "soon"], "not an ISO 8601 time"),
-    (["enqueue", "k", "--delay", "5 fortnights"], "--delay: must be a duration"),
-    (["enqueue", "k", "--priority", "high"], "invalid int value"),
-    (["enqueue", ""], "kind must not be empty"),
-    (["frobnicate"], "invalid choice"),
-    ([], "required"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["enqueue", "k", "--payload", "{not json"], "--payload: not valid JSON"),
+        (["enqueue", "k", "--payload", '"a\\u0000b"'], "NUL character"),
+        (["enqueue", "k", "--run-at", "2030-01-01T00:00:00"], "timezone-aware"),
+        (["enqueue", "k", "--run-at", "soon"], "not an ISO 8601 time"),
+        (["enqueue", "k", "--delay", "5 fortnights"], "--delay: must be a duration"),
+        (["enqueue", "k", "--priority", "high"], "invalid int value"),
+        (["enqueue", ""], "kind must not be empty"),
+        (["frobnicate"], "invalid choice"),
+        ([], "required"),
+    ],
+)
 def test_bad_command_lines_exit_2_with_one_line(db_dsn, tmp_path, args, message):
     result = pgworkerd(*args, env={"PGWORKERD_DATABASE_URL": db_dsn}, cwd=tmp_path)
     assert_one_line_error(result, 2, message)
@@ -70,11 +100,14 @@ def test_bad_command_lines_exit_2_with_one_line(db_dsn, tmp_path, args, message)
 
 
 def test_a_missing_config_file_named_explicitly_is_an_error(tmp_path):
-    for args in (["-c", str(tmp_path / "nope.yaml"), "migrate"],
-                 ["migrate", "-c", str(tmp_path / "nope.yaml")]):
+    for args in (
+        ["-c", str(tmp_path / "nope.yaml"), "migrate"],
+        ["migrate", "-c", str(tmp_path / "nope.yaml")],
+    ):
         assert_one_line_error(pgworkerd(*args, cwd=tmp_path), 2, "no such config file")
-    result = pgworkerd("migrate", env={"PGWORKERD_CONFIG": str(tmp_path / "gone.yaml")},
-                       cwd=tmp_path)
+    result = pgworkerd(
+        "migrate", env={"PGWORKERD_CONFIG": str(tmp_path / "gone.yaml")}, cwd=tmp_path
+    )
     assert_one_line_error(result, 2, "gone.yaml: no such config file")
 
 
@@ -94,28 +127,38 @@ def test_check_reports_ok_or_what_is_missing(empty_db_dsn, tmp_path):
     config = tmp_path / "pgworkerd.yaml"
     config.write_text("handlers:\n  json_dump: json:dumps\nqueues: {default: {}}\n")
     env = {"PGWORKERD_DATABASE_URL": empty_db_dsn}
-    assert_one_line_error(pgworkerd("check", "-c", str(config), env=env, cwd=tmp_path), 1,
-                          "run `pgworkerd migrate`")
+    assert_one_line_error(
+        pgworkerd("check", "-c", str(config), env=env, cwd=tmp_path), 1, "run `pgworkerd migrate`"
+    )
     assert pgworkerd("migrate", "-c", str(config), env=env, cwd=tmp_path).returncode == 0
     ok = pgworkerd("check", "-c", str(config), env=env, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert "1 handler(s)" in ok.stdout and "schema version 1" in ok.stdout
 
 
-@pytest.mark.parametrize(("handlers", "message"), [
-    ("no_such_module_xyz:run", "handlers.k: cannot use 'no_such_module_xyz:run': "
-                               "ModuleNotFoundError"),
-    ("json:no_such_function", "AttributeError"),
-    ("json.decoder:JSONDecodeError.__doc__", "not callable"),
-    ("tests.handlers_that_break:run", "RuntimeError: this module refuses to import"),
-])
+@pytest.mark.parametrize(
+    ("handlers", "message"),
+    [
+        (
+            "no_such_module_xyz:run",
+            "handlers.k: cannot use 'no_such_module_xyz:run': ModuleNotFoundError",
+        ),
+        ("json:no_such_function", "AttributeError"),
+        ("json.decoder:JSONDecodeError.__doc__", "not callable"),
+        ("tests.handlers_that_break:run", "RuntimeError: this module refuses to import"),
+    ],
+)
 def test_check_refuses_handlers_that_do_not_import(db_dsn, tmp_path, handlers, message):
     config = tmp_path / "pgworkerd.yaml"
     config.write_text(json.dumps({"handlers": {"k": handlers}}))
     repo = Path(__file__).resolve().parent.parent
-    result = pgworkerd("check", "-c", str(config),
-                       env={"PGWORKERD_DATABASE_URL": db_dsn, "PYTHONPATH": str(repo)},
-                       cwd=tmp_path)
+    result = pgworkerd(
+        "check",
+        "-c",
+        str(config),
+        env={"PGWORKERD_DATABASE_URL": db_dsn, "PYTHONPATH": str(repo)},
+        cwd=tmp_path,
+    )
     assert_one_line_error(result, 2, message)
 
 

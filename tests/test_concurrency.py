@@ -20,8 +20,9 @@ def claim_until_empty(dsn: str, worker: str, start: multiprocessing.Event) -> li
     seen: list[int] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         start.wait(30)
-        while batch := store.claim(conn, queues=["default"], limit=10, lease_ttl_s=60,
-                                   worker=worker):
+        while batch := store.claim(
+            conn, queues=["default"], limit=10, lease_ttl_s=60, worker=worker
+        ):
             seen.extend(job.id for job in batch)
             applied = store.complete(conn, [(job.lease, None) for job in batch])
             assert applied == {job.id for job in batch}
@@ -34,8 +35,10 @@ def test_eight_processes_claim_five_thousand_jobs_each_exactly_once(conn, db_dsn
     with context.Manager() as manager:
         start = manager.Event()
         with context.Pool(CLAIMERS) as pool:
-            pending = [pool.apply_async(claim_until_empty, (db_dsn, f"claimer-{n}", start))
-                       for n in range(CLAIMERS)]
+            pending = [
+                pool.apply_async(claim_until_empty, (db_dsn, f"claimer-{n}", start))
+                for n in range(CLAIMERS)
+            ]
             start.set()
             results = [p.get(timeout=110) for p in pending]
 

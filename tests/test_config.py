@@ -7,10 +7,20 @@ import pytest
 from pgworkerd.config import ConfigError, parse, parse_duration
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    (30, 30), (2.5, 2.5), ("500ms", 0.5), ("30s", 30), ("15m", 900), ("1h", 3600),
-    ("1d", 86400), ("1.5h", 5400), ("45", 45),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        (30, 30),
+        (2.5, 2.5),
+        ("500ms", 0.5),
+        ("30s", 30),
+        ("15m", 900),
+        ("1h", 3600),
+        ("1d", 86400),
+        ("1.5h", 5400),
+        ("45", 45),
+    ],
+)
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -66,8 +76,10 @@ def test_environment_wins_over_the_file(monkeypatch):
     monkeypatch.setenv("PGWORKERD_LEASE_TTL", "10s")
     monkeypatch.setenv("PGWORKERD_DEFAULTS__MAX_ATTEMPTS", "9")
     monkeypatch.setenv("PGWORKERD_DATABASE__SCHEMA", "from_env")
-    config = parse("database: {url: postgresql://file@host/db, schema: s}\nlease_ttl: 30\n"
-                   "defaults: {max_attempts: 2, batch_size: 7}")
+    config = parse(
+        "database: {url: postgresql://file@host/db, schema: s}\nlease_ttl: 30\n"
+        "defaults: {max_attempts: 2, batch_size: 7}"
+    )
     assert config.database.url.get_secret_value() == "postgresql://env@host/db"
     assert config.database.schema_name == "from_env"
     assert config.lease_ttl == 10
@@ -82,12 +94,18 @@ BAD_CONFIGS = [
     ("defaults: {max_runtime: 15m, colour: red}\n", "defaults.colour: unknown key"),
     ("workers: [{queues: [default], concurrency: -1}]\n", "workers[0].concurrency: must be ≥ 1"),
     ("workers: [{queues: [default], concurrency: 0}]\n", "workers[0].concurrency: must be ≥ 1"),
-    ("workers: [{queues: [default], concurrency: yes}]\n",
-     "workers[0].concurrency: must be an integer"),
-    ("workers: [{queues: [default], concurrency: '10'}, {queues: [default], concurrency: x}]\n",
-     "workers[1].concurrency: must be an integer"),
-    ("workers: [{queues: [default], concurrency: 1000000000}]\n",
-     "workers[0].concurrency: must be ≤ 512"),
+    (
+        "workers: [{queues: [default], concurrency: yes}]\n",
+        "workers[0].concurrency: must be an integer",
+    ),
+    (
+        "workers: [{queues: [default], concurrency: '10'}, {queues: [default], concurrency: x}]\n",
+        "workers[1].concurrency: must be an integer",
+    ),
+    (
+        "workers: [{queues: [default], concurrency: 1000000000}]\n",
+        "workers[0].concurrency: must be ≤ 512",
+    ),
     ("workers: [{queues: [nowhere]}]\n", "'nowhere' is not declared under queues"),
     ("workers: [{queues: []}]\n", "workers[0].queues"),
     ("lease_ttl: 15x\n", "lease_ttl: must be a duration"),

@@ -10,10 +10,10 @@ import pgworkerd
 from tests.daemon import history, job, job_in_state, states, wait_until
 
 
-def test_two_hundred_jobs_succeed_with_two_workers_and_readable_titles(start_daemon,
-                                                                        history_conn):
-    ids = pgworkerd.enqueue_many(history_conn, [{"kind": "record", "payload": {"n": n}}
-                                                for n in range(200)])
+def test_two_hundred_jobs_succeed_with_two_workers_and_readable_titles(start_daemon, history_conn):
+    ids = pgworkerd.enqueue_many(
+        history_conn, [{"kind": "record", "payload": {"n": n}} for n in range(200)]
+    )
     daemon = start_daemon()
     workers = daemon.wait_for_workers(2)
     wait_until(lambda: states(history_conn) == {"succeeded": 200}, what="200 jobs succeeded")
@@ -21,6 +21,7 @@ def test_two_hundred_jobs_succeed_with_two_workers_and_readable_titles(start_dae
     titles = daemon.titles()
     assert titles == ["pgworkerd: worker default #1 idle", "pgworkerd: worker default #2 idle"]
     import psutil
+
     assert " ".join(psutil.Process(daemon.pid).cmdline()).strip() == "pgworkerd: supervisor"
     pids = {row[3] for row in history(history_conn)}
     assert pids <= {w.pid for w in workers} and len(pids) == 2, "both workers took jobs"
@@ -35,10 +36,18 @@ def test_two_hundred_jobs_succeed_with_two_workers_and_readable_titles(start_dae
 def test_one_worker_runs_jobs_in_priority_order(start_daemon, history_conn):
     now = history_conn.execute("SELECT now()").fetchone()[0]
     from datetime import timedelta
-    specs = [("low", -1, None), ("high", 5, None), ("mid-old", 2, now - timedelta(minutes=5)),
-             ("mid-new", 2, None), ("highest", 9, None)]
-    ids = {name: pgworkerd.enqueue(history_conn, "record", {}, priority=p, run_at=at)
-           for name, p, at in specs}
+
+    specs = [
+        ("low", -1, None),
+        ("high", 5, None),
+        ("mid-old", 2, now - timedelta(minutes=5)),
+        ("mid-new", 2, None),
+        ("highest", 9, None),
+    ]
+    ids = {
+        name: pgworkerd.enqueue(history_conn, "record", {}, priority=p, run_at=at)
+        for name, p, at in specs
+    }
     daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 1}])
     wait_until(lambda: states(history_conn) == {"succeeded": 5}, what="all jobs done")
     order = [row[0] for row in history(history_conn)]
@@ -49,12 +58,17 @@ def test_one_worker_runs_jobs_in_priority_order(start_daemon, history_conn):
 
 
 def test_queue_priority_wins_across_queues(start_daemon, history_conn):
-    bulk = pgworkerd.enqueue_many(history_conn, [
-        {"kind": "record", "payload": {}, "queue": "bulk", "priority": 100} for _ in range(3)])
-    urgent = pgworkerd.enqueue_many(history_conn, [
-        {"kind": "record", "payload": {}, "queue": "urgent"} for _ in range(3)])
-    daemon = start_daemon(queues={"bulk": {}, "urgent": {"priority": 10}},
-                          workers=[{"queues": ["bulk", "urgent"], "concurrency": 1}])
+    bulk = pgworkerd.enqueue_many(
+        history_conn,
+        [{"kind": "record", "payload": {}, "queue": "bulk", "priority": 100} for _ in range(3)],
+    )
+    urgent = pgworkerd.enqueue_many(
+        history_conn, [{"kind": "record", "payload": {}, "queue": "urgent"} for _ in range(3)]
+    )
+    daemon = start_daemon(
+        queues={"bulk": {}, "urgent": {"priority": 10}},
+        workers=[{"queues": ["bulk", "urgent"], "concurrency": 1}],
+    )
     wait_until(lambda: states(history_conn) == {"succeeded": 6}, what="all jobs done")
     assert [row[0] for row in history(history_conn)] == urgent + bulk
     daemon.signal(signal.SIGTERM)
@@ -99,7 +113,8 @@ def test_discard_and_unknown_kind_are_dead_at_once(start_daemon, history_conn):
 
 
 def test_a_handler_blocking_in_c_with_signals_masked_is_killed_at_its_max_runtime(
-        start_daemon, history_conn):
+    start_daemon, history_conn
+):
     hung = pgworkerd.enqueue(history_conn, "block_in_c", {}, max_runtime=1, max_attempts=1)
     daemon = start_daemon()
     worker = daemon.worker_running(hung)
@@ -150,15 +165,17 @@ def test_sigkill_of_a_child_mid_job_reruns_the_job_as_attempt_two(start_daemon, 
     assert daemon.wait() == 0
 
 
-def test_a_poison_job_that_crashes_its_worker_ends_dead_and_respawns_back_off(start_daemon,
-                                                                              history_conn):
+def test_a_poison_job_that_crashes_its_worker_ends_dead_and_respawns_back_off(
+    start_daemon, history_conn
+):
     poison = pgworkerd.enqueue(history_conn, "crash", {}, max_attempts=3)
     daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 1}])
     wait_until(job_in_state(history_conn, poison, "dead"), what="poison job dead")
     row = job(history_conn, poison)
     assert row["attempt"] == 3
-    assert [e["error"] for e in row["errors"]] == \
-        ["worker process exited with status 17 while running the job"] * 3
+    assert [e["error"] for e in row["errors"]] == [
+        "worker process exited with status 17 while running the job"
+    ] * 3
     fine = pgworkerd.enqueue(history_conn, "record", {})
     wait_until(job_in_state(history_conn, fine, "succeeded"), what="a good job after it")
     daemon.signal(signal.SIGTERM)

@@ -15,16 +15,19 @@ from tests.daemon import job, job_in_state, states, wait_until
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 
 
-def test_sigterm_drains_running_jobs_and_leaves_unstarted_ones_queued(start_daemon,
-                                                                       history_conn):
-    ids = pgworkerd.enqueue_many(history_conn, [{"kind": "sleep", "payload": {"seconds": 1.5}}
-                                                for _ in range(5)])
+def test_sigterm_drains_running_jobs_and_leaves_unstarted_ones_queued(start_daemon, history_conn):
+    ids = pgworkerd.enqueue_many(
+        history_conn, [{"kind": "sleep", "payload": {"seconds": 1.5}} for _ in range(5)]
+    )
     daemon = start_daemon(workers=ONE_WORKER)
     daemon.worker_running(ids[0])
     daemon.signal(signal.SIGTERM)
     # The four unstarted jobs of the batch go back at once, not after the running one.
-    wait_until(lambda: states(history_conn).get("queued") == 4, timeout_s=1.2,
-               what="the unstarted jobs released at once")
+    wait_until(
+        lambda: states(history_conn).get("queued") == 4,
+        timeout_s=1.2,
+        what="the unstarted jobs released at once",
+    )
     assert daemon.wait(timeout_s=10) == 0
     assert job(history_conn, ids[0])["state"] == "succeeded"
     for job_id in ids[1:]:
@@ -34,8 +37,9 @@ def test_sigterm_drains_running_jobs_and_leaves_unstarted_ones_queued(start_daem
     assert history_conn.execute("SELECT count(*) FROM pgworkerd.daemons").fetchone()[0] == 0
 
 
-def test_sigterm_past_shutdown_timeout_requeues_uncharged_and_leaves_no_child(start_daemon,
-                                                                             history_conn):
+def test_sigterm_past_shutdown_timeout_requeues_uncharged_and_leaves_no_child(
+    start_daemon, history_conn
+):
     long_job = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 60})
     daemon = start_daemon(workers=ONE_WORKER, shutdown_timeout="1s")
     worker = daemon.worker_running(long_job)
@@ -67,22 +71,32 @@ def test_sigquit_stops_now(start_daemon, history_conn):
     daemon.worker_running(long_job)
     daemon.signal(signal.SIGQUIT)
     assert daemon.wait(timeout_s=10) == 0
-    assert (job(history_conn, long_job)["state"], job(history_conn, long_job)["attempt"]) == \
-        ("queued", 0)
+    assert (job(history_conn, long_job)["state"], job(history_conn, long_job)["attempt"]) == (
+        "queued",
+        0,
+    )
     assert daemon.alive_children() == []
 
 
 def test_sigkill_of_the_supervisor_takes_the_children_and_another_daemon_rescues(
-        start_daemon, history_conn):
+    start_daemon, history_conn
+):
     victim = pgworkerd.enqueue(history_conn, "sleep_first_attempt", {"seconds": 60})
     first = start_daemon("first", lease_ttl="2s")
     first.worker_running(victim, started_in=history_conn)
     children = [p.pid for p in first.workers()]
     first.signal(signal.SIGKILL)
     first.wait(timeout_s=5)
-    wait_until(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() !=
-                                psutil.STATUS_ZOMBIE for pid in children),
-               timeout_s=5, what="the children to die with the supervisor")
+    wait_until(
+        lambda: (
+            not any(
+                psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                for pid in children
+            )
+        ),
+        timeout_s=5,
+        what="the children to die with the supervisor",
+    )
     assert job(history_conn, victim)["state"] == "running", "nobody settled it: lease pending"
 
     second = start_daemon("second", lease_ttl="2s")
@@ -95,7 +109,8 @@ def test_sigkill_of_the_supervisor_takes_the_children_and_another_daemon_rescues
 
 
 def test_a_frozen_host_cannot_overwrite_the_outcome_of_the_daemon_that_took_over(
-        start_daemon, history_conn):
+    start_daemon, history_conn
+):
     victim = pgworkerd.enqueue(history_conn, "sleep_first_attempt", {"seconds": 2})
     frozen = start_daemon("frozen", lease_ttl="1s")
     frozen.worker_running(victim, started_in=history_conn)
@@ -114,8 +129,10 @@ def test_a_frozen_host_cannot_overwrite_the_outcome_of_the_daemon_that_took_over
     # stops the worker, or the worker finishes first and its outcome is refused.
     # Either way the job keeps the outcome of the daemon that took over.
     wait_until(lambda: "lease lost" in frozen.log(), what="the frozen host to see its loss")
-    wait_until(lambda: frozen.titles() and all(t.endswith("idle") for t in frozen.titles()),
-               what="the frozen host to be back to idle workers")
+    wait_until(
+        lambda: frozen.titles() and all(t.endswith("idle") for t in frozen.titles()),
+        what="the frozen host to be back to idle workers",
+    )
     row = job(history_conn, victim)
     assert (row["state"], row["result"], row["attempt"]) == ("succeeded", "attempt 2", 2)
     assert row["finished_at"] == taken["finished_at"]
@@ -129,12 +146,23 @@ def test_hup_reloads_the_config_and_replaces_the_workers(start_daemon, history_c
     (old_worker,) = daemon.wait_for_workers(1)
     config_path = tmp_path / "pgworkerd.yaml"
     from tests.daemon import write_config
-    write_config(config_path, queues={"default": {}, "extra": {}},
-                 workers=[{"queues": ["default", "extra"], "concurrency": 2}])
+
+    write_config(
+        config_path,
+        queues={"default": {}, "extra": {}},
+        workers=[{"queues": ["default", "extra"], "concurrency": 2}],
+    )
     daemon.signal(signal.SIGHUP)
-    wait_until(lambda: daemon.titles() == ["pgworkerd: worker default,extra #1 idle",
-                                           "pgworkerd: worker default,extra #2 idle"],
-               what="the new workers")
+    wait_until(
+        lambda: (
+            daemon.titles()
+            == [
+                "pgworkerd: worker default,extra #1 idle",
+                "pgworkerd: worker default,extra #2 idle",
+            ]
+        ),
+        what="the new workers",
+    )
     assert old_worker.pid not in {p.pid for p in daemon.workers()}
     extra = pgworkerd.enqueue(history_conn, "record", {}, queue="extra")
     wait_until(job_in_state(history_conn, extra, "succeeded"), what="a job of the new queue")
@@ -142,8 +170,9 @@ def test_hup_reloads_the_config_and_replaces_the_workers(start_daemon, history_c
     assert daemon.wait() == 0
 
 
-def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(start_daemon, history_conn,
-                                                                   tmp_path):
+def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(
+    start_daemon, history_conn, tmp_path
+):
     daemon = start_daemon(workers=ONE_WORKER)
     (worker,) = daemon.wait_for_workers(1)
     (tmp_path / "pgworkerd.yaml").write_text("workers: [{queues: [default], concurrency: 0}]\n")
@@ -158,7 +187,8 @@ def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(start_daemon, 
 
 
 def test_systemd_hears_ready_and_stopping_and_handlers_never_see_its_socket(
-        start_daemon, history_conn, tmp_path):
+    start_daemon, history_conn, tmp_path
+):
     """The notify protocol (Type=notify units): READY=1 once the workers are forked,
     STOPPING=1 on TERM. The socket is the supervisor's alone: a handler cannot speak to
     systemd in the daemon's name."""
@@ -169,8 +199,7 @@ def test_systemd_hears_ready_and_stopping_and_handlers_never_see_its_socket(
         daemon = start_daemon(env={"NOTIFY_SOCKET": str(path)})
         ready = systemd.recv(4096).decode().splitlines()
         assert "READY=1" in ready and f"MAINPID={daemon.pid}" in ready
-        job_id = pgworkerd.enqueue(history_conn, "environment_variable",
-                                   {"name": "NOTIFY_SOCKET"})
+        job_id = pgworkerd.enqueue(history_conn, "environment_variable", {"name": "NOTIFY_SOCKET"})
         history_conn.commit()
         wait_until(job_in_state(history_conn, job_id, "succeeded"), what="the job")
         assert job(history_conn, job_id)["result"] is None

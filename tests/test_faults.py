@@ -38,16 +38,21 @@ def drain(daemon: Any) -> None:
 def test_s1_s3_killed_and_crashing_workers(start_daemon, recorder):
     """§1 SIGKILL mid-job: charged, rerun. §3 poison jobs (exit, segfault): dead after
     max_attempts with every error, respawns back off, the supervisor does not spin."""
-    good = pgworkerd.enqueue_many(recorder, [{"kind": "work", "payload": {"ms": 20}}
-                                             for _ in range(30)])
+    good = pgworkerd.enqueue_many(
+        recorder, [{"kind": "work", "payload": {"ms": 20}} for _ in range(30)]
+    )
     victim = pgworkerd.enqueue(recorder, "sleep_first_attempt", {"seconds": 30})
     exits = pgworkerd.enqueue(recorder, "crash", {}, max_attempts=3)
     segv = pgworkerd.enqueue(recorder, "segfault", {}, max_attempts=3)
     daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 2}])
     daemon.worker_running(victim, started_in=recorder).kill()
-    wait_until(lambda: all(job(recorder, i)["state"] in ("succeeded", "dead")
-                           for i in [*good, victim, exits, segv]), timeout_s=40,
-               what="every job to finish")
+    wait_until(
+        lambda: all(
+            job(recorder, i)["state"] in ("succeeded", "dead") for i in [*good, victim, exits, segv]
+        ),
+        timeout_s=40,
+        what="every job to finish",
+    )
     supervisor_cpu = sum(psutil.Process(daemon.pid).cpu_times()[:2])
     drain(daemon)
 
@@ -55,20 +60,19 @@ def test_s1_s3_killed_and_crashing_workers(start_daemon, recorder):
     for poison, how in ((exits, "exited with status 17"), (segv, "killed by SIGSEGV")):
         row = job(recorder, poison)
         assert (row["state"], row["attempt"]) == ("dead", 3)
-        assert [e["error"] for e in row["errors"]] == \
-            [f"worker process {how} while running the job"] * 3
+        assert [e["error"] for e in row["errors"]] == [
+            f"worker process {how} while running the job"
+        ] * 3
     assert "respawn delayed" in daemon.log() or "crash_streak" not in daemon.log()
     assert supervisor_cpu < 5, f"the supervisor used {supervisor_cpu:.1f}s of CPU"
-    invariants.assert_holds(recorder, [*good, victim, exits, segv], max_runtime_s=30,
-                            lease_ttl_s=3)
+    invariants.assert_holds(recorder, [*good, victim, exits, segv], max_runtime_s=30, lease_ttl_s=3)
 
 
 def test_s2_a_job_that_runs_out_of_memory_is_charged_and_retried(start_daemon, recorder):
     """§2 with RLIMIT_AS: the allocation fails in the job, the worker survives, the job is
     charged one attempt and retried; the other worker's jobs are unaffected."""
     hog = pgworkerd.enqueue(recorder, "hog", {})
-    others = pgworkerd.enqueue_many(recorder, [{"kind": "work", "payload": {}}
-                                               for _ in range(20)])
+    others = pgworkerd.enqueue_many(recorder, [{"kind": "work", "payload": {}} for _ in range(20)])
     daemon = start_daemon()
     wait_until(lambda: states(recorder) == {"succeeded": 21}, what="all jobs")
     row = job(recorder, hog)
@@ -85,13 +89,21 @@ def test_s1_s15_a_handlers_grandchildren_die_with_its_worker(start_daemon, recor
     crashing = pgworkerd.enqueue(recorder, "spawn_then_die", {"how": "crash"})
     hanging = pgworkerd.enqueue(recorder, "spawn_then_die", {"how": "block"}, max_runtime=1)
     daemon = start_daemon()
-    wait_until(lambda: all(job(recorder, i)["state"] == "succeeded"
-                           for i in (crashing, hanging)), what="both jobs to be rerun")
-    grandchildren = [int(event.split()[1]) for _, _, event, _, _ in history(recorder)
-                     if event.startswith("grandchild ")]
+    wait_until(
+        lambda: all(job(recorder, i)["state"] == "succeeded" for i in (crashing, hanging)),
+        what="both jobs to be rerun",
+    )
+    grandchildren = [
+        int(event.split()[1])
+        for _, _, event, _, _ in history(recorder)
+        if event.startswith("grandchild ")
+    ]
     assert len(grandchildren) == 2
-    wait_until(lambda: not any(alive_sleep(pid) for pid in grandchildren), timeout_s=5,
-               what="the grandchildren to be gone")
+    wait_until(
+        lambda: not any(alive_sleep(pid) for pid in grandchildren),
+        timeout_s=5,
+        what="the grandchildren to be gone",
+    )
     log = daemon.log()
     assert "exited with status 17" in log and "reason=timeout" in log
     for job_id in (crashing, hanging):
@@ -117,25 +129,37 @@ def test_s5_killed_between_handler_success_and_outcome_commit(start_daemon, reco
     worker = daemon.worker_running(victim, started_in=recorder)
     waiting_backend = (
         "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'pgworkerd worker%%'"
-        " AND wait_event_type = 'Lock'")
+        " AND wait_event_type = 'Lock'"
+    )
     with psycopg.connect(db_dsn) as blocker:
         # Our row lock holds the outcome's UPDATE at the server, uncommitted.
         blocker.execute("SELECT 1 FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", (victim,))
-        (backend,) = wait_until(lambda: recorder.execute(waiting_backend).fetchone(),
-                                what="the worker's outcome write to wait on our lock")
+        (backend,) = wait_until(
+            lambda: recorder.execute(waiting_backend).fetchone(),
+            what="the worker's outcome write to wait on our lock",
+        )
         worker.kill()
         # A dead client's statement would still commit once the lock goes: end it too,
         # so the outcome is lost as when the worker dies before sending it.
         recorder.execute("SELECT pg_terminate_backend(%s)", (backend,))
-        wait_until(lambda: not recorder.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchone(),
-            what="the worker's backend to end")
+        wait_until(
+            lambda: (
+                not recorder.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)
+                ).fetchone()
+            ),
+            what="the worker's backend to end",
+        )
         blocker.rollback()
     wait_until(job_in_state(recorder, victim, "succeeded"), what="the rerun")
     row = job(recorder, victim)
     assert row["attempt"] == 2 and row["result"] == "attempt 2"
-    events = [(r[0], r[1]) for r in recorder.execute(
-        "SELECT attempt, event FROM history WHERE job_id = %s ORDER BY id", (victim,))]
+    events = [
+        (r[0], r[1])
+        for r in recorder.execute(
+            "SELECT attempt, event FROM history WHERE job_id = %s ORDER BY id", (victim,)
+        )
+    ]
     assert events == [(1, "start"), (1, "end"), (2, "start"), (2, "end")]
     drain(daemon)
     invariants.assert_holds(recorder, [victim], max_runtime_s=30, lease_ttl_s=3)
@@ -154,8 +178,7 @@ def test_s11_a_job_five_times_longer_than_its_lease_runs_once(start_daemon, reco
     invariants.assert_holds(recorder, [long_job], max_runtime_s=30, lease_ttl_s=1)
 
 
-def test_s25_no_connection_crosses_a_fork_and_the_supervisor_has_one_thread(start_daemon,
-                                                                            recorder):
+def test_s25_no_connection_crosses_a_fork_and_the_supervisor_has_one_thread(start_daemon, recorder):
     daemon = start_daemon()
     daemon.wait_for_workers(2)
     crash = pgworkerd.enqueue(recorder, "crash", {}, max_attempts=1)  # forces a respawn
@@ -163,8 +186,9 @@ def test_s25_no_connection_crosses_a_fork_and_the_supervisor_has_one_thread(star
     workers = daemon.wait_for_workers(2)
     port = int(recorder.info.port)
     for worker in workers:
-        sockets = [c for c in worker.net_connections(kind="inet") if c.raddr
-                   and c.raddr.port == port]
+        sockets = [
+            c for c in worker.net_connections(kind="inet") if c.raddr and c.raddr.port == port
+        ]
         assert len(sockets) == 1, f"worker {worker.pid} holds {len(sockets)} connections"
         assert worker.num_threads() == 1
     assert psutil.Process(daemon.pid).num_threads() == 1
@@ -178,18 +202,22 @@ def test_s21_a_database_that_turned_read_only_is_a_connection_fault(start_daemon
     daemon = start_daemon(workers=ONE_WORKER)
     daemon.wait_for_workers(1)
     database = sql.Identifier(recorder.info.dbname)
-    recorder.execute(sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on")
-                     .format(database))
-    recorder.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                     " WHERE application_name LIKE 'pgworkerd%%'")  # new sessions: read-only
+    recorder.execute(
+        sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(database)
+    )
+    recorder.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE application_name LIKE 'pgworkerd%%'"
+    )  # new sessions: read-only
     waiting = pgworkerd.enqueue(recorder, "record", {})  # our session still writes
     wait_until(lambda: "read-only transaction" in daemon.log(), what="a read-only error")
     cpu_before = tree_cpu_s(daemon)
     fault_s = 4.0
     time.sleep(fault_s)  # the fault itself lasts this long; nothing is waited for here
     cpu_used = tree_cpu_s(daemon) - cpu_before
-    recorder.execute(sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only")
-                     .format(database))
+    recorder.execute(
+        sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only").format(database)
+    )
     wait_until(job_in_state(recorder, waiting, "succeeded"), what="the job after the fault")
     assert job(recorder, waiting)["attempt"] == 1, "charged for the database's fault"
     log = daemon.log()
@@ -205,8 +233,9 @@ def test_s20_s22_postgresql_restarts_and_outages(daemons, own_cluster):
     dsn = own_cluster.dsn()
     with psycopg.connect(dsn, autocommit=True) as conn:
         invariants.install(conn)
-        ids = pgworkerd.enqueue_many(conn, [{"kind": "work", "payload": {"ms": 30}}
-                                            for _ in range(300)])
+        ids = pgworkerd.enqueue_many(
+            conn, [{"kind": "work", "payload": {"ms": 30}} for _ in range(300)]
+        )
     daemon = daemons(dsn, poll_interval="200ms")
     daemon.wait_for_workers(2)
 
@@ -231,11 +260,19 @@ def test_s20_s22_postgresql_restarts_and_outages(daemons, own_cluster):
         wait_until(lambda: done() == 300, timeout_s=40, what="every job after the outage")
     except AssertionError:
         with psycopg.connect(dsn) as conn:
-            print(conn.execute("SELECT id, state, attempt, run_at - now(), lease_expires_at"
-                               " - now(), worker, last_error FROM pgworkerd.jobs"
-                               " WHERE state <> 'succeeded'").fetchall())
-            print(conn.execute("SELECT * FROM transitions WHERE job_id IN (SELECT id FROM"
-                               " pgworkerd.jobs WHERE state <> 'succeeded')").fetchall())
+            print(
+                conn.execute(
+                    "SELECT id, state, attempt, run_at - now(), lease_expires_at"
+                    " - now(), worker, last_error FROM pgworkerd.jobs"
+                    " WHERE state <> 'succeeded'"
+                ).fetchall()
+            )
+            print(
+                conn.execute(
+                    "SELECT * FROM transitions WHERE job_id IN (SELECT id FROM"
+                    " pgworkerd.jobs WHERE state <> 'succeeded')"
+                ).fetchall()
+            )
         raise
     assert cpu_used < outage_s * 0.25, f"{cpu_used:.2f}s CPU in a {outage_s}s outage"
     # Workers wait for the database; at most one kill each (a handler that would have
@@ -246,6 +283,7 @@ def test_s20_s22_postgresql_restarts_and_outages(daemons, own_cluster):
         # Starts without a history row: the handler's own history write fails while the
         # server is down (the job fails, charged), and jobs claimed but given up unstarted
         # when renewals failed are charged by their rescue. Bounded by the batches held.
-        verdict = invariants.assert_holds(conn, ids, max_runtime_s=30, lease_ttl_s=3,
-                                          unrecorded_starts=3 * 2 * 10)
+        verdict = invariants.assert_holds(
+            conn, ids, max_runtime_s=30, lease_ttl_s=3, unrecorded_starts=3 * 2 * 10
+        )
     print("restarts and outage:", verdict.counts)

@@ -20,24 +20,27 @@ LIBFAKETIME = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 LEASE_TTL_S = 1.0
 
-pytestmark = pytest.mark.skipif(not LIBFAKETIME, reason="libfaketime is not installed "
-                                "(Debian: apt-get install faketime)")
+pytestmark = pytest.mark.skipif(
+    not LIBFAKETIME, reason="libfaketime is not installed (Debian: apt-get install faketime)"
+)
 
 
 def skewed(offset: str) -> dict[str, str]:
     """The environment of a process whose wall clock is `offset` off. Its monotonic
     clock stays true: the supervisor's timers run on it."""
-    return {"LD_PRELOAD": LIBFAKETIME[0], "FAKETIME": offset,
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    return {"LD_PRELOAD": LIBFAKETIME[0], "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
 
 def clock_offset_s(conn: psycopg.Connection[Any], daemon: Any) -> float:
     """The daemon's wall clock minus the database's, from the start time it put in its
     daemon id (host:pid:unix time) when it registered."""
+
     def registered() -> tuple[Any, ...] | None:
         return conn.execute(
-            "SELECT id, extract(epoch FROM heartbeat_at) FROM pgworkerd.daemons"
-            " WHERE id LIKE %s", (f"%:{daemon.pid}:%",)).fetchone()
+            "SELECT id, extract(epoch FROM heartbeat_at) FROM pgworkerd.daemons WHERE id LIKE %s",
+            (f"%:{daemon.pid}:%",),
+        ).fetchone()
+
     daemon_id, db_epoch = wait_until(registered, what="the daemon to register")
     return int(daemon_id.rsplit(":", 1)[1]) - float(db_epoch)
 
@@ -47,35 +50,41 @@ def lease_horizons(conn: psycopg.Connection[Any], job_id: int, seconds: float) -
     samples = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        row = conn.execute("SELECT extract(epoch FROM lease_expires_at - now())"
-                           " FROM pgworkerd.jobs WHERE id = %s AND state = 'running'",
-                           (job_id,)).fetchone()
+        row = conn.execute(
+            "SELECT extract(epoch FROM lease_expires_at - now())"
+            " FROM pgworkerd.jobs WHERE id = %s AND state = 'running'",
+            (job_id,),
+        ).fetchone()
         if row is not None:
             samples.append(float(row[0]))
         time.sleep(0.05)  # a sampling period, not a synchronisation
     return samples
 
 
-def kill_and_time_the_rescue(conn: psycopg.Connection[Any], holder: Any,
-                             victim: int) -> tuple[float, Any, Any]:
+def kill_and_time_the_rescue(
+    conn: psycopg.Connection[Any], holder: Any, victim: int
+) -> tuple[float, Any, Any]:
     """SIGKILL the holder's supervisor (its children follow); returns seconds from the
     kill to the rescue, the lease's expiry and the rescue's time (database clock)."""
-    (expires_at,) = conn.execute("SELECT lease_expires_at FROM pgworkerd.jobs WHERE id = %s",
-                                 (victim,)).fetchone()
+    (expires_at,) = conn.execute(
+        "SELECT lease_expires_at FROM pgworkerd.jobs WHERE id = %s", (victim,)
+    ).fetchone()
     killed_at = time.monotonic()
     holder.signal(signal.SIGKILL)
     holder.wait(timeout_s=5)
 
     def rescued() -> Any:
-        return conn.execute("SELECT at FROM transitions WHERE job_id = %s AND"
-                            " old_state = 'running' AND new_state = 'queued'",
-                            (victim,)).fetchone()
+        return conn.execute(
+            "SELECT at FROM transitions WHERE job_id = %s AND"
+            " old_state = 'running' AND new_state = 'queued'",
+            (victim,),
+        ).fetchone()
+
     (rescued_at,) = wait_until(rescued, timeout_s=20, what="the rescue")
     return time.monotonic() - killed_at, expires_at, rescued_at
 
 
-def test_s10_clocks_an_hour_off_neither_rescue_early_nor_extend_leases(daemons, db_dsn,
-                                                                       recorder):
+def test_s10_clocks_an_hour_off_neither_rescue_early_nor_extend_leases(daemons, db_dsn, recorder):
     config: dict[str, Any] = {"lease_ttl": f"{LEASE_TTL_S}s", "workers": ONE_WORKER}
     # 1. Held by a daemon an hour behind, watched by a rescuer an hour ahead: were
     #    expiry judged by either clock, the job would be rescued at once.
@@ -91,8 +100,11 @@ def test_s10_clocks_an_hour_off_neither_rescue_early_nor_extend_leases(daemons, 
     assert (row["attempt"], row["errors"]) == (1, []), "rescued early"
     # A retry's backoff is counted from the database clock too, on either daemon.
     retried = pgworkerd.enqueue(recorder, "fail_then_succeed", {"succeed_at": 2})
-    wait_until(job_in_state(recorder, retried, "succeeded"), timeout_s=10,
-               what="the retry 0.2s later (not an hour)")
+    wait_until(
+        job_in_state(recorder, retried, "succeeded"),
+        timeout_s=10,
+        what="the retry 0.2s later (not an hour)",
+    )
 
     # 2. Held by the daemon an hour ahead, which then dies: were the lease taken from
     #    its clock, it would hold the job for an hour. Rescued just after it expires.
@@ -109,11 +121,15 @@ def test_s10_clocks_an_hour_off_neither_rescue_early_nor_extend_leases(daemons, 
     wait_until(job_in_state(recorder, victim, "succeeded"), what="the rerun")
 
     assert horizons, "no lease sampled"
-    assert 0 < max(horizons) <= LEASE_TTL_S + 0.05, \
+    assert 0 < max(horizons) <= LEASE_TTL_S + 0.05, (
         f"a lease reached {max(horizons):.2f}s past the database's now()"
+    )
     rescuer.signal(signal.SIGTERM)
     assert rescuer.wait() == 0
-    invariants.assert_holds(recorder, [long_job, retried, victim], max_runtime_s=30,
-                            lease_ttl_s=LEASE_TTL_S)
-    print(f"§10: leases reached at most {max(horizons):.2f}s ahead (ttl {LEASE_TTL_S}s); "
-          f"rescue {took_s:.1f}s after the kill")
+    invariants.assert_holds(
+        recorder, [long_job, retried, victim], max_runtime_s=30, lease_ttl_s=LEASE_TTL_S
+    )
+    print(
+        f"§10: leases reached at most {max(horizons):.2f}s ahead (ttl {LEASE_TTL_S}s); "
+        f"rescue {took_s:.1f}s after the kill"
+    )

@@ -26,8 +26,7 @@ def test_the_proxy_cuts_heals_drops_and_loses_a_reply(proxy, db_dsn):
         assert conn.execute("SELECT 1").fetchone() == (1,)
         proxy.blackhole()
         answer: list[Any] = []
-        waiter = threading.Thread(
-            target=lambda: answer.append(conn.execute("SELECT 2").fetchone()))
+        waiter = threading.Thread(target=lambda: answer.append(conn.execute("SELECT 2").fetchone()))
         waiter.start()
         waiter.join(timeout=1.0)
         assert waiter.is_alive() and not answer, "the cut let a query through"
@@ -69,25 +68,29 @@ def test_s8_network_cut_past_the_lease(daemons, proxy, db_dsn, recorder):
     another daemon rescues and runs it; after the heal the cut daemon's late writes
     (a renewal held in the network, its charge of the killed job) change nothing."""
     victim = pgworkerd.enqueue(recorder, "sleep_first_attempt", {"seconds": 60})
-    cut = daemons(proxy.dsn(db_dsn), "cut", history_dsn=db_dsn, workers=ONE_WORKER,
-                  lease_ttl="3s")
+    cut = daemons(proxy.dsn(db_dsn), "cut", history_dsn=db_dsn, workers=ONE_WORKER, lease_ttl="3s")
     worker = cut.worker_running(victim, started_in=recorder)
     proxy.blackhole()
     cut_at = time.monotonic()
     wait_until(lambda: gone(worker), timeout_s=10, what="the cut daemon to stop its job")
     stopped_after = time.monotonic() - cut_at
     # Before its lease ran out (database clock): it never ran unfenced.
-    row = recorder.execute("SELECT state, attempt, lease_expires_at - now() FROM"
-                           " pgworkerd.jobs WHERE id = %s", (victim,)).fetchone()
+    row = recorder.execute(
+        "SELECT state, attempt, lease_expires_at - now() FROM pgworkerd.jobs WHERE id = %s",
+        (victim,),
+    ).fetchone()
     assert row[:2] == ("running", 1) and row[2].total_seconds() > 0, row
     assert "cannot renew leases; stopping their jobs" in cut.log()
 
     direct = daemons(db_dsn, "direct", workers=ONE_WORKER, lease_ttl="3s")
-    during_cut = pgworkerd.enqueue_many(recorder, [{"kind": "record", "payload": {}}
-                                                   for _ in range(5)])
+    during_cut = pgworkerd.enqueue_many(
+        recorder, [{"kind": "record", "payload": {}} for _ in range(5)]
+    )
     wait_until(job_in_state(recorder, victim, "succeeded"), what="the rescue and rerun")
-    wait_until(lambda: all(job(recorder, i)["state"] == "succeeded" for i in during_cut),
-               what="the jobs enqueued during the cut")
+    wait_until(
+        lambda: all(job(recorder, i)["state"] == "succeeded" for i in during_cut),
+        what="the jobs enqueued during the cut",
+    )
     taken = job(recorder, victim)
     assert (taken["attempt"], taken["result"]) == (2, "attempt 2")
     direct_pids = {p.pid for p in direct.workers()}
@@ -97,8 +100,12 @@ def test_s8_network_cut_past_the_lease(daemons, proxy, db_dsn, recorder):
     wait_until(lambda: "database reachable again" in cut.log(), what="the cut daemon back")
     cut.wait_for_workers(1)
     row = job(recorder, victim)
-    assert (row["state"], row["attempt"], row["result"], row["finished_at"]) == \
-        ("succeeded", 2, "attempt 2", taken["finished_at"])
+    assert (row["state"], row["attempt"], row["result"], row["finished_at"]) == (
+        "succeeded",
+        2,
+        "attempt 2",
+        taken["finished_at"],
+    )
     for daemon in (cut, direct):
         drain(daemon)
     assert "could not settle every job" not in cut.log()
@@ -112,7 +119,7 @@ def test_s6_an_outcome_commits_but_its_reply_is_lost(daemons, proxy, db_dsn, rec
     token stays on the finished row): no rerun, attempt 1, one start."""
     # A batch's successes are written with the next claim, by this statement.
     text = statements("pgworkerd")["jobs_complete_and_claim"].decode()
-    proxy.lose_reply_to(text[:text.index("%(")].encode())  # up to its first parameter
+    proxy.lose_reply_to(text[: text.index("%(")].encode())  # up to its first parameter
     done = pgworkerd.enqueue(recorder, "record", {})
     daemon = daemons(proxy.dsn(db_dsn), history_dsn=db_dsn, workers=ONE_WORKER)
     wait_until(lambda: "job succeeded" in daemon.log(), what="the worker to see it succeed")

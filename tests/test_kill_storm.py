@@ -23,11 +23,20 @@ def test_kill_storm_with_a_database_restart(daemons, own_cluster):
     dsn = own_cluster.dsn()
     with psycopg.connect(dsn, autocommit=True) as conn:
         invariants.install(conn)
-        ids = pgworkerd.enqueue_many(conn, [{"kind": "work", "payload": {"ms": 20}}
-                                            for _ in range(JOBS)])
-    daemon = daemons(dsn, workers=[{"queues": ["default"], "concurrency": 3}],
-                     defaults={"max_attempts": 25, "max_runtime": "30s", "batch_size": 10,
-                               "backoff_base": "100ms", "backoff_max": "500ms"})
+        ids = pgworkerd.enqueue_many(
+            conn, [{"kind": "work", "payload": {"ms": 20}} for _ in range(JOBS)]
+        )
+    daemon = daemons(
+        dsn,
+        workers=[{"queues": ["default"], "concurrency": 3}],
+        defaults={
+            "max_attempts": 25,
+            "max_runtime": "30s",
+            "batch_size": 10,
+            "backoff_base": "100ms",
+            "backoff_max": "500ms",
+        },
+    )
     daemon.wait_for_workers(3)
     rng = random.Random(4)
     kills, restarted = 0, False
@@ -53,8 +62,9 @@ def test_kill_storm_with_a_database_restart(daemons, own_cluster):
     with psycopg.connect(dsn) as conn:
         # A kill reruns at most the job its worker was running; the restart fails at
         # most the three running jobs' own history writes and outcome writes.
-        verdict = invariants.assert_holds(conn, ids, max_runtime_s=30, lease_ttl_s=3,
-                                          unrecorded_starts=kills + 3 * 10)
+        verdict = invariants.assert_holds(
+            conn, ids, max_runtime_s=30, lease_ttl_s=3, unrecorded_starts=kills + 3 * 10
+        )
         assert verdict.counts["reruns"] <= kills + 3 * 2, (kills, verdict.counts)
     print(f"kill storm: {kills} kills, restart={restarted}, {verdict.counts}")
     assert kills >= STORM_S / KILL_EVERY_S / 2

@@ -18,6 +18,7 @@ from pgworkerd.migrations import Migration
 
 def describe_schema(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[Any]]:
     """Tables, columns, constraints, indexes and storage options, names without schema."""
+
     def rows(query: str) -> list[Any]:
         return conn.execute(query, {"s": schema}).fetchall()
 
@@ -65,8 +66,11 @@ def test_schema_built_at_once_equals_schema_upgraded_step_by_step(empty_db_dsn):
 
 def test_a_failing_migration_changes_nothing(empty_db_dsn, monkeypatch):
     good = migrations.available()
-    broken = Migration(version=good[-1].version + 1, name="broken",
-                       sql_text="CREATE TABLE half_done (x int); SELECT 1/0;")
+    broken = Migration(
+        version=good[-1].version + 1,
+        name="broken",
+        sql_text="CREATE TABLE half_done (x int); SELECT 1/0;",
+    )
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         migrations.migrate(conn, "pgworkerd")
         before = describe_schema(conn, "pgworkerd")
@@ -81,9 +85,16 @@ def test_a_failing_migration_changes_nothing(empty_db_dsn, monkeypatch):
 def test_concurrent_migrate_commands_from_several_hosts(empty_db_dsn):
     env = {**os.environ, "PGWORKERD_DATABASE_URL": empty_db_dsn}
     env.pop("PGWORKERD_CONFIG", None)
-    procs = [subprocess.Popen([sys.executable, "-m", "pgworkerd", "migrate"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pgworkerd", "migrate"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
     results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
     for proc in procs:
         proc.stdout.close()

@@ -23,8 +23,15 @@ def count_jobs(conn: psycopg.Connection[Any]) -> int:
 
 
 def test_enqueue_stores_the_job_as_given(conn):
-    job_id = pgworkerd.enqueue(conn, "send_email", {"to": "a@example.com", "n": [1, 2.5]},
-                               queue="mail", priority=7, max_attempts=3, max_runtime=90)
+    job_id = pgworkerd.enqueue(
+        conn,
+        "send_email",
+        {"to": "a@example.com", "n": [1, 2.5]},
+        queue="mail",
+        priority=7,
+        max_attempts=3,
+        max_runtime=90,
+    )
     row = JobStore().get(conn, job_id)
     assert row["kind"] == "send_email" and row["queue"] == "mail"
     assert row["payload"] == {"to": "a@example.com", "n": [1, 2.5]}
@@ -55,8 +62,9 @@ def test_delay_is_counted_from_the_database_clock(conn):
 
 def test_enqueue_many_returns_ids_in_order_from_one_statement(conn):
     specs = [{"kind": f"k{n % 3}", "payload": {"n": n}, "priority": n % 5} for n in range(10_000)]
-    with mock.patch.object(psycopg.Connection, "execute", autospec=True,
-                           side_effect=psycopg.Connection.execute) as execute:
+    with mock.patch.object(
+        psycopg.Connection, "execute", autospec=True, side_effect=psycopg.Connection.execute
+    ) as execute:
         ids = pgworkerd.enqueue_many(conn, specs)
     assert execute.call_count == 1, "one statement for the whole list"
     assert len(ids) == 10_000 and len(set(ids)) == 10_000
@@ -70,26 +78,31 @@ def test_enqueue_many_of_nothing_does_nothing(conn):
 
 # -- unique keys ---------------------------------------------------------------------------
 
+
 def test_unique_key_returns_the_live_job_and_frees_up_when_it_finishes(conn):
     first = pgworkerd.enqueue(conn, "k", {"v": 1}, unique_key="daily-report")
     assert pgworkerd.enqueue(conn, "k", {"v": 2}, unique_key="daily-report") == first
     assert count_jobs(conn) == 1
     store = JobStore()
     (job,) = store.claim(conn, queues=["default"], limit=1, lease_ttl_s=30, worker="w")
-    assert pgworkerd.enqueue(conn, "k", {"v": 3}, unique_key="daily-report") == first, \
+    assert pgworkerd.enqueue(conn, "k", {"v": 3}, unique_key="daily-report") == first, (
         "a running job still holds its key"
+    )
     store.complete(conn, [(job.lease, None)])
     third = pgworkerd.enqueue(conn, "k", {"v": 4}, unique_key="daily-report")
     assert third != first
 
 
 def test_unique_key_repeated_within_one_batch(conn):
-    ids = pgworkerd.enqueue_many(conn, [
-        {"kind": "k", "payload": {"n": 0}, "unique_key": "a"},
-        {"kind": "k", "payload": {"n": 1}},
-        {"kind": "k", "payload": {"n": 2}, "unique_key": "a"},
-        {"kind": "k", "payload": {"n": 3}, "unique_key": "b"},
-    ])
+    ids = pgworkerd.enqueue_many(
+        conn,
+        [
+            {"kind": "k", "payload": {"n": 0}, "unique_key": "a"},
+            {"kind": "k", "payload": {"n": 1}},
+            {"kind": "k", "payload": {"n": 2}, "unique_key": "a"},
+            {"kind": "k", "payload": {"n": 3}, "unique_key": "b"},
+        ],
+    )
     assert ids[0] == ids[2] and len(set(ids)) == 3
     existing = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "unique_key": "b"}])
     assert existing == [ids[3]]
@@ -125,7 +138,8 @@ def test_unique_key_is_free_again_when_the_holder_rolls_back(db_dsn):
         pgworkerd.enqueue(first, "k", {}, unique_key="once")
         result: dict[str, int] = {}
         thread = threading.Thread(
-            target=lambda: result.update(id=pgworkerd.enqueue(second, "k", {}, unique_key="once")))
+            target=lambda: result.update(id=pgworkerd.enqueue(second, "k", {}, unique_key="once"))
+        )
         thread.start()
         assert _wait_for_lock_waiter(db_dsn)
         first.rollback()
@@ -138,13 +152,15 @@ def test_unique_key_is_free_again_when_the_holder_rolls_back(db_dsn):
 def _wait_for_lock_waiter(dsn: str, timeout_s: float = 10) -> bool:
     """True once some backend of this database waits on a lock (polled, with a deadline)."""
     with psycopg.connect(dsn, autocommit=True) as observer:
-        deadline = observer.execute("SELECT clock_timestamp() + %s * interval '1s'",
-                                    (timeout_s,)).fetchone()[0]
+        deadline = observer.execute(
+            "SELECT clock_timestamp() + %s * interval '1s'", (timeout_s,)
+        ).fetchone()[0]
         while True:
             row = observer.execute(
                 "SELECT count(*) > 0, clock_timestamp() > %s FROM pg_stat_activity"
                 " WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                (deadline,)).fetchone()
+                (deadline,),
+            ).fetchone()
             if row[0]:
                 return True
             if row[1]:
@@ -153,6 +169,7 @@ def _wait_for_lock_waiter(dsn: str, timeout_s: float = 10) -> bool:
 
 
 # -- notifications -------------------------------------------------------------------------
+
 
 def test_enqueue_notifies_the_queue_name_at_commit_only(db_dsn):
     with psycopg.connect(db_dsn, autocommit=True) as listener, psycopg.connect(db_dsn) as conn:
@@ -170,6 +187,7 @@ def test_enqueue_notifies_the_queue_name_at_commit_only(db_dsn):
 
 
 # -- bad input -----------------------------------------------------------------------------
+
 
 class Cycle(list):
     pass
@@ -195,8 +213,9 @@ BAD_ENQUEUES = [
     pytest.param({"payload": _cycle}, "not JSON-serialisable", id="cycle"),
     pytest.param({"payload": {"a": "x\x00y"}}, "NUL character", id="nul-value"),
     pytest.param({"payload": {"a\x00": 1}}, "NUL character", id="nul-key"),
-    pytest.param({"payload": "x" * (1024 * 1024)}, "over the limit of 1048576 bytes",
-                 id="oversized"),
+    pytest.param(
+        {"payload": "x" * (1024 * 1024)}, "over the limit of 1048576 bytes", id="oversized"
+    ),
     pytest.param({"priority": "1"}, "priority must be an integer", id="priority-str"),
     pytest.param({"priority": 1.5}, "priority must be an integer", id="priority-float"),
     pytest.param({"priority": True}, "priority must be an integer", id="priority-bool"),
@@ -222,21 +241,26 @@ def test_bad_input_is_refused_before_any_sql(db_dsn, changes, message):
             pgworkerd.enqueue(conn, args.pop("kind"), args.pop("payload"), **args)
         assert message in str(refused.value)
         assert "\n" not in str(refused.value)
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE, \
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE, (
             "no statement may run for a refused job"
+        )
         with pytest.raises(InvalidJob, match=r"^jobs\[1\]: "):
-            pgworkerd.enqueue_many(conn, [{"kind": "ok", "payload": {}},
-                                          {"kind": "k", "payload": {}} | changes])
+            pgworkerd.enqueue_many(
+                conn, [{"kind": "ok", "payload": {}}, {"kind": "k", "payload": {}} | changes]
+            )
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert count_jobs(conn) == 0
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("not a dict", "must be a dict"),
-    ({"kind": "k"}, "lacks 'payload'"),
-    ({"payload": {}}, "lacks 'kind'"),
-    ({"kind": "k", "payload": {}, "colour": "red"}, "unknown key(s): colour"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("not a dict", "must be a dict"),
+        ({"kind": "k"}, "lacks 'payload'"),
+        ({"payload": {}}, "lacks 'kind'"),
+        ({"kind": "k", "payload": {}, "colour": "red"}, "unknown key(s): colour"),
+    ],
+)
 def test_enqueue_many_refuses_malformed_entries(conn, spec, message):
     with pytest.raises(InvalidJob, match=r"^jobs\[0\]") as refused:
         pgworkerd.enqueue_many(conn, [spec])
@@ -246,10 +270,12 @@ def test_enqueue_many_refuses_malformed_entries(conn, spec, message):
 
 def test_odd_but_valid_names_are_stored_as_data(conn):
     names = ["it's", 'q"; DROP TABLE pgworkerd.jobs; --', "émoji 🚀", "x" * 200]
-    ids = pgworkerd.enqueue_many(conn, [{"kind": n, "payload": {"n": n}, "queue": n}
-                                        for n in names])
-    rows = conn.execute("SELECT kind, queue FROM pgworkerd.jobs WHERE id = ANY(%s) ORDER BY id",
-                        (ids,)).fetchall()
+    ids = pgworkerd.enqueue_many(
+        conn, [{"kind": n, "payload": {"n": n}, "queue": n} for n in names]
+    )
+    rows = conn.execute(
+        "SELECT kind, queue FROM pgworkerd.jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
+    ).fetchall()
     assert rows == [(n, n) for n in names]
 
 

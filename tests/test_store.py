@@ -27,8 +27,10 @@ def db_now(conn: Conn) -> datetime:
 
 
 def expire_leases(conn: Conn) -> None:
-    conn.execute("UPDATE pgworkerd.jobs SET lease_expires_at = now() - interval '1 second'"
-                 " WHERE state = 'running'")
+    conn.execute(
+        "UPDATE pgworkerd.jobs SET lease_expires_at = now() - interval '1 second'"
+        " WHERE state = 'running'"
+    )
 
 
 def stale(lease: Lease) -> Lease:
@@ -36,6 +38,7 @@ def stale(lease: Lease) -> Lease:
 
 
 # -- claim ---------------------------------------------------------------------------------
+
 
 def test_claim_leases_a_batch_charges_an_attempt_and_uses_the_database_clock(conn, store):
     ids = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {"n": n}} for n in range(5)])
@@ -69,20 +72,24 @@ def test_claim_order_is_priority_then_run_at_then_id(conn, store):
 
 
 def test_claim_prefers_queues_in_the_order_given_then_priority(conn, store):
-    bulk = pgworkerd.enqueue_many(conn, [
-        {"kind": "k", "payload": {}, "queue": "bulk", "priority": 100},
-        {"kind": "k", "payload": {}, "queue": "critical", "priority": 0},
-        {"kind": "k", "payload": {}, "queue": "critical", "priority": 1},
-        {"kind": "k", "payload": {}, "queue": "other"},
-    ])
+    bulk = pgworkerd.enqueue_many(
+        conn,
+        [
+            {"kind": "k", "payload": {}, "queue": "bulk", "priority": 100},
+            {"kind": "k", "payload": {}, "queue": "critical", "priority": 0},
+            {"kind": "k", "payload": {}, "queue": "critical", "priority": 1},
+            {"kind": "k", "payload": {}, "queue": "other"},
+        ],
+    )
     jobs = claim(store, conn, limit=10, queues=["critical", "bulk"])
     assert [j.id for j in jobs] == [bulk[2], bulk[1], bulk[0]], "queue order wins over priority"
     assert store.get(conn, bulk[3])["state"] == "queued", "unlisted queues are left alone"
 
 
 def test_claim_batch_stops_at_the_limit_across_queues(conn, store):
-    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "queue": q}
-                                  for q in ("a", "a", "b", "b")])
+    pgworkerd.enqueue_many(
+        conn, [{"kind": "k", "payload": {}, "queue": q} for q in ("a", "a", "b", "b")]
+    )
     jobs = claim(store, conn, limit=3, queues=["a", "b"])
     assert [j.queue for j in jobs] == ["a", "a", "b"]
     running = conn.execute("SELECT count(*) FROM pgworkerd.jobs WHERE state = 'running'")
@@ -110,6 +117,7 @@ def test_claim_of_an_empty_queue_returns_nothing(conn, store):
 
 
 # -- complete ------------------------------------------------------------------------------
+
 
 def test_complete_records_result_and_finish_time(conn, store):
     job_id = pgworkerd.enqueue(conn, "k", {})
@@ -175,6 +183,7 @@ def test_an_outcome_is_accepted_once_and_a_retried_complete_sees_it(conn, store)
 
 # -- fail, retry_after, backoff ------------------------------------------------------------
 
+
 def test_fail_retries_later_then_dead_letters_with_bounded_history(conn):
     store = JobStore(backoff=Backoff(base_s=0, max_s=0))  # retry at once: no waiting here
     job_id = pgworkerd.enqueue(conn, "k", {}, max_attempts=25)
@@ -213,10 +222,13 @@ def test_backoff_grows_exponentially_is_capped_and_jittered(conn):
     delays_by_attempt: dict[int, list[float]] = {}
     for attempt in range(1, 6):
         # Fake the earlier attempts so each job fails at exactly this attempt.
-        pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "queue": f"a{attempt}"}
-                                      for _ in range(jobs_per_attempt)])
-        conn.execute("UPDATE pgworkerd.jobs SET attempt = %s WHERE queue = %s",
-                     (attempt - 1, f"a{attempt}"))
+        pgworkerd.enqueue_many(
+            conn,
+            [{"kind": "k", "payload": {}, "queue": f"a{attempt}"} for _ in range(jobs_per_attempt)],
+        )
+        conn.execute(
+            "UPDATE pgworkerd.jobs SET attempt = %s WHERE queue = %s", (attempt - 1, f"a{attempt}")
+        )
         jobs = claim(store, conn, limit=jobs_per_attempt, queues=[f"a{attempt}"], max_attempts=99)
         delays = []
         for job in jobs:
@@ -276,6 +288,7 @@ def test_error_text_with_nul_and_huge_size_is_stored_escaped_and_cut(conn, store
 
 # -- release, renew ------------------------------------------------------------------------
 
+
 def test_release_gives_the_job_back_uncharged_and_in_place(conn, store):
     first, second = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 2)
     jobs = claim(store, conn, limit=2)
@@ -299,6 +312,7 @@ def test_renew_extends_live_leases_only(conn, store):
 
 # -- rescue --------------------------------------------------------------------------------
 
+
 def test_rescue_charges_the_attempt_and_dead_letters_at_max_attempts(conn):
     store = JobStore(backoff=Backoff(base_s=0, max_s=0))
     job_id = pgworkerd.enqueue(conn, "k", {}, max_attempts=3)
@@ -319,8 +333,10 @@ def test_rescue_leaves_live_leases_alone(conn, store):
     pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 3)
     claim(store, conn, limit=3, lease_ttl_s=60)
     assert store.rescue(conn) == []
-    assert conn.execute(
-        "SELECT count(*) FROM pgworkerd.jobs WHERE state = 'running'").fetchone()[0] == 3
+    assert (
+        conn.execute("SELECT count(*) FROM pgworkerd.jobs WHERE state = 'running'").fetchone()[0]
+        == 3
+    )
 
 
 def test_rescue_skips_a_row_locked_by_a_completion_in_flight(conn, store, db_dsn):
@@ -336,6 +352,7 @@ def test_rescue_skips_a_row_locked_by_a_completion_in_flight(conn, store, db_dsn
 
 # -- cancel, retry, prune ------------------------------------------------------------------
 
+
 def test_cancel_queued_and_running_but_not_finished_jobs(conn, store):
     queued, running, done = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 3)
     jobs = claim(store, conn, limit=2)
@@ -348,11 +365,14 @@ def test_cancel_queued_and_running_but_not_finished_jobs(conn, store):
 
 
 def test_retry_finished_requeues_dead_jobs_with_one_more_attempt(conn, store):
-    dead_a, dead_b, other_queue = pgworkerd.enqueue_many(conn, [
-        {"kind": "k", "payload": {}, "max_attempts": 1},
-        {"kind": "k", "payload": {}, "max_attempts": 1},
-        {"kind": "k", "payload": {}, "max_attempts": 1, "queue": "other"},
-    ])
+    dead_a, dead_b, other_queue = pgworkerd.enqueue_many(
+        conn,
+        [
+            {"kind": "k", "payload": {}, "max_attempts": 1},
+            {"kind": "k", "payload": {}, "max_attempts": 1},
+            {"kind": "k", "payload": {}, "max_attempts": 1, "queue": "other"},
+        ],
+    )
     for job in claim(store, conn, limit=3, queues=["default", "other"]):
         store.fail(conn, job.lease, "boom")
     assert store.retry_finished(conn, ids=[dead_a]) == [dead_a]
@@ -380,8 +400,10 @@ def test_prune_deletes_only_old_finished_jobs(conn, store):
     jobs = claim(store, conn, limit=4)
     store.complete(conn, [(j.lease, None) for j in jobs[:3]])
     store.cancel(conn, [jobs[3].id])
-    conn.execute("UPDATE pgworkerd.jobs SET finished_at = now() - interval '2 days'"
-                 " WHERE id = ANY(%s)", ([ids[0], ids[1], ids[3]],))
+    conn.execute(
+        "UPDATE pgworkerd.jobs SET finished_at = now() - interval '2 days' WHERE id = ANY(%s)",
+        ([ids[0], ids[1], ids[3]],),
+    )
     assert store.prune(conn, retention_s=86400, batch=2) == 2
     assert store.prune(conn, retention_s=86400, batch=2) == 1
     assert store.prune(conn, retention_s=86400, batch=2) == 0
@@ -409,5 +431,6 @@ def test_a_custom_schema_is_used_as_data(empty_db_dsn, schema):
         assert job.id == job_id
         assert store.complete(conn, [(job.lease, None)]) == {job_id}
         tables = conn.execute(
-            "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)).fetchone()[0]
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchone()[0]
         assert tables == 3  # jobs, daemons, migrations

@@ -39,11 +39,14 @@ def test_s9_rescuer_racing_completions_never_overrides_an_accepted_outcome(conn,
             while completing.is_set():
                 rescued.extend(o.job_id for o in store.rescue(own, limit=50))
                 # A fresh claim of a rescued job, with a long lease: must never be rescued.
-                reclaimed.extend(store.claim(own, queues=["default"], limit=50,
-                                             lease_ttl_s=60, worker="second"))
+                reclaimed.extend(
+                    store.claim(own, queues=["default"], limit=50, lease_ttl_s=60, worker="second")
+                )
 
-    threads = [threading.Thread(target=complete_one_by_one),
-               threading.Thread(target=rescue_and_reclaim)]
+    threads = [
+        threading.Thread(target=complete_one_by_one),
+        threading.Thread(target=rescue_and_reclaim),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -41,15 +41,22 @@ def test_an_enqueue_wakes_one_idle_worker_not_the_herd(start_daemon, history_con
 
 
 def test_a_full_batch_wakes_a_sibling_to_share_the_rest(start_daemon, history_conn):
-    daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 2}],
-                          defaults={"batch_size": 1, "max_runtime": "30s"}, **SLOW_POLL)
+    daemon = start_daemon(
+        workers=[{"queues": ["default"], "concurrency": 2}],
+        defaults={"batch_size": 1, "max_runtime": "30s"},
+        **SLOW_POLL,
+    )
     daemon.wait_for_workers(2)
     run_one_job(history_conn)
-    ids = pgworkerd.enqueue_many(history_conn, [{"kind": "sleep", "payload": {"seconds": 2}}
-                                                for _ in range(2)])
+    ids = pgworkerd.enqueue_many(
+        history_conn, [{"kind": "sleep", "payload": {"seconds": 2}} for _ in range(2)]
+    )
     history_conn.commit()
-    wait_until(lambda: all(job_in_state(history_conn, i, "running")() for i in ids),
-               timeout_s=10, what="both jobs running at once, one per worker")
+    wait_until(
+        lambda: all(job_in_state(history_conn, i, "running")() for i in ids),
+        timeout_s=10,
+        what="both jobs running at once, one per worker",
+    )
 
 
 def run_one_job(conn, *, timeout_s: float = 20, what: str = "a job to run") -> None:
@@ -66,8 +73,11 @@ def utc_now_text() -> str:
 
 def notifications_since(daemon, since: str) -> list[str]:
     """The supervisor's debug lines about notifications logged since `since`."""
-    return [line.split("] notified ", 1)[1] for line in daemon.log().splitlines()
-            if "] notified " in line and line >= since]
+    return [
+        line.split("] notified ", 1)[1]
+        for line in daemon.log().splitlines()
+        if "] notified " in line and line >= since
+    ]
 
 
 def test_a_delayed_job_starts_on_time_without_a_poll(start_daemon, history_conn):
@@ -76,8 +86,9 @@ def test_a_delayed_job_starts_on_time_without_a_poll(start_daemon, history_conn)
     job_id = pgworkerd.enqueue(history_conn, "record", {}, delay=2)
     history_conn.commit()
     enqueued = time.monotonic()
-    wait_until(job_in_state(history_conn, job_id, "succeeded"), timeout_s=15,
-               what="the delayed job to run")
+    wait_until(
+        job_in_state(history_conn, job_id, "succeeded"), timeout_s=15, what="the delayed job to run"
+    )
     assert time.monotonic() - enqueued >= 2, "not before its time"
 
 
@@ -86,8 +97,11 @@ def test_with_notifications_off_workers_poll(start_daemon, history_conn):
     daemon.wait_for_workers(2)
     job_id = pgworkerd.enqueue(history_conn, "record", {})
     history_conn.commit()
-    wait_until(job_in_state(history_conn, job_id, "succeeded"), timeout_s=10,
-               what="a polling worker to find the job")
+    wait_until(
+        job_in_state(history_conn, job_id, "succeeded"),
+        timeout_s=10,
+        what="a polling worker to find the job",
+    )
     assert WOKEN not in daemon.log()
 
 
@@ -95,8 +109,9 @@ def test_a_notification_read_with_another_answer_is_still_found(db_dsn, conn):
     """The supervisor's connection also renews leases: a notification that arrives
     while it waits for an answer is read with it, and its socket will never wake the
     loop for it. The supervisor drains after every turn; this is what it relies on."""
-    keeper = Housekeeper(store=JobStore(), database_url=db_dsn, lease_ttl_s=30,
-                         retention_s=3600, daemon_id="test")
+    keeper = Housekeeper(
+        store=JobStore(), database_url=db_dsn, lease_ttl_s=30, retention_s=3600, daemon_id="test"
+    )
     try:
         fd = keeper.listen_fd()
         assert fd is not None
