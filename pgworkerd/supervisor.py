@@ -34,7 +34,8 @@ from pgworkerd.children import (
 )
 from pgworkerd.config import Config, ConfigError, PoolConfig
 from pgworkerd.handlers import Handler, HandlerError
-from pgworkerd.housekeeping import ALL_QUEUES, Housekeeper, Settlement
+from pgworkerd.housekeeping import ALL_QUEUES, Housekeeper, Renewal, Settlement
+from pgworkerd.job import Lease
 from pgworkerd.store import Backoff, JobStore
 from pgworkerd.systemd import Notifier
 from pgworkerd.worker import EXIT_BOOT_ERROR, WorkerSpec
@@ -84,8 +85,6 @@ class Supervisor:
         self.store = self._store()
         self.selector = selectors.DefaultSelector()
         self.drain_deadline: float | None = None
-        self.next_renew_at = 0.0
-        self.next_rescue_at = 0.0
         self.housekeeper: Housekeeper | None = None
         self.notifier = Notifier.from_environment()  # before any fork: see systemd.py
         self.listen_fd: int | None = None  # registered in the selector
@@ -180,7 +179,7 @@ class Supervisor:
                     log,
                     logging.WARNING,
                     "could not settle every job; their leases will expire and be rescued",
-                    jobs=len(self.housekeeper.pending),
+                    jobs=self.housekeeper.pending,
                 )
             self.housekeeper.unregister()
             self.housekeeper.close()
@@ -580,33 +579,36 @@ class Supervisor:
         keeper = self.housekeeper
         if keeper is None:
             return
-        now = time.monotonic()
-        if now >= self.next_renew_at:
-            self.next_renew_at = now + self.config.lease_ttl / 3
-            self._renew(keeper, now)
-        if now >= self.next_rescue_at:
-            self.next_rescue_at = now + min(5.0, self.config.lease_ttl / 2)
-            keeper.rescue()
-            keeper.prune_if_due()
-        if keeper.pending:
-            keeper.flush_settlements()
+        # The leases sent for renewal, each with its child: filled if a renewal is due.
+        held: dict[int, tuple[Child, Lease]] = {}
 
-    def _renew(self, keeper: Housekeeper, now: float) -> None:
-        held = {job_id: child for child in self.children.values() for job_id in child.held}
-        leases = [child.held[job_id].lease for job_id, child in held.items()]
-        renewed = keeper.renew(leases, {"workers": len(self.children), "state": self.state})
-        if renewed is None:
-            return  # _stop_lapsing_leases acts when the last good renewal is too old
+        def leases() -> list[Lease]:
+            for child in self.children.values():
+                for job_id, job in child.held.items():
+                    held[job_id] = (child, job.lease)
+            return [lease for _, lease in held.values()]
+
+        renewal = keeper.run_due(
+            time.monotonic(),
+            leases,
+            lambda: {"workers": len(self.children), "state": self.state},
+        )
+        if renewal is not None:
+            self._renew(renewal, held)
+        # None: _stop_lapsing_leases acts when the last good renewal is too old
+
+    def _renew(self, renewal: Renewal, held: dict[int, tuple[Child, Lease]]) -> None:
+        renewed = renewal.renewed
         # A lease the renewal did not find may have been ended by its own holder: what
         # the child wrote to its pipe before that write is readable now.
-        for child in set(held.values()):
+        for child in {child for child, _ in held.values()}:
             self._read_status(child)
-        for job_id, child in held.items():
+        for job_id, (child, lease) in held.items():
             job = child.held.get(job_id)
-            if job is None:
-                continue
+            if job is None or job.lease != lease:
+                continue  # ended, or claimed afresh since: not what the renewal was about
             if job_id in renewed:
-                job.renewed_at = now  # sent at `now`: the new expiry is later still
+                job.renewed_at = renewal.sent_at  # the new expiry is later still
                 continue
             if job.finishing:
                 continue
@@ -680,11 +682,9 @@ class Supervisor:
     def _wait_s(self) -> float:
         now = time.monotonic()
         busy = any(child.held for child in self.children.values())
-        moments = [
-            self.next_renew_at,
-            self.next_rescue_at,
-            now + (BUSY_LOOP_WAIT_S if busy else MAX_LOOP_WAIT_S),
-        ]
+        moments = [now + (BUSY_LOOP_WAIT_S if busy else MAX_LOOP_WAIT_S)]
+        if self.housekeeper is not None:
+            moments.append(self.housekeeper.next_due_at())
         next_lapse = self._next_lapse()
         if next_lapse is not None:
             moments.append(next_lapse)

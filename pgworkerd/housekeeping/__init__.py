@@ -1,0 +1,155 @@
+"""The supervisor's database work, behind one facade: renew its children's leases and
+heartbeat, rescue expired leases (of any daemon), prune old rows, settle the jobs of
+children that died, and listen for enqueue notifications.
+
+    session.py        the one connection: short timeouts, reconnects, typed results
+    deadline.py       the client-side deadline every round trip runs under
+    schedule.py       when a periodic duty is due (pure: the caller brings the time)
+    duties.py         renewal + heartbeat, rescue, prune, unregister
+    settlements.py    the queue of writes for the jobs of dead children
+    notifications.py  LISTEN and what it brought
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from pgworkerd.housekeeping import duties
+from pgworkerd.housekeeping.duties import PRUNE_INTERVAL_S, Renewal
+from pgworkerd.housekeeping.notifications import ALL_QUEUES, Notifications
+from pgworkerd.housekeeping.schedule import Every
+from pgworkerd.housekeeping.session import Answer, DatabaseSession, Failure, Result
+from pgworkerd.housekeeping.settlements import PendingSettlements, Settlement
+from pgworkerd.job import Lease
+from pgworkerd.store import JobStore
+
+__all__ = [
+    "ALL_QUEUES",
+    "Answer",
+    "DatabaseSession",
+    "Failure",
+    "Housekeeper",
+    "Renewal",
+    "Result",
+    "Settlement",
+]
+
+
+class Housekeeper:
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        database_url: str,
+        lease_ttl_s: float,
+        retention_s: float,
+        daemon_id: str,
+        listen: bool = True,
+        on_disconnect: Callable[[], None] | None = None,
+        answer_by: Callable[[], float | None] = lambda: None,
+        session: DatabaseSession | None = None,  # tests inject one; else made here
+    ) -> None:
+        self.store = store  # assignable: the supervisor swaps it on reload
+        self.lease_ttl_s = lease_ttl_s
+        self.retention_s = retention_s
+        self.daemon_id = daemon_id
+        self.session = session or DatabaseSession(
+            database_url=database_url,
+            lease_ttl_s=lease_ttl_s,
+            listen_channel=(lambda: self.store.notify_channel) if listen else None,
+            on_disconnect=on_disconnect,
+            answer_by=answer_by,
+        )
+        self.notifications = Notifications(self.session, enabled=listen)
+        self.settlements = PendingSettlements()
+        # Each due at once (the supervisor's first loop turn), then at its interval.
+        self.renewal_schedule = Every(duties.renewal_interval_s(lease_ttl_s))
+        self.rescue_schedule = Every(duties.rescue_interval_s(lease_ttl_s))
+        self.prune_schedule = Every(PRUNE_INTERVAL_S)
+
+    # -- periodic work --------------------------------------------------------------------
+
+    def next_due_at(self) -> float:
+        """The earliest moment (monotonic) a duty is due; -inf: now."""
+        return min(
+            self.renewal_schedule.next_at,
+            self.rescue_schedule.next_at,
+            self.prune_schedule.next_at,
+        )
+
+    def run_due(
+        self,
+        now: float,
+        leases: Callable[[], Sequence[Lease]],
+        info: Callable[[], dict[str, Any]],
+    ) -> Renewal | None:
+        """Run each duty due at `now` (monotonic), in this order: renewal (of `leases()`,
+        with `info()` in the heartbeat), rescue, prune; then write pending settlements.
+        The Renewal when a renewal ran and answered, else None."""
+        renewal = None
+        if self.renewal_schedule.due(now):
+            self.renewal_schedule.done(now)
+            renewal = duties.renew(
+                self.session,
+                self.store,
+                leases=leases(),
+                info=info(),
+                daemon_id=self.daemon_id,
+                lease_ttl_s=self.lease_ttl_s,
+                sent_at=now,
+            )
+        if self.rescue_schedule.due(now):
+            self.rescue_schedule.done(now)
+            duties.rescue(self.session, self.store)
+        if self.prune_schedule.due(now):
+            self.prune_schedule.done(now)
+            duties.prune(
+                self.session,
+                self.store,
+                retention_s=self.retention_s,
+                lease_ttl_s=self.lease_ttl_s,
+            )
+        self.flush_settlements()
+        return renewal
+
+    # -- settlements ----------------------------------------------------------------------
+
+    def settle(self, settlements: Iterable[Settlement]) -> None:
+        """Queue settlements and write as many as the database takes now."""
+        self.settlements.add(settlements)
+        self.flush_settlements()
+
+    def flush_settlements(self) -> None:
+        self.settlements.flush(self.session, self.store)
+
+    @property
+    def pending(self) -> int:
+        """How many settlements are not written yet."""
+        return len(self.settlements)
+
+    # -- notifications --------------------------------------------------------------------
+
+    def listen_fd(self) -> int | None:
+        return self.notifications.listen_fd()
+
+    def notified_queues(self) -> set[str]:
+        return self.notifications.notified_queues()
+
+    @property
+    def queried_since_drain(self) -> bool:
+        """A query ran since notified_queues() last looked: its answer may have brought
+        notifications with it, which the socket will not announce again."""
+        return self.session.queried_since_drain
+
+    @queried_since_drain.setter
+    def queried_since_drain(self, value: bool) -> None:
+        self.session.queried_since_drain = value
+
+    # -- the end --------------------------------------------------------------------------
+
+    def unregister(self) -> None:
+        duties.unregister(self.session, self.store, self.daemon_id)
+
+    def close(self) -> None:
+        self.session.close()

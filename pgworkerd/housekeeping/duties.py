@@ -1,0 +1,116 @@
+"""The supervisor's periodic maintenance: renew its children's leases and heartbeat,
+rescue expired leases (of any daemon), prune old rows. Each is one function over a
+session and the store; when they run is the schedules' business (see __init__.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from pgworkerd import logs
+from pgworkerd.housekeeping.session import DatabaseSession, Result
+from pgworkerd.job import Lease
+from pgworkerd.store import JobStore
+
+log = logging.getLogger("pgworkerd.supervisor")
+
+PRUNE_INTERVAL_S = 60.0
+PRUNE_BATCHES_PER_TICK = 10
+PRUNE_BATCH = 1000
+
+
+def renewal_interval_s(lease_ttl_s: float) -> float:
+    return lease_ttl_s / 3
+
+
+def rescue_interval_s(lease_ttl_s: float) -> float:
+    return min(5.0, lease_ttl_s / 2)
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """A renewal round trip that answered."""
+
+    renewed: frozenset[int]  # ids of the leases still ours
+    sent_at: float  # monotonic time the renewal was sent: the new expiries are later
+
+
+def renew(
+    session: DatabaseSession,
+    store: JobStore,
+    *,
+    leases: Sequence[Lease],
+    info: dict[str, Any],
+    daemon_id: str,
+    lease_ttl_s: float,
+    sent_at: float,
+) -> Renewal | None:
+    """Renew `leases` and refresh our heartbeat, in one transaction; None when the
+    database did not answer."""
+
+    def work(conn: psycopg.Connection[Any]) -> set[int]:
+        with conn.transaction():
+            store.heartbeat(
+                conn,
+                daemon_id=daemon_id,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                info=json.dumps(info),
+            )
+            return store.renew(conn, leases, lease_ttl_s)
+
+    result = session.attempt("renew leases", work)
+    return Renewal(frozenset(result.value), sent_at) if result.ok else None
+
+
+def rescue(session: DatabaseSession, store: JobStore) -> Result[int]:
+    """Retry or dead-letter jobs whose lease expired; how many."""
+
+    def work(conn: psycopg.Connection[Any]) -> int:
+        outcomes = store.rescue(conn)
+        for outcome in outcomes:
+            logs.event(
+                log,
+                logging.WARNING,
+                "rescued job with expired lease",
+                job=outcome.job_id,
+                attempt=outcome.attempt,
+                next_state=outcome.state,
+            )
+        return len(outcomes)
+
+    return session.attempt("rescue", work)
+
+
+def prune(
+    session: DatabaseSession, store: JobStore, *, retention_s: float, lease_ttl_s: float
+) -> Result[int]:
+    """Delete finished jobs past retention (a bounded amount per call) and daemons long
+    silent; how many jobs."""
+
+    def work(conn: psycopg.Connection[Any]) -> int:
+        total = 0
+        for _ in range(PRUNE_BATCHES_PER_TICK):
+            deleted = store.prune(conn, retention_s=retention_s, batch=PRUNE_BATCH)
+            total += deleted
+            if deleted < PRUNE_BATCH:
+                break
+        store.prune_stale_daemons(conn, stale_after_s=max(300.0, 10 * lease_ttl_s))
+        return total
+
+    result = session.attempt("prune", work)
+    if result.ok and result.value:
+        logs.event(log, logging.INFO, "pruned finished jobs", count=result.value)
+    return result
+
+
+def unregister(session: DatabaseSession, store: JobStore, daemon_id: str) -> Result[None]:
+    """Remove our heartbeat row: we are leaving."""
+    return session.attempt("unregister", lambda conn: store.remove_daemon(conn, daemon_id))
