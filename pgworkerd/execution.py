@@ -1,7 +1,7 @@
 """Running one handler and turning what it did into an outcome to record.
 
 Plain functions and `async def` coroutines are both handlers; what a handler returns
-or raises decides the job's next state (see the handler contract in DESIGN.md).
+or raises decides the job's next state (see docs/design.md, "Handler contract").
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ class Outcome:
 
     @property
     def summary(self) -> str:
-        """The first line of the error, for a log line."""
-        return (self.error or "").strip().splitlines()[-1:][0] if self.error else ""
+        """The error in one line, for a log line: its last non-blank line (a
+        traceback's is the exception itself); empty for a blank error."""
+        lines = (self.error or "").strip().splitlines()
+        return lines[-1] if lines else ""
 
 
 class Executor:

@@ -1,0 +1,91 @@
+"""The control pipe, supervisor -> child: `skip <id> <token>` and `wake` lines.
+
+The writer counts each line on the start board after writing it; the reader looks at
+that count before reading, and reads the pipe only when it moved (a read per job
+start would otherwise be a system call per job).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+from pgworkerd.ipc.start_board import StartBoard
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """Do not start this job: its lease (this token) is gone."""
+
+    job_id: int
+    token: str
+
+
+WAKE = b"wake\n"
+
+
+def encode_skip(skip: Skip) -> bytes:
+    return f"skip {skip.job_id} {skip.token}\n".encode()
+
+
+class ControlWriter:
+    """The supervisor's end: non-blocking writes; a full or closed pipe drops the line
+    (a child that does not read is stuck or dying, and is dealt with otherwise)."""
+
+    def __init__(self, fd: int, board: StartBoard) -> None:
+        self.fd = fd
+        self.board = board
+        os.set_blocking(fd, False)
+
+    def skip(self, skip: Skip) -> None:
+        self._write(encode_skip(skip))
+
+    def wake(self) -> None:
+        self._write(WAKE)
+
+    def _write(self, line: bytes) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.fd, line)
+            self.board.wrote_control_line()  # after the write: the child then finds it
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+@dataclass
+class ControlReader:
+    """The child's end. `skipped` gathers the (job id, token) pairs not to start."""
+
+    fd: int
+    board: StartBoard
+    skipped: set[tuple[int, str]] = field(default_factory=set)
+    _lines_read: int = 0  # the board's count of control lines when last read
+    _buffer: bytes = b""
+
+    def __post_init__(self) -> None:
+        os.set_blocking(self.fd, False)
+
+    def has_news(self) -> bool:
+        return self.board.control_lines() != self._lines_read
+
+    def read(self) -> bool:
+        """Take in whatever lines wait; True if one of them was `wake`."""
+        self._lines_read = self.board.control_lines()  # before: no line is missed
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(self.fd, 4096):
+                self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        return any([self._take(line) for line in lines])
+
+    def is_skipped(self, job_id: int, token: str) -> bool:
+        if self.has_news():
+            self.read()
+        return (job_id, token) in self.skipped
+
+    def _take(self, line: bytes) -> bool:
+        verb, job_id, token = [*line.decode(errors="replace").split(" "), "", ""][:3]
+        if verb == "skip" and job_id.isdigit():
+            self.skipped.add((int(job_id), token))
+        return verb == "wake"

@@ -1,0 +1,128 @@
+"""The child's status messages: typed, and their one-line JSON encoding.
+
+The encoding is compact on purpose: a busy child sends a few of these per batch of
+jobs. `decode` never raises on a malformed or unknown line (a child killed mid-write
+leaves a fragment): it returns None and the reader moves on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    id: int
+    token: str  # the lease token, as text (a UUID)
+    kind: str
+    queue: str
+    max_runtime_s: float | None  # the job's own; None: the queue's or the defaults'
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """Leased jobs, numbered `first`, `first + 1`, ... in the order they will start."""
+
+    first: int
+    at: float  # monotonic time the claim was sent: the leases run from no earlier
+    full: bool  # as many as asked for: there may be more to claim
+    jobs: tuple[ClaimedJob, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Finishing:
+    """Their handlers returned; their outcomes are being written."""
+
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Their outcomes are written, or their leases were found lost."""
+
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """Given back unstarted and uncharged."""
+
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Nothing to claim: the child waits for a `wake` (or a timeout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """No job will start after this message."""
+
+
+@dataclass(frozen=True, slots=True)
+class BootError:
+    reason: str
+
+
+Message = Claimed | Finishing | Done | Released | Idle | Stopping | BootError
+
+
+def encode(message: Message) -> bytes:
+    fields: dict[str, Any]
+    match message:
+        case Claimed(first, at, full, jobs):
+            fields = {
+                "t": "claimed",
+                "first": first,
+                "at": at,
+                "full": full,
+                "jobs": [[j.id, j.token, j.kind, j.queue, j.max_runtime_s] for j in jobs],
+            }
+        case Finishing(ids) | Done(ids) | Released(ids):
+            fields = {"t": _TAGS[type(message)], "ids": list(ids)}
+        case BootError(reason):
+            fields = {"t": "boot_error", "reason": reason}
+        case _:
+            fields = {"t": _TAGS[type(message)]}
+    return (json.dumps(fields, separators=(",", ":")) + "\n").encode()
+
+
+def decode(line: bytes) -> Message | None:
+    """The message on `line`, or None for a fragment or an unknown message."""
+    try:
+        fields = json.loads(line)
+        tag = fields["t"]
+        if tag == "claimed":
+            jobs = tuple(
+                ClaimedJob(int(i), str(t), str(k), str(q), None if r is None else float(r))
+                for i, t, k, q, r in fields["jobs"]
+            )
+            return Claimed(int(fields["first"]), float(fields["at"]), bool(fields["full"]), jobs)
+        if tag in _ID_MESSAGES:
+            return _ID_MESSAGES[tag](tuple(int(i) for i in fields["ids"]))
+        if tag == "idle":
+            return Idle()
+        if tag == "stopping":
+            return Stopping()
+        if tag == "boot_error":
+            return BootError(str(fields["reason"]))
+    except (ValueError, TypeError, KeyError):
+        return None
+    return None
+
+
+_ID_MESSAGES: dict[str, type[Finishing] | type[Done] | type[Released]] = {
+    "finishing": Finishing,
+    "done": Done,
+    "released": Released,
+}
+_TAGS: dict[type, str] = {
+    Finishing: "finishing",
+    Done: "done",
+    Released: "released",
+    Idle: "idle",
+    Stopping: "stopping",
+}

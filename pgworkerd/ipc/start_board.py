@@ -1,0 +1,93 @@
+"""Shared memory between a worker child and its supervisor, for what happens once per
+job and would cost a system call each way through a pipe:
+
+  * which claimed job each execution slot of the child started last, and when
+    (child -> supervisor);
+  * how many lines the supervisor wrote to the child's control pipe (supervisor ->
+    child), so the child reads that pipe only when there is something in it.
+
+Each start record is (the job's claim number, its start time, a check). A read that
+catches a write half done finds a check that does not match, and reads again. After
+writing a record the child bumps a counter of starts posted, so a supervisor that
+finds the counter unchanged skips the records. Every field has one writer.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import time
+from dataclasses import dataclass
+
+_HEADER = struct.Struct("<qq")  # starts posted (child), control lines written (supervisor)
+_RECORD = struct.Struct("<qdq")  # claim number, monotonic start time, check
+_CHECK_SEED = 0x5A17_0F_C0FFEE
+
+
+@dataclass(frozen=True, slots=True)
+class StartRecord:
+    slot: int  # the child's execution slot, 0-based
+    number: int  # the job's claim number
+    started_at: float  # CLOCK_MONOTONIC
+
+
+class StartBoard:
+    """Created by the supervisor before the fork, so both processes map the same page."""
+
+    def __init__(self, slots: int = 1) -> None:
+        self.slots = slots
+        # Anonymous and shared (mmap's default on Unix): the forked child writes the
+        # very page the supervisor reads, and the other way round.
+        self._memory = mmap.mmap(-1, _HEADER.size + slots * _RECORD.size)
+        for slot in range(slots):
+            self._write_record(slot, 0, 0.0)
+        self._starts_posted = 0  # the child's own count
+        self._control_lines = 0  # the supervisor's own count
+
+    # -- the child's side -----------------------------------------------------------------
+
+    def post_start(self, claim_number: int, slot: int = 0) -> None:
+        """Execution slot `slot` is about to run the job numbered `claim_number`."""
+        self._write_record(slot, claim_number, time.monotonic())
+        self._starts_posted += 1
+        struct.pack_into("<q", self._memory, 0, self._starts_posted)
+
+    def control_lines(self) -> int:
+        """How many lines the supervisor has written to the control pipe so far."""
+        return int(struct.unpack_from("<q", self._memory, 8)[0])
+
+    # -- the supervisor's side ------------------------------------------------------------
+
+    def starts_posted(self) -> int:
+        """A counter that moves whenever a start is posted: unchanged, nothing is new."""
+        return int(struct.unpack_from("<q", self._memory, 0)[0])
+
+    def records(self) -> list[StartRecord]:
+        """The last start of each slot that has started a job."""
+        found = []
+        for slot in range(self.slots):
+            offset = _HEADER.size + slot * _RECORD.size
+            while True:
+                number, started_at, check = _RECORD.unpack_from(self._memory, offset)
+                if check == _check(number, started_at):
+                    break
+            if number:
+                found.append(StartRecord(slot, number, started_at))
+        return found
+
+    def wrote_control_line(self) -> None:
+        """Count a line written to the control pipe (after writing it)."""
+        self._control_lines += 1
+        struct.pack_into("<q", self._memory, 8, self._control_lines)
+
+    def close(self) -> None:
+        self._memory.close()
+
+    def _write_record(self, slot: int, number: int, started_at: float) -> None:
+        offset = _HEADER.size + slot * _RECORD.size
+        _RECORD.pack_into(self._memory, offset, number, started_at, _check(number, started_at))
+
+
+def _check(number: int, started_at: float) -> int:
+    bits: int = struct.unpack("<q", struct.pack("<d", started_at))[0]
+    return number ^ bits ^ _CHECK_SEED

@@ -1,0 +1,163 @@
+"""The supervisor's view of one live worker child, and the fork that starts it.
+
+Only the supervisor's loop reads and writes these records. Their inputs: the child's
+status messages and start board (pgworkerd/ipc), and the supervisor's own kills.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from pgworkerd import osutil
+from pgworkerd.ipc import (
+    BootError,
+    Claimed,
+    ControlWriter,
+    Done,
+    ExitCode,
+    Finishing,
+    Idle,
+    Message,
+    Released,
+    Skip,
+    StartBoard,
+    StatusReader,
+    Stopping,
+)
+from pgworkerd.supervisor.ledger import ChildLedger, KillReason, LedgerJob
+from pgworkerd.worker import WorkerSpec, child_main
+
+
+@dataclass(eq=False)  # identity: a child is itself, whatever its state
+class ChildProcess:
+    pid: int
+    pool: str
+    index: int  # 1-based within the pool
+    status: StatusReader
+    control: ControlWriter
+    board: StartBoard
+    queues: frozenset[str]  # the queues it claims from
+    ledger: ChildLedger = field(default_factory=ChildLedger)
+    spawned_at: float = field(default_factory=time.monotonic)
+    kill_reason: KillReason | None = None
+    stopping: bool = False  # said `stopping`: will start no job
+    retiring: bool = False  # drained on purpose (reload, shutdown): not replaced
+    finished_any: bool = False
+    boot_error: str | None = None
+    idle: bool = False  # said `idle` and was not woken since: waits for a `wake`
+
+    @property
+    def name(self) -> str:
+        return f"{self.pool}#{self.index}"
+
+    def sync_starts(self) -> None:
+        """Act on the starts the child posted on its board, if any is new to us."""
+        posted = self.board.starts_posted()
+        if posted == self.ledger.starts_seen:
+            return
+        forbidden, complete = self.ledger.observe_starts(self.board.records())
+        if complete:
+            self.ledger.starts_seen = posted
+        if forbidden:
+            # Given up before the child read our `skip`: it runs without a lease.
+            self.kill(KillReason.LEASE_LOST, forbidden)
+
+    def read_messages(self, runtime_for: Callable[[str, float | None], float]) -> list[Message]:
+        """Read what the child said and enter it in the ledger; the starts it posted are
+        read before each message (a message may depend on them: `stopping` releases
+        only jobs not started). Returns the messages for the caller's own part."""
+        messages = []
+        for message in self.status.read():
+            self.sync_starts()
+            self._enter(message, runtime_for)
+            messages.append(message)
+        self.sync_starts()
+        return messages
+
+    def _enter(self, message: Message, runtime_for: Callable[[str, float | None], float]) -> None:
+        match message:
+            case Claimed():
+                self.ledger.claimed(message, runtime_for)
+                self.idle = False
+            case Finishing(ids):
+                self.ledger.finishing(ids)
+            case Done(ids):
+                self.ledger.done(ids)
+                self.finished_any = True
+            case Released(ids):
+                self.ledger.released(ids)
+            case Idle():
+                self.idle = True
+            case Stopping():
+                self.stopping = True
+            case BootError(reason):
+                self.boot_error = reason
+
+    def kill(self, reason: KillReason, blamed: Iterable[LedgerJob] = ()) -> None:
+        """SIGKILL the child's process group (its handlers' own children too)."""
+        if self.kill_reason is None:
+            self.kill_reason = reason
+        self.ledger.blame(blamed)
+        osutil.kill_group(self.pid, signal.SIGKILL)
+
+    def give_up(self, jobs: Iterable[LedgerJob]) -> None:
+        """Tell the child not to start these jobs: their leases are gone. By lease, not
+        id: the same job may come back to this child, claimed anew."""
+        for job in jobs:
+            self.ledger.give_up(job)
+            self.control.skip(Skip(job.id, str(job.lease.token)))
+
+    def wake(self) -> None:
+        """Tell an idle child to claim now: a job it can run was enqueued."""
+        self.idle = False
+        self.control.wake()
+
+    def close(self) -> None:
+        self.status.close()
+        self.board.close()
+        self.control.close()
+
+
+def spawn(spec: WorkerSpec) -> ChildProcess:
+    """Fork a worker child running `spec`. The child leads its own process group, dies
+    with the supervisor, and closes every descriptor it inherited but its pipes."""
+    status_r, status_w = os.pipe()
+    control_r, control_w = os.pipe()
+    board = StartBoard(spec.threads)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code: int = ExitCode.CRASHED  # a bug past boot: replaced like any crash, not a stop
+        try:
+            os.setpgid(0, 0)
+            osutil.die_with_parent()
+            if os.getppid() != spec.supervisor_pid:  # the supervisor died before prctl
+                os._exit(ExitCode.ORPHANED)
+            signal.set_wakeup_fd(-1)
+            osutil.close_inherited_fds(keep={status_w, control_r})
+            code = child_main(spec, status_w, control_r, board)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(status_w)
+    os.close(control_r)
+    with contextlib.suppress(OSError):  # also done by the child; whichever runs first
+        os.setpgid(pid, pid)
+    return ChildProcess(
+        pid=pid,
+        pool=spec.pool,
+        index=spec.index,
+        status=StatusReader(status_r),
+        control=ControlWriter(control_w, board),
+        board=board,
+        queues=frozenset(spec.queues),
+    )

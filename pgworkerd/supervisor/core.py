@@ -1,0 +1,386 @@
+"""The supervisor: forks the worker children, reaps them, enforces max runtime, renews
+leases, drains on TERM/INT, stops on QUIT, reloads on HUP.
+
+One thread, one loop, each turn a few verbs (gunicorn's arbiter): wait for a signal, a
+child's message or the nearest deadline, and dispatch it; reap; enforce the limits;
+run the housekeeping that is due; manage the children. Its parts: signals.py
+(recording), workforce.py (spawn, reap, respawn), children.py (one child and its
+channels), ledger.py (each child's jobs), limits.py and enforcement.py (runtime and
+lease lapses), wakeups.py; the database work is pgworkerd/housekeeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import selectors
+import signal
+import socket
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from setproctitle import setproctitle
+
+from pgworkerd import config as config_module
+from pgworkerd import handlers, logs
+from pgworkerd.config import Config, ConfigError
+from pgworkerd.handlers import Handler, HandlerError
+from pgworkerd.housekeeping import Housekeeper, Renewal, Settlement
+from pgworkerd.ipc import Claimed, Idle, Stopping
+from pgworkerd.job import Lease
+from pgworkerd.store import Backoff, JobStore
+from pgworkerd.supervisor import enforcement
+from pgworkerd.supervisor.children import ChildProcess
+from pgworkerd.supervisor.ledger import KillReason, LedgerJob
+from pgworkerd.supervisor.signals import SignalInbox
+from pgworkerd.supervisor.wakeups import Wakeups
+from pgworkerd.supervisor.workforce import Seat, Workforce
+from pgworkerd.systemd import Notifier
+from pgworkerd.worker import WorkerSpec
+
+log = logging.getLogger("pgworkerd.supervisor")
+
+MAX_LOOP_WAIT_S = 1.0
+# While children hold jobs the loop turns at least this often, to read the starts on
+# their boards: the runtime deadlines start from there.
+BUSY_LOOP_WAIT_S = 0.1
+_SIGNALS, _LISTENER = "signals", "listener"  # selector data of those two descriptors
+
+
+class State(Enum):
+    RUNNING = "running"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+
+
+@dataclass
+class Supervisor:
+    config: Config
+    config_path: str | None
+    registry: dict[str, Handler]
+    database_url: str
+    log_format: str = "text"
+
+    def __post_init__(self) -> None:
+        self.pid = os.getpid()
+        self.daemon_id = f"{socket.gethostname()}:{self.pid}:{int(time.time())}"
+        self.state = State.RUNNING
+        self.exit_code = 0
+        self.store = self._store()
+        self.selector = selectors.DefaultSelector()
+        self.signals = SignalInbox()
+        self.workforce = Workforce(self.selector, self._spec)
+        self.children = self.workforce.children  # by pid, the live ones
+        self.wakeups = Wakeups()
+        self.drain_deadline: float | None = None
+        self.housekeeper: Housekeeper | None = None
+        self.notifier = Notifier.from_environment()  # before any fork: see systemd.py
+        self.listen_fd: int | None = None  # registered in the selector
+        self._renewing: dict[ChildProcess, set[Lease]] = {}  # leases sent in the renewal
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        setproctitle("pgworkerd: supervisor")
+        self.signals.install()
+        self.selector.register(self.signals.fd, selectors.EVENT_READ, _SIGNALS)
+        self.workforce.staff(self.config)
+        self.workforce.spawn_due()  # forks first: no connection of ours exists to inherit
+        self.housekeeper = self._housekeeper()
+        logs.event(
+            log,
+            logging.INFO,
+            "supervisor started",
+            pid=self.pid,
+            workers=len(self.children),
+            daemon=self.daemon_id,
+        )
+        self.notifier.notify(
+            "READY=1", f"STATUS={len(self.children)} workers", f"MAINPID={self.pid}"
+        )
+        try:
+            while self.state is not State.STOPPED:
+                self._turn()
+        except Exception:
+            # A bug of ours: say so loudly, then still put every job back on the way out.
+            log.critical("supervisor crashed", exc_info=True)
+            self.exit_code = 1
+        finally:
+            self._finish()
+        return self.exit_code
+
+    def _turn(self) -> None:
+        self._wait_and_dispatch()
+        self._reap()
+        enforcement.enforce_runtimes(self.children.values(), time.monotonic())
+        self._housekeeping()
+        enforcement.stop_lapsing_leases(
+            self.children.values(), time.monotonic(), self.config.lease_ttl
+        )
+        self._manage_children()
+
+    def _finish(self) -> None:
+        self.workforce.kill_all(KillReason.SHUTDOWN)
+        while self.children:  # reap, so their jobs go back before we leave
+            self._reap(block=True)
+        if self.housekeeper is not None:
+            self.housekeeper.flush_settlements()
+            if self.housekeeper.pending:
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "could not settle every job; their leases will expire and be rescued",
+                    jobs=self.housekeeper.pending,
+                )
+            self.housekeeper.unregister()
+            self.housekeeper.close()
+        logs.event(log, logging.INFO, "supervisor stopped", exit_code=self.exit_code)
+
+    # -- waiting and dispatching ----------------------------------------------------------
+
+    def _wait_and_dispatch(self) -> None:
+        self._watch_listener()
+        for key, _ in self.selector.select(self._wait_s()):
+            if key.data == _SIGNALS:
+                self._dispatch_signals()
+            elif key.data == _LISTENER:
+                self._on_notifications()
+            else:
+                self._read_child(key.data)
+        for child in self.children.values():
+            child.sync_starts()
+
+    def _dispatch_signals(self) -> None:
+        for sig in self.signals.take():
+            if sig in (signal.SIGTERM, signal.SIGINT):
+                self.handle_term(sig)
+            elif sig == signal.SIGQUIT:
+                self.handle_quit()
+            elif sig == signal.SIGHUP:
+                self.handle_hup()
+            # SIGCHLD: the loop reaps after every wake-up anyway
+
+    def _read_child(self, child: ChildProcess) -> None:
+        accepting = self.state is State.RUNNING
+        for message in child.read_messages(self.config.max_runtime_for):
+            if isinstance(message, Claimed) and message.full:
+                # There may be more: wake a sibling to share them.
+                self.wakeups.wake_one(child.queues, self.children.values(), accepting=accepting)
+            elif isinstance(message, Idle):
+                self.wakeups.went_idle(child, accepting=accepting)
+            elif isinstance(message, Stopping):
+                self._settle(child.ledger.release_unstarted(), None)
+
+    # -- signals --------------------------------------------------------------------------
+
+    def handle_term(self, sig: signal.Signals) -> None:
+        if self.state is State.DRAINING:
+            logs.event(log, logging.WARNING, "second signal; stopping now", signal=sig.name)
+            self.workforce.kill_all(KillReason.SHUTDOWN)
+            return
+        logs.event(
+            log,
+            logging.INFO,
+            "draining",
+            signal=sig.name,
+            shutdown_timeout_s=self.config.shutdown_timeout,
+        )
+        self.notifier.notify("STOPPING=1", "STATUS=draining")
+        self.state = State.DRAINING
+        self.drain_deadline = time.monotonic() + self.config.shutdown_timeout
+        self.workforce.retire_all()
+
+    def handle_quit(self) -> None:
+        logs.event(log, logging.INFO, "stopping now", signal="SIGQUIT")
+        self.notifier.notify("STOPPING=1", "STATUS=stopping")
+        self.state = State.DRAINING
+        self.workforce.kill_all(KillReason.SHUTDOWN)
+
+    def handle_hup(self) -> None:
+        if self.state is not State.RUNNING:
+            return
+        try:
+            new_config = config_module.load(self.config_path)
+            new_registry = handlers.load_registry(new_config.handlers)
+        except (ConfigError, HandlerError) as exc:
+            for problem in exc.problems:
+                logs.event(
+                    log,
+                    logging.ERROR,
+                    "reload refused; keeping the running config",
+                    problem=problem,
+                )
+            return
+        if new_config.database != self.config.database:
+            logs.event(
+                log,
+                logging.ERROR,
+                "reload refused; keeping the running config",
+                problem="database settings changed: they need a restart",
+            )
+            return
+        logs.event(log, logging.INFO, "reloading: replacing workers")
+        self.notifier.notify("RELOADING=1", "STATUS=reloading")
+        self.config, self.registry = new_config, new_registry
+        logging.getLogger("pgworkerd").setLevel(new_config.log_level.upper())
+        self.store = self._store()
+        if self.housekeeper is not None:
+            self.housekeeper.store = self.store
+        self.workforce.retire_all()
+        self.workforce.staff(new_config)
+        self.notifier.notify("READY=1", "STATUS=reloaded")
+
+    # -- children -------------------------------------------------------------------------
+
+    def _manage_children(self) -> None:
+        if self.state is State.RUNNING:
+            self.workforce.spawn_due()
+        elif self.state is State.DRAINING:
+            if not self.children:
+                self.state = State.STOPPED
+            elif self.drain_deadline is not None and time.monotonic() >= self.drain_deadline:
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "shutdown timeout reached; killing workers",
+                    remaining=len(self.children),
+                )
+                self.workforce.kill_all(KillReason.SHUTDOWN)
+                self.drain_deadline = None
+
+    def _reap(self, *, block: bool = False) -> None:
+        for child, status in self.workforce.reaped(block=block):
+            self._read_child(child)  # what it said before it died still counts
+            report = self.workforce.release(child, status)
+            if self.housekeeper is not None:
+                self.housekeeper.settle(child.ledger.settlements(child.kill_reason, report.how))
+            if report.boot_error:
+                reason = child.boot_error or "see the worker's log above"
+                logs.event(log, logging.CRITICAL, "worker failed to boot; stopping", reason=reason)
+                self.exit_code = 1
+                self.handle_quit()
+
+    def _settle(self, jobs: Iterable[LedgerJob], error: str | None) -> None:
+        settlements = [Settlement(job.lease, error) for job in jobs]
+        if settlements and self.housekeeper is not None:
+            self.housekeeper.settle(settlements)
+
+    def _spec(self, seat: Seat) -> WorkerSpec:
+        config = self.config
+        queues = tuple(config.claim_order(seat.pool))
+        return WorkerSpec(
+            pool=seat.pool_name,
+            index=seat.index,
+            queues=queues,
+            queue_max_attempts=tuple(config.max_attempts_for(q) for q in queues),
+            batch_size=config.batch_size_for(seat.pool),
+            lease_ttl_s=config.lease_ttl,
+            poll_interval_s=config.poll_interval,
+            database_url=self.database_url,
+            schema=config.database.schema_name,
+            backoff=self.store.backoff,
+            registry=self.registry,
+            max_jobs=config.max_jobs_per_child,
+            max_memory_bytes=config.max_memory_per_child,
+            log_format=self.log_format,
+            log_level=config.log_level,
+            supervisor_pid=self.pid,
+            worker_id=f"{socket.gethostname()}:{self.pid}/{seat.pool_name}#{seat.index}",
+        )
+
+    # -- housekeeping and leases ----------------------------------------------------------
+
+    def _housekeeping(self) -> None:
+        keeper = self.housekeeper
+        if keeper is None:
+            return
+        renewal = keeper.run_due(time.monotonic(), self._leases_to_renew, self._heartbeat)
+        if renewal is not None:
+            self._after_renewal(renewal)
+        # A notification that came while the connection ran a housekeeping query was
+        # read with that query's answer: it waits in psycopg's backlog, and the socket
+        # will not wake us for it.
+        if self.listen_fd is not None and keeper.queried_since_drain:
+            self._on_notifications()
+
+    def _leases_to_renew(self) -> list[Lease]:
+        self._renewing = {child: set(child.ledger.leases()) for child in self.children.values()}
+        return [lease for leases in self._renewing.values() for lease in leases]
+
+    def _heartbeat(self) -> dict[str, Any]:
+        return {"workers": len(self.children), "state": self.state.value}
+
+    def _after_renewal(self, renewal: Renewal) -> None:
+        for child, sent in self._renewing.items():
+            if child.pid in self.children and sent:
+                # A lease the renewal did not find may have been ended by its own
+                # holder: what the child wrote before that write is readable now.
+                self._read_child(child)
+                enforcement.judge_renewal(child, sent, renewal)
+        self._renewing = {}
+
+    def _next_lapse(self) -> float | None:
+        return enforcement.next_lapse(self.children.values(), self.config.lease_ttl)
+
+    # -- wake-ups -------------------------------------------------------------------------
+
+    def _watch_listener(self) -> None:
+        """Keep the housekeeper's listening socket in the selector, across reconnects."""
+        if self.listen_fd is None and self.housekeeper is not None:
+            fd = self.housekeeper.listen_fd()
+            if fd is not None:
+                self.selector.register(fd, selectors.EVENT_READ, _LISTENER)
+                self.listen_fd = fd
+                # Listening afresh: whatever was enqueued while we were not is woken
+                # for now, not at the next notification.
+                self._on_notifications()
+
+    def _forget_listener(self) -> None:
+        """The housekeeper is about to close the listening connection."""
+        if self.listen_fd is not None:
+            with contextlib.suppress(KeyError, OSError, ValueError):
+                self.selector.unregister(self.listen_fd)
+            self.listen_fd = None
+
+    def _on_notifications(self) -> None:
+        assert self.housekeeper is not None
+        accepting = self.state is State.RUNNING
+        queues = self.housekeeper.notified_queues()
+        self.wakeups.notified(queues, list(self.children.values()), accepting=accepting)
+
+    # -- timing and construction ----------------------------------------------------------
+
+    def _wait_s(self) -> float:
+        """Until the nearest deadline: a duty, a lease, a runtime, a respawn, the drain."""
+        now = time.monotonic()
+        busy = any(child.ledger for child in self.children.values())
+        moments = [
+            now + (BUSY_LOOP_WAIT_S if busy else MAX_LOOP_WAIT_S),
+            self.housekeeper.next_due_at() if self.housekeeper is not None else None,
+            self._next_lapse(),
+            enforcement.next_runtime_moment(self.children.values()),
+            self.workforce.next_respawn_at(),
+            self.drain_deadline,
+        ]
+        return max(0.0, min(m for m in moments if m is not None) - now)
+
+    def _store(self) -> JobStore:
+        defaults = self.config.defaults
+        backoff = Backoff(base_s=defaults.backoff_base, max_s=defaults.backoff_max)
+        return JobStore(self.config.database.schema_name, backoff=backoff)
+
+    def _housekeeper(self) -> Housekeeper:
+        return Housekeeper(
+            store=self.store,
+            database_url=self.database_url,
+            lease_ttl_s=self.config.lease_ttl,
+            retention_s=self.config.defaults.retention,
+            daemon_id=self.daemon_id,
+            listen=self.config.notifications,
+            on_disconnect=self._forget_listener,
+            answer_by=self._next_lapse,
+        )

@@ -1,0 +1,106 @@
+"""The supervisor acting on its children's limits: runtime kills, leases about to
+lapse, and what a renewal that answered says. The checks are pure (limits.py, the
+ledger); this module logs and signals."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Collection, Iterable
+
+from pgworkerd import logs, osutil
+from pgworkerd.housekeeping import Renewal
+from pgworkerd.job import Lease
+from pgworkerd.supervisor import limits
+from pgworkerd.supervisor.children import ChildProcess
+from pgworkerd.supervisor.ledger import KillReason
+
+log = logging.getLogger("pgworkerd.supervisor")
+
+
+def _unkilled(children: Iterable[ChildProcess]) -> list[ChildProcess]:
+    return [child for child in children if child.kill_reason is None]
+
+
+def enforce_runtimes(children: Iterable[ChildProcess], now: float) -> None:
+    """Soft timeout for a job past its max runtime; its process killed after the grace."""
+    for child in _unkilled(children):
+        verdict = limits.check_runtimes(child.ledger, now)
+        for job in verdict.soft_timeout:
+            logs.event(
+                log,
+                logging.WARNING,
+                "job past its max runtime; soft timeout sent",
+                job=job.id,
+                kind=job.kind,
+                worker=child.name,
+                max_runtime_s=job.max_runtime_s,
+            )
+            job.soft_timeout_at = now
+            osutil.signal_process(child.pid, signal.SIGUSR1)
+        for job in verdict.kill:
+            logs.event(
+                log,
+                logging.ERROR,
+                "job past its max runtime; killing worker",
+                job=job.id,
+                kind=job.kind,
+                worker=child.name,
+            )
+        if verdict.kill:
+            child.kill(KillReason.TIMEOUT, verdict.kill)
+
+
+def next_runtime_moment(children: Iterable[ChildProcess]) -> float | None:
+    moments = [limits.next_runtime_moment(child.ledger) for child in _unkilled(children)]
+    return min((m for m in moments if m is not None), default=None)
+
+
+def stop_lapsing_leases(children: Iterable[ChildProcess], now: float, lease_ttl_s: float) -> None:
+    """Checked on every turn of the loop, not only when a renewal fails: a renewal
+    that hangs, or a loop that was busy, must not let a lease run out under a
+    handler that is still running."""
+    verdicts = [
+        (child, limits.check_lapses(child.ledger, now, lease_ttl_s))
+        for child in _unkilled(children)
+    ]
+    verdicts = [(child, v) for child, v in verdicts if v.running or v.unstarted]
+    if not verdicts:
+        return
+    logs.event(
+        log,
+        logging.ERROR,
+        "cannot renew leases; stopping their jobs",
+        running=sum(len(v.running) for _, v in verdicts),
+        unstarted=sum(len(v.unstarted) for _, v in verdicts),
+    )
+    for child, verdict in verdicts:
+        if verdict.running:  # its unstarted jobs are released when it is reaped
+            child.kill(KillReason.UNFENCED, verdict.running)
+        else:
+            child.give_up(verdict.unstarted)
+
+
+def next_lapse(children: Iterable[ChildProcess], lease_ttl_s: float) -> float | None:
+    """The next moment a lease of a child not being killed needs us, if unrenewed."""
+    moments = [limits.next_lapse(child.ledger, lease_ttl_s) for child in _unkilled(children)]
+    return min((m for m in moments if m is not None), default=None)
+
+
+def judge_renewal(child: ChildProcess, sent: Collection[Lease], renewal: Renewal) -> None:
+    """Act on what a renewal of `sent` found: a running job whose lease is gone
+    (cancelled, or rescued by another daemon) has its process killed; an unstarted
+    one is skipped."""
+    verdict = child.ledger.renewal(sent, renewal.renewed, renewal.sent_at)
+    for job in verdict.lost_running:
+        logs.event(
+            log,
+            logging.WARNING,
+            "job lease lost (cancelled or rescued); stopping its worker",
+            job=job.id,
+            worker=child.name,
+        )
+    if verdict.lost_running:
+        child.kill(KillReason.LEASE_LOST, verdict.lost_running)
+    if verdict.given_up:
+        child.give_up(verdict.given_up)

@@ -1,0 +1,235 @@
+"""The supervisor's ledger of one child's jobs: which it holds, in which state, and
+what to write for each if the child dies. Pure: no I/O, times come from the caller
+(host's CLOCK_MONOTONIC), so every transition is unit-tested with a fake clock.
+
+A job enters the ledger when the child says it claimed it, and leaves it when the
+child says its outcome is written (`done`) or that it gave it back (`released`), or
+when the supervisor releases it itself. In between:
+
+    CLAIMED --start posted--> RUNNING --returned--> FINISHING --done--> (gone)
+       |                         |
+       |  renewal lost it        |  renewal lost it: the child is killed
+       v                         v
+    GIVEN_UP (told to skip)    LOST (not ours to settle)
+
+A child runs several jobs at once when it has several execution slots: the ledger
+holds any number of RUNNING jobs, each with its own start, deadline and blame.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from pgworkerd.housekeeping import Settlement
+from pgworkerd.ipc import Claimed, StartRecord
+from pgworkerd.job import Lease
+
+
+class JobState(Enum):
+    CLAIMED = "claimed"  # leased to the child, not started: released uncharged if it ends
+    RUNNING = "running"  # its handler runs
+    FINISHING = "finishing"  # its handler returned: only its fenced outcome write is left
+    GIVEN_UP = "given_up"  # lease lost before it started: the child was told to skip it
+    LOST = "lost"  # lease lost while it ran: its child is killed; never settled by us
+
+
+class KillReason(Enum):
+    """Why the supervisor killed a child: decides how its jobs are settled."""
+
+    TIMEOUT = "timeout"  # a job passed its max runtime: that job is charged
+    SHUTDOWN = "shutdown"  # drain timed out, or QUIT: everything released uncharged
+    LEASE_LOST = "lease_lost"  # a running job is no longer ours: that job is not touched
+    UNFENCED = "unfenced"  # renewals failed: its running jobs cannot go on unfenced
+
+
+# States whose lease the supervisor renews and must settle if the child dies.
+HELD = frozenset({JobState.CLAIMED, JobState.RUNNING, JobState.FINISHING})
+
+
+@dataclass
+class LedgerJob:
+    lease: Lease
+    kind: str
+    queue: str
+    max_runtime_s: float  # resolved: job, else queue, else defaults
+    number: int  # its place among the child's claims: started in this order
+    # When its lease was last known good (sent at claim, or a renewal sent then that
+    # succeeded): by the database's clock it expires no earlier than this + lease_ttl.
+    renewed_at: float
+    state: JobState = JobState.CLAIMED
+    started_at: float | None = None  # None: not seen started
+    slot: int | None = None  # the child's execution slot running it
+    soft_timeout_at: float | None = None  # when JobTimeout was asked for
+
+    @property
+    def id(self) -> int:
+        return self.lease.job_id
+
+    def deadline(self) -> float | None:
+        """When its max runtime ends, for a job whose handler runs."""
+        if self.state is not JobState.RUNNING or self.started_at is None:
+            return None
+        return self.started_at + self.max_runtime_s
+
+
+@dataclass(frozen=True, slots=True)
+class RenewalVerdict:
+    """What a renewal that answered says about the jobs it did not find."""
+
+    lost_running: list[LedgerJob]  # their child must be killed (LEASE_LOST)
+    given_up: list[LedgerJob]  # unstarted: the child must be told to skip them
+
+
+@dataclass
+class ChildLedger:
+    jobs: dict[int, LedgerJob] = field(default_factory=dict)  # by job id
+    claimed_through: int = 0  # the highest claim number announced so far
+    starts_seen: int = -1  # the start board's counter last acted on in full
+    blamed: set[int] = field(default_factory=set)  # ids of the jobs a kill is for
+
+    # -- what the child said --------------------------------------------------------------
+
+    def claimed(self, message: Claimed, runtime_for: Callable[[str, float | None], float]) -> None:
+        for number, job in enumerate(message.jobs, start=message.first):
+            lease = Lease(job.id, uuid.UUID(job.token))
+            runtime = runtime_for(job.queue, job.max_runtime_s)
+            # The lease runs from the claim, not from our reading of it.
+            self.jobs[job.id] = LedgerJob(lease, job.kind, job.queue, runtime, number, message.at)
+            self.claimed_through = max(self.claimed_through, number)
+
+    def observe_starts(self, records: Iterable[StartRecord]) -> tuple[list[LedgerJob], bool]:
+        """Take in the start board's records. Returns the jobs found started although
+        their lease is gone (their child must be killed), and whether every record was
+        understood (False: one names a claim whose message is still unread)."""
+        records = list(records)
+        by_number = {job.number: job for job in self.jobs.values()}
+        occupants: set[int] = set()
+        forbidden = []
+        complete = True
+        for record in records:
+            job = by_number.get(record.number)
+            if job is None:
+                # Above what we know: its `claimed` is still unread; look again later.
+                # At or below: settled already.
+                complete = complete and record.number <= self.claimed_through
+                continue
+            occupants.add(job.id)
+            if job.state is JobState.CLAIMED:
+                job.state, job.started_at, job.slot = (
+                    JobState.RUNNING,
+                    record.started_at,
+                    record.slot,
+                )
+            elif job.state is JobState.GIVEN_UP:
+                job.state = JobState.LOST
+                forbidden.append(job)
+        highest = max((r.number for r in records if r.number in by_number), default=0)
+        earliest = min((r.started_at for r in records if r.number in by_number), default=0.0)
+        for job in self.jobs.values():
+            if job.id in occupants:
+                continue
+            if job.state is JobState.RUNNING:
+                job.state = JobState.FINISHING  # its slot started another job since
+            elif job.state is JobState.CLAIMED and job.number < highest:
+                # Started in claim order: it was started, and returned, unseen.
+                job.state, job.started_at = JobState.FINISHING, earliest
+        return forbidden, complete
+
+    def finishing(self, ids: Iterable[int]) -> None:
+        for job_id in ids:
+            job = self.jobs.get(job_id)
+            if job is not None and job.state in (JobState.CLAIMED, JobState.RUNNING):
+                job.state = JobState.FINISHING
+
+    def done(self, ids: Iterable[int]) -> None:
+        """Their outcomes are written (or found fenced off): nothing left to do."""
+        for job_id in ids:
+            self.jobs.pop(job_id, None)
+
+    released = done  # given back by the child: the database has them queued again
+
+    def release_unstarted(self) -> list[LedgerJob]:
+        """The child will start nothing more: its unstarted jobs are ours to give back."""
+        unstarted = self.in_state(JobState.CLAIMED)
+        for job in unstarted:
+            del self.jobs[job.id]
+        return unstarted
+
+    # -- what the supervisor learnt -------------------------------------------------------
+
+    def renewal(
+        self, sent: Collection[Lease], renewed: Collection[int], sent_at: float
+    ) -> RenewalVerdict:
+        """A renewal of the `sent` leases, sent at `sent_at`, answered with the ids of
+        the `renewed` ones. A held job it did not find was ended by its own holder
+        (FINISHING: let be), or is no longer ours. Jobs claimed after the send (the
+        same job claimed anew included: another lease) are not judged."""
+        lost, given_up = [], []
+        for job in self.held():
+            if job.lease not in sent:
+                continue
+            if job.id in renewed:
+                job.renewed_at = sent_at  # the new expiry is later still
+            elif job.state is JobState.RUNNING:
+                job.state = JobState.LOST
+                lost.append(job)
+            elif job.state is JobState.CLAIMED:
+                job.state = JobState.GIVEN_UP
+                given_up.append(job)
+        return RenewalVerdict(lost, given_up)
+
+    def give_up(self, job: LedgerJob) -> None:
+        """An unstarted job whose lease is about to lapse or is gone: left to a rescue."""
+        if job.state is JobState.CLAIMED:
+            job.state = JobState.GIVEN_UP
+
+    def blame(self, jobs: Iterable[LedgerJob]) -> None:
+        """Name the jobs a kill of the child is for (charged, or left alone if lost)."""
+        self.blamed.update(job.id for job in jobs)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def in_state(self, state: JobState) -> list[LedgerJob]:
+        return [job for job in self.jobs.values() if job.state is state]
+
+    def held(self) -> list[LedgerJob]:
+        return [job for job in self.jobs.values() if job.state in HELD]
+
+    def leases(self) -> list[Lease]:
+        return [job.lease for job in self.held()]
+
+    def __bool__(self) -> bool:
+        return any(job.state in HELD for job in self.jobs.values())
+
+    # -- the end of the child -------------------------------------------------------------
+
+    def settlements(self, reason: KillReason | None, how: str) -> list[Settlement]:
+        """What to write for each job of a child that is gone: `reason` is why we killed
+        it (None: it died by itself), `how` its wait status in words."""
+        settled = []
+        for job in self.held():
+            error = None if job.state is JobState.CLAIMED else self._charge(job, reason, how)
+            settled.append(Settlement(job.lease, error))
+        return settled
+
+    def _charge(self, job: LedgerJob, reason: KillReason | None, how: str) -> str | None:
+        """The error to charge a started job with, or None to release it uncharged."""
+        if reason is KillReason.SHUTDOWN:
+            return None  # shutdown is not the job's fault: back to queued, uncharged
+        if job.state is JobState.FINISHING:
+            # Its handler returned but its outcome was not written yet (successes are
+            # written in batches): it runs again, and this start counts.
+            return (
+                f"worker process {how} after the job's handler returned, before its "
+                "outcome was recorded"
+            )
+        if reason is KillReason.UNFENCED:
+            return "worker killed: its supervisor could not renew the job's lease"
+        if reason is not None and job.id not in self.blamed:
+            return None  # killed for a neighbour's sake: not this job's fault
+        if reason is KillReason.TIMEOUT:
+            return f"exceeded its max runtime of {job.max_runtime_s:g}s: worker killed (SIGKILL)"
+        return f"worker process {how} while running the job"

@@ -1,0 +1,84 @@
+"""Limit checks on a child's jobs: max runtime and lease lapse. Pure: given a ledger
+and the time (host's CLOCK_MONOTONIC), they say what to do; the supervisor does it.
+
+Runtime: a job past its max runtime first gets a soft timeout (JobTimeout raised in
+its handler, which may clean up); SOFT_TIMEOUT_GRACE_S later its process is killed.
+The kill is the only authority on runtime.
+
+Lease lapse: a lease is renewed every lease_ttl / 3. When renewals keep failing and a
+job's last good renewal is UNFENCED_FRACTION of lease_ttl old, its lease is about to
+lapse: a handler still running would soon run unfenced, so its process is killed, and
+jobs not started are given up (their child told to skip them) and left for a rescue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pgworkerd.supervisor.ledger import ChildLedger, JobState, LedgerJob
+
+SOFT_TIMEOUT_GRACE_S = 3.0  # from the soft timeout to SIGKILL
+UNFENCED_FRACTION = 0.8  # of lease_ttl without a renewal: stop the jobs ourselves
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeVerdict:
+    soft_timeout: list[LedgerJob]  # past max runtime: raise JobTimeout in them now
+    kill: list[LedgerJob]  # past the grace too: kill their process (KillReason.TIMEOUT)
+
+
+def check_runtimes(ledger: ChildLedger, now: float) -> RuntimeVerdict:
+    soft, kill = [], []
+    for job in ledger.in_state(JobState.RUNNING):
+        deadline = job.deadline()
+        if deadline is None or now < deadline:
+            continue
+        if job.soft_timeout_at is None:
+            soft.append(job)
+        elif now >= job.soft_timeout_at + SOFT_TIMEOUT_GRACE_S:
+            kill.append(job)
+    return RuntimeVerdict(soft, kill)
+
+
+def next_runtime_moment(ledger: ChildLedger) -> float | None:
+    """The next moment check_runtimes has something to say about these jobs."""
+    moments = []
+    for job in ledger.in_state(JobState.RUNNING):
+        deadline = job.deadline()
+        if deadline is not None:
+            moments.append(
+                deadline
+                if job.soft_timeout_at is None
+                else job.soft_timeout_at + SOFT_TIMEOUT_GRACE_S
+            )
+    return min(moments, default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class LapseVerdict:
+    running: list[LedgerJob]  # their handlers run: kill the process (KillReason.UNFENCED)
+    unstarted: list[LedgerJob]  # give them up
+
+
+def lapse_moment(job: LedgerJob, lease_ttl_s: float) -> float:
+    return job.renewed_at + UNFENCED_FRACTION * lease_ttl_s
+
+
+def _at_risk(ledger: ChildLedger) -> list[LedgerJob]:
+    """Jobs we would still have to act on if their lease went unrenewed: a job whose
+    handler returned needs nothing from us (only its fenced outcome write is left)."""
+    return [
+        job for job in ledger.jobs.values() if job.state in (JobState.CLAIMED, JobState.RUNNING)
+    ]
+
+
+def check_lapses(ledger: ChildLedger, now: float, lease_ttl_s: float) -> LapseVerdict:
+    lapsing = [job for job in _at_risk(ledger) if now >= lapse_moment(job, lease_ttl_s)]
+    return LapseVerdict(
+        [job for job in lapsing if job.state is JobState.RUNNING],
+        [job for job in lapsing if job.state is JobState.CLAIMED],
+    )
+
+
+def next_lapse(ledger: ChildLedger, lease_ttl_s: float) -> float | None:
+    return min((lapse_moment(job, lease_ttl_s) for job in _at_risk(ledger)), default=None)

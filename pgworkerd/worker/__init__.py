@@ -1,0 +1,24 @@
+"""The worker child: what it is told (spec.py), its loop (loop.py), its connection
+(connection.py) and its outcome writes (outcome_writer.py)."""
+
+from __future__ import annotations
+
+from pgworkerd.ipc import BootError, ControlReader, StartBoard, StatusWriter
+from pgworkerd.worker.connection import WORKER_PLAN_CACHE_MODE
+from pgworkerd.worker.spec import WorkerSpec
+
+__all__ = ["WORKER_PLAN_CACHE_MODE", "WorkerSpec", "child_main"]
+
+
+def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBoard) -> int:
+    """Entry point in the forked child; returns the exit status."""
+    from pgworkerd.ipc import ExitCode
+    from pgworkerd.worker.loop import Worker
+
+    status = StatusWriter(status_fd)
+    try:
+        worker = Worker(spec, status, ControlReader(control_fd, board), board)
+    except Exception as exc:
+        status.send(BootError(f"{type(exc).__name__}: {exc}"))
+        return ExitCode.BOOT_ERROR
+    return worker.run()

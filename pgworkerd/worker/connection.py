@@ -1,0 +1,114 @@
+"""A worker child's database connection: opened after the fork, reopened with jittered
+backoff when the database goes away, given up when the supervisor is gone."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import select
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from pgworkerd import db, logs
+from pgworkerd.worker.spec import WorkerSpec
+
+log = logging.getLogger("pgworkerd.worker")
+
+RECONNECT_MAX_S = 10.0
+# The worker's statements (prepared by psycopg after a few runs) have plans that do not
+# depend on their parameters' values (tests/integration/test_claim_plan.py asserts the
+# generic ones). Left to choose, PostgreSQL kept planning the claim afresh for every
+# run: half a millisecond of each claim, and of an idle worker's pick-up of a new job.
+WORKER_PLAN_CACHE_MODE = "force_generic_plan"
+# Errors that end a connection's use. A server that cannot write any more (a failover
+# left us on a read-only node, or a standby) is one: the job is not at fault, nothing
+# is charged, we reconnect (with backoff) until a writable server answers
+# (docs/faults.md, "Read-only database after failover").
+CONNECTION_FAULTS = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
+
+
+class WorkerConnection:
+    def __init__(self, spec: WorkerSpec, wake_fd: int, stopping: Callable[[], bool]) -> None:
+        self.spec = spec
+        self.wake_fd = wake_fd  # signals wake a sleep between attempts
+        self.stopping = stopping
+        self.conn: psycopg.Connection[Any] | None = None
+        # Counts connections made: a batch claimed on an earlier connection is given
+        # back rather than run, since its leases may have lapsed while we were away.
+        self.epoch = 0
+        self._read_only_delay_s = 0.0  # backoff between read-only faults in a row
+
+    def get(self, *, for_outcome: bool = False) -> psycopg.Connection[Any]:
+        """The open connection, or a new one after jittered backoff. Gives up (raises)
+        when the supervisor is gone, or when draining unless an outcome is waiting."""
+        if self.conn is not None and not self.conn.closed:
+            return self.conn
+        delay = 0.1
+        while True:
+            try:
+                # A write unacknowledged for as long as a lease lasts means a dead
+                # path: give up then, not after the default 30 s (the job's lease
+                # would have lapsed long before, leaving it `running` meanwhile).
+                self.conn = db.connect(
+                    self.spec.database_url,
+                    application_name=f"pgworkerd worker {self.spec.pool} #{self.spec.index}",
+                    tcp_user_timeout=int(min(30.0, self.spec.lease_ttl_s) * 1000),
+                    options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}",
+                )
+                self.epoch += 1
+                return self.conn
+            except CONNECTION_FAULTS as exc:
+                self._close()
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "database unreachable; retrying",
+                    error=db.describe_error(exc, self.spec.database_url),
+                    retry_in_s=round(delay, 2),
+                )
+                if self.orphaned() or (self.stopping() and not for_outcome):
+                    raise
+                sleep_interruptibly(self.wake_fd, delay)
+                delay = min(RECONNECT_MAX_S, delay * 2) * random.uniform(0.5, 1.0) + 0.05
+
+    def succeeded(self) -> None:
+        """A write went through: the next read-only fault starts its backoff afresh."""
+        self._read_only_delay_s = 0.0
+
+    def lost(self, exc: BaseException) -> None:
+        logs.event(
+            log,
+            logging.WARNING,
+            "database connection lost",
+            error=db.describe_error(exc, self.spec.database_url),
+        )
+        self._close()
+        if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+            # Connecting works, writing does not: reconnecting at once would spin.
+            self._read_only_delay_s = min(RECONNECT_MAX_S, max(0.1, self._read_only_delay_s * 2))
+            sleep_interruptibly(self.wake_fd, self._read_only_delay_s * random.uniform(0.5, 1.0))
+
+    def orphaned(self) -> bool:
+        return os.getppid() != self.spec.supervisor_pid
+
+    def _close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection may fail too
+                self.conn.close()
+        self.conn = None
+
+
+def drain_pipe(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError, OSError):
+        os.set_blocking(fd, False)
+        while os.read(fd, 4096):
+            pass
+
+
+def sleep_interruptibly(wake_fd: int, seconds: float) -> None:
+    select.select([wake_fd], [], [], seconds)
+    drain_pipe(wake_fd)

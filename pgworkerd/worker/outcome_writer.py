@@ -1,0 +1,126 @@
+"""Writing a worker child's outcomes: fenced by each job's lease, retried across
+reconnects (an unwritten outcome would make its job run again), and announced to the
+supervisor (`finishing` before the write, `done` after: see pgworkerd/ipc)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+
+from pgworkerd import logs
+from pgworkerd.execution import Outcome
+from pgworkerd.ipc import Done, Finishing, StatusWriter
+from pgworkerd.job import Job
+from pgworkerd.outcomes import OutcomeBuffer, Success
+from pgworkerd.store import JobStore
+from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
+
+log = logging.getLogger("pgworkerd.worker")
+
+
+class OutcomeWriter:
+    def __init__(
+        self,
+        store: JobStore,
+        connection: WorkerConnection,
+        status: StatusWriter,
+        successes: OutcomeBuffer,
+    ) -> None:
+        self.store = store
+        self.connection = connection
+        self.status = status
+        self.successes = successes  # written with the next claim, or by flush()
+        # Two lines a job at info: not even built when the level leaves them out.
+        self.log_jobs = log.isEnabledFor(logging.INFO)
+
+    def flush(self) -> None:
+        """Write the pending successes now."""
+        successes = self.successes.take()
+        if not successes:
+            return
+        self.status.send(Finishing(tuple(s.job.id for s in successes)))
+        leases = [(s.job.lease, s.result_json) for s in successes]
+        while True:
+            try:
+                kept = self.store.complete(self.connection.get(for_outcome=True), leases)
+                self.connection.succeeded()
+                break
+            except CONNECTION_FAULTS as exc:
+                self.connection.lost(exc)
+                if self.connection.orphaned():
+                    return  # the leases lapse and the jobs are rescued
+        self.written(successes, kept)
+
+    def written(self, successes: list[Success], kept: set[int]) -> None:
+        """Log written successes (`kept`: whose lease still held) and tell the
+        supervisor they are settled."""
+        if not successes:
+            return
+        for success in successes:
+            job = success.job
+            if job.id in kept and not self.log_jobs:
+                continue
+            fields = {
+                "job": job.id,
+                "kind": job.kind,
+                "attempt": job.attempt,
+                "duration_ms": success.duration_ms,
+            }
+            if job.id in kept:
+                logs.event(log, logging.INFO, "job succeeded", **fields)
+            else:
+                logs.event(log, logging.WARNING, "job lease lost; outcome discarded", **fields)
+        self.status.send(Done(tuple(s.job.id for s in successes)))
+
+    def record(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
+        """Write an outcome other than success at once."""
+        # Said before the write: a supervisor whose renewal finds the lease gone then
+        # knows it was this write, not a rescue, and lets it be.
+        self.status.send(Finishing((job.id,)))
+        while True:
+            try:
+                self._write(self.connection.get(for_outcome=True), job, outcome, duration_ms)
+                self.connection.succeeded()
+                break
+            except CONNECTION_FAULTS as exc:
+                self.connection.lost(exc)
+                if self.connection.orphaned():
+                    break
+        self.status.send(Done((job.id,)))
+
+    def _write(
+        self, conn: psycopg.Connection[Any], job: Job, outcome: Outcome, duration_ms: float
+    ) -> None:
+        fields = {
+            "job": job.id,
+            "kind": job.kind,
+            "attempt": job.attempt,
+            "duration_ms": duration_ms,
+        }
+        lease = job.lease
+        if outcome.kind == "retry":
+            result = self.store.retry_after(conn, lease, outcome.delay_s or 0.0, outcome.error)
+        else:
+            discard = outcome.kind == "discarded"
+            result = self.store.fail(conn, lease, outcome.error or outcome.kind, discard=discard)
+        if result is None:
+            logs.event(
+                log,
+                logging.WARNING,
+                "job lease lost; outcome discarded",
+                outcome=outcome.kind,
+                **fields,
+            )
+            return
+        level = logging.ERROR if result.state == "dead" else logging.WARNING
+        logs.event(
+            log,
+            level,
+            f"job {outcome.kind.replace('_', ' ')}",
+            **fields,
+            next_state=result.state,
+            run_at=result.run_at.isoformat(),
+            error=outcome.summary,
+        )

@@ -1,0 +1,37 @@
+"""What a worker child is told at fork time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pgworkerd.store import Backoff
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a child needs, fixed at fork time."""
+
+    pool: str
+    index: int  # 1-based within the pool
+    queues: tuple[str, ...]  # in claim order
+    queue_max_attempts: tuple[int, ...]
+    batch_size: int
+    lease_ttl_s: float
+    poll_interval_s: float
+    database_url: str
+    schema: str
+    backoff: Backoff
+    registry: Mapping[str, Callable[..., Any]]
+    max_jobs: int | None
+    max_memory_bytes: int | None
+    log_format: str
+    log_level: str
+    supervisor_pid: int
+    worker_id: str  # written into jobs.worker: hostname:supervisor pid/pool#index
+    threads: int = 1  # execution slots: jobs run at once (one start-board record each)
+
+    @property
+    def name(self) -> str:
+        return f"{self.pool}#{self.index}"
