@@ -1,11 +1,12 @@
 """pgworkerd beside its peers, in one run on one throwaway durable PostgreSQL cluster.
 
     python -m bench [--peers pgqueuer_apg,raw_2x100 | all | none] [--reps 1] [-n 20000]
-                    [--scale] [--peers-dir ../shared/bench/peers]
+                    [--scale] [--peers-dir DIR]
 
 pgworkerd runs as users run it (YAML config, `pgworkerd migrate`, `pgworkerd run`);
-each peer runs through its own harness from the peers' directory; both follow the
-protocol of the peers' common.py (see bench/measure.py). Prints one markdown table and
+each peer runs through its own harness from the peers' directory (`--peers-dir`; the
+peers' harnesses are not part of this repository); both follow the protocol of the
+peers' common.py (see bench/measure.py). Prints one markdown table and
 the targets' verdicts, and writes bench/results/<timestamp>/ (summary.md, records.jsonl,
 run.json, chart.png, logs/) plus bench/results/latest.png and latest.md.
 """

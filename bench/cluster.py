@@ -1,6 +1,6 @@
 """The benchmark's throwaway PostgreSQL cluster: pgworkerd's EmbeddedCluster with the
-settings of ../shared/bench/peers/run_all.sh, so every number is taken on the same
-durable server the peers were measured on."""
+settings of the peers' run_all.sh (in the `--peers-dir` directory), so every number is
+taken on the same durable server the peers were measured on."""
 
 from __future__ import annotations
 

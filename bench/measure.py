@@ -1,4 +1,4 @@
-"""pgworkerd measured with the peers' protocol (../shared/bench/peers/common.py):
+"""pgworkerd measured with the peers' protocol (their common.py, in `--peers-dir`):
 
 throughput  enqueue N no-op jobs, the first N_SINGLE one at a time (one transaction
             each) and the rest with `enqueue_many` in calls of ENQ_BATCH; then start

@@ -1,4 +1,5 @@
-"""The peers' harnesses (../shared/bench/peers/bench_*.py), run as run_all.sh runs them:
+"""The peers' harnesses (bench_*.py in the `--peers-dir` directory, not part of this
+repository), run as run_all.sh runs them:
 each mode in a fresh database, from the venvs run_all.sh builds, under a hard time cap,
 with the protocol passed in the same environment variables. Their RESULT line is the
 record.

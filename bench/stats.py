@@ -1,5 +1,5 @@
-"""Percentiles and medians exactly as the peer harnesses compute them
-(../shared/bench/peers/common.py), so pgworkerd's figures and the peers' are comparable."""
+"""Percentiles and medians exactly as the peer harnesses compute them (their common.py,
+in the `--peers-dir` directory), so pgworkerd's figures and the peers' are comparable."""
 
 from __future__ import annotations
 

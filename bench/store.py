@@ -3,8 +3,8 @@ measured in the same run on the same throwaway cluster (durable commits, as the 
 
     python -m bench.store [--single 2000] [--bulk 10000] [--claim-jobs 20000]
 
-The reference is the smallest thing that could do the same work (the shape of
-../shared/bench/peers/bench_rawpsycopg.py): INSERT one row, INSERT ... SELECT FROM
+The reference is the smallest thing that could do the same work (the shape of the
+peers' bench_rawpsycopg.py harness): INSERT one row, INSERT ... SELECT FROM
 unnest, and claim with SKIP LOCKED then DELETE; the ratio says what our bookkeeping
 (leases, attempts, validation, ordering) costs on top of it.
 """

@@ -161,8 +161,9 @@ class JobStore:
     def _with_own_earlier_completions(
         self, conn: psycopg.Connection[Any], params: dict[str, Any], kept: set[int]
     ) -> set[int]:
-        """`kept`, plus the jobs these very leases had completed before (RELIABILITY
-        §6: the first write committed, its reply was lost). Rarely any are missing."""
+        """`kept`, plus the jobs these very leases had completed before (the first write
+        committed, its reply was lost: docs/faults.md, "Outcome committed, reply lost").
+        Rarely any are missing."""
         if len(kept) == len(params["ids"]):
             return kept
         rows = conn.execute(self._sql["jobs_completed_by_leases"], params).fetchall()

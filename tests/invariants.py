@@ -1,4 +1,5 @@
-"""Jepsen-style checking: record a history, then check RELIABILITY.md's invariants.
+"""Jepsen-style checking: record a history, then check the invariants I1-I5
+(docs/faults.md, "Invariants").
 
 Two records are kept in the test's own database:
   * `history`: one row per handler event (start, end), written by tests/handlers.py;

@@ -1,4 +1,5 @@
-"""RELIABILITY §29-31: bad config and bad handlers stop `check` and `run` with exit 2,
+"""Bad config and bad handlers (docs/faults.md, "Bad configuration" and "Handlers that
+do not import") stop `check` and `run` with exit 2,
 one line per problem, no traceback; `run` forks nothing and writes nothing."""
 
 from __future__ import annotations

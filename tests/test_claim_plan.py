@@ -127,7 +127,8 @@ def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(co
 
 
 def test_completing_a_batch_does_not_read_the_finished_rows(conn):
-    """A batch's completion, and the look-up of completions a lost reply hid (§6), go
+    """A batch's completion, and the look-up of completions a lost reply hid (docs/faults.md,
+    "Outcome committed, reply lost"), go
     by primary key: a million finished rows cost them nothing. (Both once walked the
     finished rows: 97 ms per batch of 100 at 50,000 of them.)"""
     conn.execute("""

@@ -1,5 +1,5 @@
-"""RELIABILITY.md's faults, injected into the real daemon; after each, the invariants
-I1-I5 are checked over the recorded history (tests/invariants.py)."""
+"""The faults of docs/faults.md, injected into the real daemon; after each, the
+invariants I1-I5 are checked over the recorded history (tests/invariants.py)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def drain(daemon: Any) -> None:
 
 
 def test_s1_s3_killed_and_crashing_workers(start_daemon, recorder):
-    """§1 SIGKILL mid-job: charged, rerun. §3 poison jobs (exit, segfault): dead after
-    max_attempts with every error, respawns back off, the supervisor does not spin."""
+    """docs/faults.md, "Worker killed mid-job": charged, rerun. "Poison job that crashes
+    its worker" (exit, segfault): dead after max_attempts with every error, respawns
+    back off, the supervisor does not spin."""
     good = pgworkerd.enqueue_many(
         recorder, [{"kind": "work", "payload": {"ms": 20}} for _ in range(30)]
     )
@@ -69,8 +70,9 @@ def test_s1_s3_killed_and_crashing_workers(start_daemon, recorder):
 
 
 def test_s2_a_job_that_runs_out_of_memory_is_charged_and_retried(start_daemon, recorder):
-    """§2 with RLIMIT_AS: the allocation fails in the job, the worker survives, the job is
-    charged one attempt and retried; the other worker's jobs are unaffected."""
+    """docs/faults.md, "Job out of memory", with RLIMIT_AS: the allocation fails in the
+    job, the worker survives, the job is charged one attempt and retried; the other
+    worker's jobs are unaffected."""
     hog = pgworkerd.enqueue(recorder, "hog", {})
     others = pgworkerd.enqueue_many(recorder, [{"kind": "work", "payload": {}} for _ in range(20)])
     daemon = start_daemon()
@@ -83,7 +85,8 @@ def test_s2_a_job_that_runs_out_of_memory_is_charged_and_retried(start_daemon, r
 
 
 def test_s1_s15_a_handlers_grandchildren_die_with_its_worker(start_daemon, recorder):
-    """§1 and §15 with a handler that started a process of its own: whether the worker
+    """docs/faults.md, "Worker killed mid-job" and "Handler past its max runtime, deaf to
+    signals", with a handler that started a process of its own: whether the worker
     crashes or is SIGKILLed past its max runtime, nothing of its process group is left
     behind once the supervisor has reaped it; each job is charged and retried."""
     crashing = pgworkerd.enqueue(recorder, "spawn_then_die", {"how": "crash"})
@@ -122,7 +125,8 @@ def alive_sleep(pid: int) -> bool:
 
 
 def test_s5_killed_between_handler_success_and_outcome_commit(start_daemon, recorder, db_dsn):
-    """§5: the handler finished but its outcome never committed: the job runs again,
+    """docs/faults.md, "Killed between handler success and outcome commit": the handler
+    finished but its outcome never committed: the job runs again,
     same id, attempt + 1."""
     victim = pgworkerd.enqueue(recorder, "sleep_first_attempt", {"seconds": 0.5})
     daemon = start_daemon(workers=ONE_WORKER)
@@ -166,7 +170,8 @@ def test_s5_killed_between_handler_success_and_outcome_commit(start_daemon, reco
 
 
 def test_s11_a_job_five_times_longer_than_its_lease_runs_once(start_daemon, recorder):
-    """§11: renewed all along, never rescued, though two daemons' rescuers are watching."""
+    """docs/faults.md, "Job running far longer than its lease": renewed all along, never
+    rescued, though two daemons' rescuers are watching."""
     long_job = pgworkerd.enqueue(recorder, "sleep", {"seconds": 5})
     first = start_daemon("first", lease_ttl="1s")
     second = start_daemon("second", lease_ttl="1s")
@@ -196,7 +201,7 @@ def test_s25_no_connection_crosses_a_fork_and_the_supervisor_has_one_thread(star
 
 
 def test_s21_a_database_that_turned_read_only_is_a_connection_fault(start_daemon, recorder):
-    """§21, as after a failover to a read-only node: workers reconnect with backoff
+    """docs/faults.md, "Read-only database after failover": workers reconnect with backoff
     (no crash loop, no traceback, bounded CPU), nothing is charged, and they resume
     alone once the database takes writes again."""
     daemon = start_daemon(workers=ONE_WORKER)
@@ -228,8 +233,9 @@ def test_s21_a_database_that_turned_read_only_is_a_connection_fault(start_daemon
 
 
 def test_s20_s22_postgresql_restarts_and_outages(daemons, own_cluster):
-    """§20 restart (fast, then immediate) mid-flow; §22 down for a while: no crash loop,
-    bounded CPU, resumes alone, nothing lost."""
+    """docs/faults.md, "PostgreSQL restart or terminated connections" (fast, then
+    immediate, mid-flow) and "Database down for a while": no crash loop, bounded CPU,
+    resumes alone, nothing lost."""
     dsn = own_cluster.dsn()
     with psycopg.connect(dsn, autocommit=True) as conn:
         invariants.install(conn)
@@ -249,7 +255,7 @@ def test_s20_s22_postgresql_restarts_and_outages(daemons, own_cluster):
         own_cluster.start()
     wait_until(lambda: done() >= 180, timeout_s=30, what="progress after the restarts")
 
-    own_cluster.stop("fast")  # §22: an outage
+    own_cluster.stop("fast")  # an outage: docs/faults.md, "Database down for a while"
     exits_before = daemon.log().count("worker exited")
     cpu_before = tree_cpu_s(daemon)
     outage_s = 6.0

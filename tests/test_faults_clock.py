@@ -1,6 +1,7 @@
-"""§10: daemons whose clocks are an hour off (libfaketime on the daemon only; the
-PostgreSQL server keeps true time). Leases and schedules come from the database
-clock, so neither an early rescue nor an extended lease can follow."""
+"""Daemons whose clocks are an hour off (docs/faults.md, "Host clock an hour off"):
+libfaketime on the daemon only, the PostgreSQL server keeps true time. Leases and
+schedules come from the database clock, so neither an early rescue nor an extended
+lease can follow."""
 
 from __future__ import annotations
 

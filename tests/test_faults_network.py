@@ -1,5 +1,6 @@
 """Network faults through a loopback proxy of our own (tests/proxy.py): a cut past the
-lease (§8), a lost reply to a committed outcome (§6). Handlers write their history
+lease (docs/faults.md, "Network cut past the lease"), a lost reply to a committed
+outcome (docs/faults.md, "Outcome committed, reply lost"). Handlers write their history
 directly, off the faulty path."""
 
 from __future__ import annotations
@@ -63,10 +64,11 @@ def drain(daemon: Any) -> None:
 
 
 def test_s8_network_cut_past_the_lease(daemons, proxy, db_dsn, recorder):
-    """§8: the database stops answering a daemon (every byte held, no TCP error: a
-    half-open path). Its supervisor stops the job itself before the lease runs out;
-    another daemon rescues and runs it; after the heal the cut daemon's late writes
-    (a renewal held in the network, its charge of the killed job) change nothing."""
+    """docs/faults.md, "Network cut past the lease": the database stops answering a
+    daemon (every byte held, no TCP error: a half-open path). Its supervisor stops the
+    job itself before the lease runs out; another daemon rescues and runs it; after the
+    heal the cut daemon's late writes (a renewal held in the network, its charge of the
+    killed job) change nothing."""
     victim = pgworkerd.enqueue(recorder, "sleep_first_attempt", {"seconds": 60})
     cut = daemons(proxy.dsn(db_dsn), "cut", history_dsn=db_dsn, workers=ONE_WORKER, lease_ttl="3s")
     worker = cut.worker_running(victim, started_in=recorder)
@@ -114,9 +116,10 @@ def test_s8_network_cut_past_the_lease(daemons, proxy, db_dsn, recorder):
 
 
 def test_s6_an_outcome_commits_but_its_reply_is_lost(daemons, proxy, db_dsn, recorder):
-    """§6: the complete statement commits, then the connection dies before its answer
-    arrives. The worker reconnects, writes the outcome again and sees its own (the
-    token stays on the finished row): no rerun, attempt 1, one start."""
+    """docs/faults.md, "Outcome committed, reply lost": the complete statement commits,
+    then the connection dies before its answer arrives. The worker reconnects, writes
+    the outcome again and sees its own (the token stays on the finished row): no rerun,
+    attempt 1, one start."""
     # A batch's successes are written with the next claim, by this statement.
     text = statements("pgworkerd")["jobs_complete_and_claim"].decode()
     proxy.lose_reply_to(text[: text.index("%(")].encode())  # up to its first parameter

@@ -110,7 +110,8 @@ def test_unique_key_repeated_within_one_batch(conn):
 
 
 def test_concurrent_enqueues_of_one_unique_key_make_one_row(db_dsn):
-    """RELIABILITY §28: both callers get the id of the single row."""
+    """docs/faults.md, "Concurrent enqueues of one unique key": both callers get the id
+    of the single row."""
     with psycopg.connect(db_dsn) as first, psycopg.connect(db_dsn) as second:
         first_id = pgworkerd.enqueue(first, "k", {}, unique_key="once")
         result: dict[str, Any] = {}

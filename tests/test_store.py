@@ -169,7 +169,8 @@ def test_old_holder_cannot_touch_the_job_after_rescue_and_reclaim(conn, store):
 
 
 def test_an_outcome_is_accepted_once_and_a_retried_complete_sees_it(conn, store):
-    """RELIABILITY §6: the first complete committed but its reply was lost; the holder
+    """docs/faults.md, "Outcome committed, reply lost": the first complete committed but
+    its reply was lost; the holder
     retries and is told its outcome stands, and nothing is written twice."""
     job_id = pgworkerd.enqueue(conn, "k", {})
     (job,) = claim(store, conn)

@@ -1,5 +1,6 @@
-"""RELIABILITY §9 and §27 at the store: the rescuer racing completions, and failures
-that happen together spread out."""
+"""Two faults at the store (docs/faults.md, "Rescuer racing completions" and "Many jobs
+failing at once"): the rescuer racing completions, and failures that happen together
+spread out."""
 
 from __future__ import annotations
 
