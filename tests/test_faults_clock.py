@@ -131,6 +131,6 @@ def test_s10_clocks_an_hour_off_neither_rescue_early_nor_extend_leases(daemons, 
         recorder, [long_job, retried, victim], max_runtime_s=30, lease_ttl_s=LEASE_TTL_S
     )
     print(
-        f"§10: leases reached at most {max(horizons):.2f}s ahead (ttl {LEASE_TTL_S}s); "
+        f"clock skew: leases reached at most {max(horizons):.2f}s ahead (ttl {LEASE_TTL_S}s); "
         f"rescue {took_s:.1f}s after the kill"
     )

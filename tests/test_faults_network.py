@@ -112,7 +112,7 @@ def test_s8_network_cut_past_the_lease(daemons, proxy, db_dsn, recorder):
         drain(daemon)
     assert "could not settle every job" not in cut.log()
     invariants.assert_holds(recorder, [victim, *during_cut], max_runtime_s=30, lease_ttl_s=3)
-    print(f"§8: cut -> job stopped in {stopped_after:.2f}s (lease_ttl 3s)")
+    print(f"network cut: cut -> job stopped in {stopped_after:.2f}s (lease_ttl 3s)")
 
 
 def test_s6_an_outcome_commits_but_its_reply_is_lost(daemons, proxy, db_dsn, recorder):
