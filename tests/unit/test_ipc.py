@@ -1,0 +1,127 @@
+"""The child protocol: message encoding, the status pipe's framing, the start board and
+the control pipe (real pipes and shared memory, within one process)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from pgworkerd.ipc import (
+    BootError,
+    Claimed,
+    ClaimedJob,
+    ControlReader,
+    ControlWriter,
+    Done,
+    Finishing,
+    Idle,
+    Message,
+    Released,
+    Skip,
+    StartBoard,
+    StartRecord,
+    StatusReader,
+    StatusWriter,
+    Stopping,
+)
+from pgworkerd.ipc.messages import decode, encode
+
+EVERY_MESSAGE: list[Message] = [
+    Claimed(
+        3, 12.5, True, (ClaimedJob(7, "tok", "send", "q", 1.5), ClaimedJob(8, "t", "k", "q", None))
+    ),
+    Finishing((7, 8)),
+    Done((7,)),
+    Released(()),
+    Idle(),
+    Stopping(),
+    BootError("ImportError: no module named 'x'\nsecond line"),
+]
+
+
+@pytest.mark.parametrize("message", EVERY_MESSAGE, ids=lambda m: type(m).__name__)
+def test_every_message_round_trips_as_one_line(message: Message) -> None:
+    line = encode(message)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert decode(line.rstrip(b"\n")) == message
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"t":"claimed","first":1',
+        b"not json",
+        b'{"t":"ready"}',
+        b'{"ids":[1]}',
+        b'{"t":"done"}',
+        b'{"t":"claimed","first":1,"at":0,"full":false,"jobs":[[1,"t"]]}',
+        b"[]",
+    ],
+)
+def test_fragments_and_unknown_messages_decode_to_none(line: bytes) -> None:
+    assert decode(line) is None
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    r, w = os.pipe()
+    yield r, w
+    for fd in (r, w):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def test_status_reader_yields_complete_lines_and_keeps_a_partial_one(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    reader, writer = StatusReader(r), StatusWriter(w)
+    writer.send(Idle())
+    data = encode(Done((1, 2)))
+    os.write(w, data[:5])
+    assert list(reader.read()) == [Idle()]
+    os.write(w, data[5:] + b"garbage-from-a-killed-child\n")
+    assert list(reader.read()) == [Done((1, 2))]
+    os.close(w)
+    assert list(reader.read()) == [] and reader.closed
+
+
+def test_start_board_holds_one_record_per_slot() -> None:
+    board = StartBoard(slots=3)
+    assert board.records() == [] and board.starts_posted() == 0
+    board.post_start(1, slot=0)
+    board.post_start(2, slot=2)
+    records = board.records()
+    assert [(r.slot, r.number) for r in records] == [(0, 1), (2, 2)]
+    assert all(isinstance(r, StartRecord) and r.started_at > 0 for r in records)
+    assert board.starts_posted() == 2
+    board.post_start(3, slot=0)  # slot 0 moves on: its previous record is gone
+    assert [(r.slot, r.number) for r in board.records()] == [(0, 3), (2, 2)]
+    board.close()
+
+
+def test_start_board_is_shared_with_a_forked_child() -> None:
+    board = StartBoard()
+    pid = os.fork()
+    if pid == 0:
+        board.post_start(41)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert [r.number for r in board.records()] == [41]
+    board.close()
+
+
+def test_control_lines_are_read_only_when_the_board_counts_news(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    board = StartBoard()
+    writer, reader = ControlWriter(w, board), ControlReader(r, board)
+    assert not reader.has_news() and not reader.is_skipped(7, "tok")
+    writer.skip(Skip(7, "tok"))
+    assert reader.has_news()
+    assert reader.is_skipped(7, "tok") and not reader.is_skipped(7, "other-token")
+    assert not reader.has_news()
+    writer.wake()
+    assert reader.read() is True
+    assert reader.read() is False  # nothing new: not woken again
+    board.close()

@@ -1,0 +1,215 @@
+"""The supervisor's ledger of a child's jobs: every state, every transition, and how
+each kill reason settles the jobs, with a fake clock (plain numbers)."""
+
+from __future__ import annotations
+
+import uuid
+
+from pgworkerd.ipc import Claimed, ClaimedJob, StartRecord
+from pgworkerd.job import Lease
+from pgworkerd.supervisor.ledger import ChildLedger, JobState, KillReason
+
+T0 = 1000.0  # monotonic seconds
+
+
+def runtime_for(queue: str, job_max_runtime_s: float | None) -> float:
+    return job_max_runtime_s if job_max_runtime_s is not None else 60.0
+
+
+def claim(ledger: ChildLedger, ids: list[int], *, first: int = 1, at: float = T0) -> None:
+    jobs = tuple(ClaimedJob(i, str(uuid.uuid4()), "k", "q", None) for i in ids)
+    ledger.claimed(Claimed(first, at, False, jobs), runtime_for)
+
+
+def states(ledger: ChildLedger) -> dict[int, JobState]:
+    return {job.id: job.state for job in ledger.jobs.values()}
+
+
+def test_claimed_jobs_are_held_unstarted_from_the_claim_time() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8], first=1, at=T0)
+    assert states(ledger) == {7: JobState.CLAIMED, 8: JobState.CLAIMED}
+    assert [job.number for job in ledger.jobs.values()] == [1, 2]
+    assert all(job.renewed_at == T0 and job.max_runtime_s == 60.0 for job in ledger.jobs.values())
+    assert ledger.claimed_through == 2
+    assert len(ledger.leases()) == 2 and bool(ledger)
+
+
+def test_a_posted_start_makes_the_job_running_with_its_start_time() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8])
+    forbidden, complete = ledger.observe_starts([StartRecord(0, 1, T0 + 1)])
+    assert (forbidden, complete) == ([], True)
+    job = ledger.jobs[7]
+    assert (job.state, job.started_at, job.slot) == (JobState.RUNNING, T0 + 1, 0)
+    assert job.deadline() == T0 + 61
+    assert ledger.jobs[8].state is JobState.CLAIMED
+
+
+def test_the_next_start_in_a_slot_means_its_previous_job_returned() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8])
+    ledger.observe_starts([StartRecord(0, 1, T0 + 1)])
+    ledger.observe_starts([StartRecord(0, 2, T0 + 2)])
+    assert states(ledger) == {7: JobState.FINISHING, 8: JobState.RUNNING}
+    assert ledger.jobs[7].deadline() is None  # no runtime limit once returned
+
+
+def test_a_start_overwritten_unseen_is_inferred_from_claim_order() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8, 9])
+    ledger.observe_starts([StartRecord(0, 3, T0 + 5)])  # 1 and 2 ran between two reads
+    assert states(ledger) == {7: JobState.FINISHING, 8: JobState.FINISHING, 9: JobState.RUNNING}
+    assert ledger.jobs[7].started_at == T0 + 5  # a start is known to have happened
+
+
+def test_a_start_of_an_unread_claim_is_looked_at_again_later() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7])
+    assert ledger.observe_starts([StartRecord(0, 2, T0 + 1)]) == ([], False)
+    claim(ledger, [8], first=2)
+    assert ledger.observe_starts([StartRecord(0, 2, T0 + 1)]) == ([], True)
+    assert states(ledger) == {7: JobState.FINISHING, 8: JobState.RUNNING}
+
+
+def test_a_start_of_a_settled_job_changes_nothing() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7])
+    ledger.observe_starts([StartRecord(0, 1, T0)])
+    ledger.finishing([7])
+    ledger.done([7])
+    assert ledger.observe_starts([StartRecord(0, 1, T0)]) == ([], True)
+    assert not ledger.jobs and not ledger
+
+
+def test_several_slots_run_jobs_at_once_each_with_its_own_deadline() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8, 9])
+    ledger.observe_starts([StartRecord(0, 1, T0), StartRecord(1, 2, T0 + 1)])
+    assert states(ledger) == {7: JobState.RUNNING, 8: JobState.RUNNING, 9: JobState.CLAIMED}
+    # Slot 0 moves on to job 3: only its own previous job returned.
+    ledger.observe_starts([StartRecord(0, 3, T0 + 2), StartRecord(1, 2, T0 + 1)])
+    assert states(ledger) == {7: JobState.FINISHING, 8: JobState.RUNNING, 9: JobState.RUNNING}
+    assert [ledger.jobs[i].deadline() for i in (8, 9)] == [T0 + 61, T0 + 62]
+
+
+def test_finishing_done_and_released_messages() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8, 9])
+    ledger.observe_starts([StartRecord(0, 1, T0)])
+    ledger.finishing([7, 99])  # an id it does not hold is ignored
+    assert ledger.jobs[7].state is JobState.FINISHING
+    ledger.done([7])
+    ledger.released([8])
+    assert states(ledger) == {9: JobState.CLAIMED}
+
+
+def test_stopping_releases_exactly_the_unstarted_jobs() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8, 9])
+    ledger.observe_starts([StartRecord(0, 1, T0)])
+    released = ledger.release_unstarted()
+    assert [job.id for job in released] == [8, 9]
+    assert states(ledger) == {7: JobState.RUNNING}
+
+
+def test_renewal_moves_renewed_leases_and_judges_the_missing_ones() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8, 9])
+    ledger.observe_starts([StartRecord(0, 2, T0 + 1)])  # 7 returned, 8 runs, 9 waits
+    sent = set(ledger.leases())
+    verdict = ledger.renewal(sent, renewed={8}, sent_at=T0 + 10)
+    assert ledger.jobs[8].renewed_at == T0 + 10
+    assert verdict.lost_running == [] and [j.id for j in verdict.given_up] == [9]
+    assert ledger.jobs[7].state is JobState.FINISHING  # ended by its own outcome write
+    assert ledger.jobs[9].state is JobState.GIVEN_UP
+    verdict = ledger.renewal(sent, renewed=set(), sent_at=T0 + 20)
+    assert [j.id for j in verdict.lost_running] == [8]
+    assert ledger.jobs[8].state is JobState.LOST
+    assert ledger.leases() == [ledger.jobs[7].lease]  # lost and given up: not renewed
+
+
+def test_renewal_does_not_judge_a_job_claimed_after_it_was_sent() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7])
+    sent = set(ledger.leases())
+    ledger.done([7])
+    claim(ledger, [7], first=2)  # the same job, claimed anew: another lease
+    verdict = ledger.renewal(sent, renewed=set(), sent_at=T0 + 1)
+    assert verdict.lost_running == [] and verdict.given_up == []
+    assert ledger.jobs[7].state is JobState.CLAIMED
+
+
+def test_a_given_up_job_found_started_is_forbidden() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7])
+    ledger.give_up(ledger.jobs[7])
+    forbidden, _ = ledger.observe_starts([StartRecord(0, 1, T0)])
+    assert [job.id for job in forbidden] == [7]
+    assert ledger.jobs[7].state is JobState.LOST
+
+
+def test_a_given_up_job_skipped_by_the_child_stays_out_of_everything() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8])
+    ledger.give_up(ledger.jobs[7])
+    ledger.observe_starts([StartRecord(0, 2, T0)])
+    assert states(ledger) == {7: JobState.GIVEN_UP, 8: JobState.RUNNING}
+    assert ledger.settlements(None, "killed by SIGKILL")[0].lease == ledger.jobs[8].lease
+    assert len(ledger.settlements(None, "killed by SIGKILL")) == 1
+
+
+def _ledger_in_every_state() -> ChildLedger:
+    """Jobs 1 CLAIMED, 2 FINISHING, 3 RUNNING (slot 0), 4 RUNNING (slot 1), 5 LOST,
+    6 GIVEN_UP."""
+    ledger = ChildLedger()
+    claim(ledger, [1, 2, 3, 4, 5, 6])
+    ledger.give_up(ledger.jobs[6])
+    ledger.observe_starts([StartRecord(0, 2, T0), StartRecord(1, 4, T0)])  # 1 and 3 ran
+    ledger.jobs[1].state, ledger.jobs[1].started_at = JobState.CLAIMED, None
+    ledger.jobs[3].state = JobState.RUNNING
+    ledger.jobs[5].state = JobState.LOST
+    ledger.finishing([2])
+    return ledger
+
+
+def _settled(ledger: ChildLedger, reason: KillReason | None) -> dict[int, str | None]:
+    by_lease: dict[Lease, int] = {job.lease: job.id for job in ledger.jobs.values()}
+    return {by_lease[s.lease]: s.charge_error for s in ledger.settlements(reason, "how")}
+
+
+def test_a_child_that_died_by_itself_charges_every_started_job() -> None:
+    settled = _settled(_ledger_in_every_state(), None)
+    assert settled.keys() == {1, 2, 3, 4}  # lost and given-up jobs are not ours
+    assert settled[1] is None  # unstarted: released uncharged
+    assert "after the job's handler returned" in (settled[2] or "")
+    assert settled[3] == settled[4] == "worker process how while running the job"
+
+
+def test_shutdown_releases_everything_uncharged() -> None:
+    assert set(_settled(_ledger_in_every_state(), KillReason.SHUTDOWN).values()) == {None}
+
+
+def test_a_runtime_kill_charges_its_job_and_spares_the_neighbours() -> None:
+    ledger = _ledger_in_every_state()
+    ledger.blame([ledger.jobs[3]])
+    settled = _settled(ledger, KillReason.TIMEOUT)
+    assert settled[3] == "exceeded its max runtime of 60s: worker killed (SIGKILL)"
+    assert settled[4] is None  # a neighbour running in another slot: not its fault
+    assert settled[1] is None
+    assert "after the job's handler returned" in (settled[2] or "")
+
+
+def test_an_unfenced_kill_charges_every_running_job() -> None:
+    settled = _settled(_ledger_in_every_state(), KillReason.UNFENCED)
+    assert (
+        settled[3] == settled[4] == "worker killed: its supervisor could not renew the job's lease"
+    )
+
+
+def test_a_lease_lost_kill_leaves_the_lost_job_and_spares_the_others() -> None:
+    ledger = _ledger_in_every_state()
+    ledger.blame([ledger.jobs[5]])
+    settled = _settled(ledger, KillReason.LEASE_LOST)
+    assert 5 not in settled
+    assert settled[3] is None and settled[4] is None

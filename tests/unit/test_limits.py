@@ -1,0 +1,78 @@
+"""Runtime and lease-lapse checks on a fake clock (plain numbers)."""
+
+from __future__ import annotations
+
+import uuid
+
+from pgworkerd.ipc import Claimed, ClaimedJob, StartRecord
+from pgworkerd.supervisor import limits
+from pgworkerd.supervisor.ledger import ChildLedger, JobState
+
+T0 = 500.0
+TTL = 30.0
+
+
+def ledger_with(runtimes: list[float], *, started: int, at: float = T0) -> ChildLedger:
+    ledger = ChildLedger()
+    jobs = tuple(ClaimedJob(i + 1, str(uuid.uuid4()), "k", "q", r) for i, r in enumerate(runtimes))
+    ledger.claimed(Claimed(1, at, False, jobs), lambda queue, runtime: runtime or 60.0)
+    ledger.observe_starts([StartRecord(slot, slot + 1, at) for slot in range(started)])
+    return ledger
+
+
+def test_no_action_before_the_max_runtime() -> None:
+    ledger = ledger_with([10.0], started=1)
+    verdict = limits.check_runtimes(ledger, T0 + 9.99)
+    assert verdict.soft_timeout == [] and verdict.kill == []
+    assert limits.next_runtime_moment(ledger) == T0 + 10
+
+
+def test_soft_timeout_at_the_max_runtime_then_kill_after_the_grace() -> None:
+    ledger = ledger_with([10.0], started=1)
+    verdict = limits.check_runtimes(ledger, T0 + 10)
+    assert [job.id for job in verdict.soft_timeout] == [1] and verdict.kill == []
+    verdict.soft_timeout[0].soft_timeout_at = T0 + 10
+    grace_ends = T0 + 10 + limits.SOFT_TIMEOUT_GRACE_S
+    assert limits.next_runtime_moment(ledger) == grace_ends
+    assert limits.check_runtimes(ledger, grace_ends - 0.01).kill == []
+    verdict = limits.check_runtimes(ledger, grace_ends)
+    assert [job.id for job in verdict.kill] == [1] and verdict.soft_timeout == []
+
+
+def test_each_running_job_has_its_own_deadline() -> None:
+    ledger = ledger_with([10.0, 20.0], started=2)
+    assert [j.id for j in limits.check_runtimes(ledger, T0 + 15).soft_timeout] == [1]
+    assert [j.id for j in limits.check_runtimes(ledger, T0 + 20).soft_timeout] == [1, 2]
+
+
+def test_jobs_not_running_have_no_runtime_limit() -> None:
+    ledger = ledger_with([10.0, 10.0], started=1)
+    ledger.finishing([1])
+    assert ledger.jobs[2].state is JobState.CLAIMED
+    assert limits.check_runtimes(ledger, T0 + 1000).soft_timeout == []
+    assert limits.next_runtime_moment(ledger) is None
+
+
+def test_leases_lapse_at_a_fraction_of_the_ttl_after_their_last_renewal() -> None:
+    ledger = ledger_with([60.0, 60.0, 60.0], started=2)  # 1, 2 running; 3 unstarted
+    ledger.finishing([1])  # returned: only its fenced write is left, nothing to stop
+    moment = T0 + limits.UNFENCED_FRACTION * TTL
+    assert limits.next_lapse(ledger, TTL) == moment
+    early = limits.check_lapses(ledger, moment - 0.01, TTL)
+    assert early.running == [] and early.unstarted == []
+    verdict = limits.check_lapses(ledger, moment, TTL)
+    assert [j.id for j in verdict.running] == [2]
+    assert [j.id for j in verdict.unstarted] == [3]
+
+
+def test_a_renewal_pushes_the_lapse_back() -> None:
+    ledger = ledger_with([60.0], started=1)
+    ledger.renewal(set(ledger.leases()), renewed={1}, sent_at=T0 + 10)
+    assert limits.next_lapse(ledger, TTL) == T0 + 10 + limits.UNFENCED_FRACTION * TTL
+
+
+def test_given_up_and_lost_jobs_need_nothing_more() -> None:
+    ledger = ledger_with([60.0, 60.0], started=1)
+    ledger.renewal(set(ledger.leases()), renewed=set(), sent_at=T0)
+    assert {j.state for j in ledger.jobs.values()} == {JobState.LOST, JobState.GIVEN_UP}
+    assert limits.next_lapse(ledger, TTL) is None
