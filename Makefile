@@ -1,11 +1,15 @@
 # `make test` works on a fresh clone: it builds .venv, installs the project with its
-# dev extras and runs the suite against a PostgreSQL server the tests start themselves.
+# dev extras (and, where it can, the system libraries some tests use) and runs the lint,
+# the type check and every test tier against a PostgreSQL server the tests start.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SOURCES := pgworkerd tests bench examples
+# Extra pytest options, e.g. `make test PYTEST_ARGS=-x`.
+PYTEST_ARGS ?= --durations=15
 
-.PHONY: test test-slow lint bench demo stop-db clean
+.PHONY: test test-fast test-slow test-deps lint typecheck format bench demo stop-db clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,15 +17,39 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
-	$(BIN)/ruff check pgworkerd tests bench examples
-	$(BIN)/pytest -m "not slow"
+# Best effort, never fails: libfaketime for the clock-skew test (which skips without it).
+test-deps:
+	@bash scripts/install-test-deps
 
-test-slow: $(STAMP)
-	$(BIN)/pytest -m slow
+# Everything: lint, format, types, then all tiers (unit, integration, process), slow
+# scenarios included.
+test: $(STAMP) test-deps
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+	$(BIN)/mypy
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+# For development: every tier but the long scenarios marked slow.
+test-fast: $(STAMP) test-deps
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+# Only the long fault and kill-storm scenarios.
+test-slow: $(STAMP) test-deps
+	$(BIN)/pytest -m slow $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check pgworkerd tests bench examples
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+
+# mypy --strict over the files [tool.mypy] names in pyproject.toml: the package and
+# tests/unit. tests/integration and tests/process are not type-checked (their fixtures
+# and helpers are untyped pytest plumbing).
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff check --select I --fix $(SOURCES)
+	$(BIN)/ruff format $(SOURCES)
 
 # The quick start: embedded PostgreSQL under .pgworkerd/ (kept, reused), schema, a job of
 # each fate, and the daemon in the foreground. Ctrl-C drains and stops it.
@@ -45,4 +73,4 @@ bench: $(BENCH_STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -4,7 +4,7 @@ of no-op jobs. `python -m bench --scale` reports the two targets from here.
 
     python -m bench.scale [--jobs 1000000] [--samples 2000] [--daemon-jobs 100000]
 
-Timings are printed, never asserted: tests/test_claim_plan.py asserts the plan.
+Timings are printed, never asserted: tests/integration/test_claim_plan.py asserts the plan.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from pgworkerd.errors import PgworkerdError
@@ -248,7 +249,7 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             if isinstance(key, list | dict):
                 raise yaml.constructor.ConstructorError(
                     None, None, "a key must be a plain value", key_node.start_mark
@@ -327,7 +328,7 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
     return path
 
 
-def _message(error: Any) -> str:
+def _message(error: ErrorDetails) -> str:
     kind, ctx = error["type"], error.get("ctx", {})
     if kind == "extra_forbidden":
         return "unknown key"

@@ -67,6 +67,7 @@ def describe_error(exc: BaseException, url: str | None = None) -> str:
 
 def _password_of(url: str) -> str | None:
     try:
-        return conninfo_to_dict(url).get("password")  # type: ignore[return-value]
+        password = conninfo_to_dict(url).get("password")
     except psycopg.ProgrammingError:
         return None
+    return None if password is None else str(password)

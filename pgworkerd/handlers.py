@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from pgworkerd.errors import PgworkerdError
 
@@ -35,7 +35,7 @@ def resolve(path: str) -> Handler:
         target = getattr(target, part)
     if not callable(target):
         raise TypeError(f"{type(target).__name__} is not callable")
-    return target
+    return cast(Handler, target)
 
 
 def load_registry(handlers: Mapping[str, str]) -> dict[str, Handler]:

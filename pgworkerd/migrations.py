@@ -79,7 +79,8 @@ def current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
     statements = queries.statements(schema)
     table = f"{sql.Identifier(schema).as_string(conn)}.migrations"
     present = conn.execute(statements["migrations_table_exists"], {"migrations_table": table})
-    if not present.fetchone()[0]:  # type: ignore[index]
+    row = present.fetchone()
+    if row is None or not row[0]:
         return None
     versions = [row[0] for row in conn.execute(statements["migrations_applied"])]
     return max(versions, default=None)

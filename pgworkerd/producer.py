@@ -126,17 +126,19 @@ class Producer:
             unique_keys=any("unique_key" in r for r in records),
         )
         inserted_by_key: dict[str, int] = {}
+        resolved: list[int] = []
         for index, job_id in enumerate(ids):
             key = records[index].get("unique_key")
             if job_id is not None:
                 if key is not None:
                     inserted_by_key.setdefault(key, job_id)
+                resolved.append(job_id)
                 continue
             assert key is not None  # only a unique key can leave a job out
             # Its holder is an earlier job of this list, or a live job this transaction
             # can see now; or it finished meanwhile and our job goes in after all.
-            ids[index] = inserted_by_key.get(key) or self._live_or_insert(conn, records[index])
-        return ids  # type: ignore[return-value]  # every None was replaced
+            resolved.append(inserted_by_key.get(key) or self._live_or_insert(conn, records[index]))
+        return resolved
 
     def _live_or_insert(self, conn: psycopg.Connection[Any], record: dict[str, Any]) -> int:
         key = record["unique_key"]

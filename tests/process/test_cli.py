@@ -151,7 +151,7 @@ def test_check_reports_ok_or_what_is_missing(empty_db_dsn, tmp_path):
 def test_check_refuses_handlers_that_do_not_import(db_dsn, tmp_path, handlers, message):
     config = tmp_path / "pgworkerd.yaml"
     config.write_text(json.dumps({"handlers": {"k": handlers}}))
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     result = pgworkerd(
         "check",
         "-c",

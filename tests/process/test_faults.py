@@ -9,6 +9,7 @@ from typing import Any
 
 import psutil
 import psycopg
+import pytest
 from psycopg import sql
 
 import pgworkerd
@@ -232,6 +233,7 @@ def test_s21_a_database_that_turned_read_only_is_a_connection_fault(start_daemon
     invariants.assert_holds(recorder, [waiting], max_runtime_s=30, lease_ttl_s=3)
 
 
+@pytest.mark.slow  # ~15 s
 def test_s20_s22_postgresql_restarts_and_outages(daemons, own_cluster):
     """docs/faults.md, "PostgreSQL restart or terminated connections" (fast, then
     immediate, mid-flow) and "Database down for a while": no crash loop, bounded CPU,

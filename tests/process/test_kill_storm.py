@@ -9,6 +9,7 @@ import signal
 import time
 
 import psycopg
+import pytest
 
 import pgworkerd
 from tests import invariants
@@ -19,6 +20,7 @@ STORM_S = 20.0
 KILL_EVERY_S = 0.3
 
 
+@pytest.mark.slow  # ~25 s
 def test_kill_storm_with_a_database_restart(daemons, own_cluster):
     dsn = own_cluster.dsn()
     with psycopg.connect(dsn, autocommit=True) as conn:

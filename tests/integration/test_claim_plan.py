@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 import pgworkerd
@@ -82,6 +83,7 @@ def pages_touched(plan: dict[str, Any]) -> int:
     return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
 
 
+@pytest.mark.slow  # ~10 s: a million rows
 def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(conn):
     conn.execute("""
         INSERT INTO pgworkerd.jobs (queue, kind, payload, state, attempt, max_attempts,

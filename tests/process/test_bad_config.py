@@ -9,8 +9,8 @@ import json
 import psycopg
 import pytest
 
-from tests.test_cli import assert_one_line_error, pgworkerd
-from tests.test_config import BAD_CONFIGS
+from tests.process.test_cli import assert_one_line_error, pgworkerd
+from tests.unit.test_config import BAD_CONFIGS
 
 BAD_HANDLERS = [
     ({"k": "no_such_module_xyz:run"}, "ModuleNotFoundError"),

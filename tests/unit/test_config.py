@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pgworkerd.config import ConfigError, parse, parse_duration
@@ -21,11 +23,11 @@ from pgworkerd.config import ConfigError, parse, parse_duration
         ("45", 45),
     ],
 )
-def test_durations(text, seconds):
+def test_durations(text: Any, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-def test_the_contract_example_loads():
+def test_the_contract_example_loads() -> None:
     config = parse("""
 database:
   url: postgresql://app@db.internal/app
@@ -57,7 +59,9 @@ shutdown_timeout: 30s
     assert "app@db.internal" not in repr(config), "the URL is a secret in reprs"
 
 
-def test_no_workers_means_one_pool_over_all_queues_one_process_per_cpu(monkeypatch):
+def test_no_workers_means_one_pool_over_all_queues_one_process_per_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: 3)
     config = parse("queues: {a: {}, b: {priority: 5}}")
     (pool,) = config.pools()
@@ -65,13 +69,13 @@ def test_no_workers_means_one_pool_over_all_queues_one_process_per_cpu(monkeypat
     assert config.claim_order(pool) == ["b", "a"]
 
 
-def test_empty_file_gives_defaults():
+def test_empty_file_gives_defaults() -> None:
     config = parse("")
     assert list(config.queues) == ["default"]
     assert config.lease_ttl == 30 and config.shutdown_timeout == 30
 
 
-def test_environment_wins_over_the_file(monkeypatch):
+def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGWORKERD_DATABASE_URL", "postgresql://env@host/db")
     monkeypatch.setenv("PGWORKERD_LEASE_TTL", "10s")
     monkeypatch.setenv("PGWORKERD_DEFAULTS__MAX_ATTEMPTS", "9")
@@ -80,6 +84,7 @@ def test_environment_wins_over_the_file(monkeypatch):
         "database: {url: postgresql://file@host/db, schema: s}\nlease_ttl: 30\n"
         "defaults: {max_attempts: 2, batch_size: 7}"
     )
+    assert config.database.url is not None
     assert config.database.url.get_secret_value() == "postgresql://env@host/db"
     assert config.database.schema_name == "from_env"
     assert config.lease_ttl == 10
@@ -119,7 +124,7 @@ BAD_CONFIGS = [
 
 
 @pytest.mark.parametrize(("text", "expected"), BAD_CONFIGS)
-def test_bad_configs_give_one_line_per_problem_naming_the_key(text, expected):
+def test_bad_configs_give_one_line_per_problem_naming_the_key(text: str, expected: str) -> None:
     with pytest.raises(ConfigError) as refused:
         parse(text, origin="pgworkerd.yaml")
     problems = refused.value.problems
@@ -127,7 +132,7 @@ def test_bad_configs_give_one_line_per_problem_naming_the_key(text, expected):
     assert all("\n" not in line and line.startswith("pgworkerd.yaml: ") for line in problems)
 
 
-def test_every_problem_is_reported_not_just_the_first():
+def test_every_problem_is_reported_not_just_the_first() -> None:
     with pytest.raises(ConfigError) as refused:
         parse("lease_ttl: x\nshutdown_timeout: y\ncolour: red\n")
     assert len(refused.value.problems) == 3
