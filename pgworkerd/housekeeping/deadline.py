@@ -5,7 +5,7 @@ wait for an answer that never comes while the path stays up: a pooler or proxy i
 between whose server side is cut, or any half-open path whose near end still
 acknowledges. Without this deadline the loop would block in a renewal while the leases
 it was renewing ran out, and the jobs would run on unfenced (found by
-tests/test_faults_network.py; docs/faults.md, "Network cut past the lease").
+tests/process/test_faults_network.py; docs/faults.md, "Network cut past the lease").
 """
 
 from __future__ import annotations

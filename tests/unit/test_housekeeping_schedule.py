@@ -23,7 +23,7 @@ T0 = 1000.0  # the fake clock's first reading
 # -- Every ------------------------------------------------------------------------------
 
 
-def test_a_schedule_is_due_at_once_then_one_interval_after_each_run():
+def test_a_schedule_is_due_at_once_then_one_interval_after_each_run() -> None:
     every = Every(10.0)
     assert every.next_at == -math.inf
     assert every.due(T0), "first run at once, whatever the clock reads"
@@ -36,7 +36,7 @@ def test_a_schedule_is_due_at_once_then_one_interval_after_each_run():
     assert not every.due(T0 + 22)
 
 
-def test_a_schedule_can_start_later_and_refuses_a_useless_interval():
+def test_a_schedule_can_start_later_and_refuses_a_useless_interval() -> None:
     assert not Every(5.0, first_at=T0).due(T0 - 1)
     for interval in (0.0, -1.0, math.nan):
         with pytest.raises(ValueError):
@@ -149,7 +149,7 @@ def run(keeper: Housekeeper, calls: list[str], now: float, loop: Loop) -> Renewa
     return keeper.run_due(now, loop.get_leases, loop.info)
 
 
-def test_every_duty_runs_at_the_first_turn_renewal_first(keeper, calls):
+def test_every_duty_runs_at_the_first_turn_renewal_first(keeper: Housekeeper, calls: list[str]) -> None:
     assert keeper.next_due_at() == -math.inf, "due at once"
     loop = Loop([lease(1), lease(2), lease(3)])
     renewal = run(keeper, calls, T0, loop)
@@ -159,7 +159,7 @@ def test_every_duty_runs_at_the_first_turn_renewal_first(keeper, calls):
     assert keeper.next_due_at() == T0 + 5, "the rescue, every min(5, lease_ttl / 2) s"
 
 
-def test_only_what_is_due_runs(keeper, calls):
+def test_only_what_is_due_runs(keeper: Housekeeper, calls: list[str]) -> None:
     loop = Loop([lease(1)])
     run(keeper, calls, T0, loop)
 
@@ -184,7 +184,7 @@ def test_only_what_is_due_runs(keeper, calls):
     assert calls == ["prune", "prune daemons"]
 
 
-def test_intervals_follow_the_lease_ttl(calls, session):
+def test_intervals_follow_the_lease_ttl(calls: list[str], session: FakeSession) -> None:
     keeper = Housekeeper(
         store=FakeStore(calls),  # type: ignore[arg-type]
         database_url="postgresql://unused",
@@ -200,7 +200,7 @@ def test_intervals_follow_the_lease_ttl(calls, session):
     assert keeper.next_due_at() == T0 + 1.0
 
 
-def test_a_failed_renewal_gives_none_and_waits_its_interval(keeper, calls, session):
+def test_a_failed_renewal_gives_none_and_waits_its_interval(keeper: Housekeeper, calls: list[str], session: FakeSession) -> None:
     loop = Loop([lease(1)])
     session.down = True
     assert run(keeper, calls, T0, loop) is None
@@ -212,12 +212,12 @@ def test_a_failed_renewal_gives_none_and_waits_its_interval(keeper, calls, sessi
     assert renewal is not None and renewal.renewed == frozenset({1})
 
 
-def test_a_renewal_of_nothing_still_answers(keeper, calls):
+def test_a_renewal_of_nothing_still_answers(keeper: Housekeeper, calls: list[str]) -> None:
     renewal = run(keeper, calls, T0, Loop([]))
     assert renewal == Renewal(renewed=frozenset(), sent_at=T0), "answered: not a failure"
 
 
-def test_pending_settlements_are_written_on_every_turn_in_order(keeper, calls, session):
+def test_pending_settlements_are_written_on_every_turn_in_order(keeper: Housekeeper, calls: list[str], session: FakeSession) -> None:
     run(keeper, calls, T0, Loop([]))
     session.down = True
     keeper.settle([Settlement(lease(7), None), Settlement(lease(8), "worker killed")])
@@ -230,7 +230,7 @@ def test_pending_settlements_are_written_on_every_turn_in_order(keeper, calls, s
     assert keeper.pending == 0 and not keeper.pending
 
 
-def test_queried_since_drain_follows_the_session(keeper, calls, session):
+def test_queried_since_drain_follows_the_session(keeper: Housekeeper, calls: list[str], session: FakeSession) -> None:
     assert not keeper.queried_since_drain
     run(keeper, calls, T0, Loop([]))
     assert keeper.queried_since_drain
