@@ -149,7 +149,9 @@ def run(keeper: Housekeeper, calls: list[str], now: float, loop: Loop) -> Renewa
     return keeper.run_due(now, loop.get_leases, loop.info)
 
 
-def test_every_duty_runs_at_the_first_turn_renewal_first(keeper: Housekeeper, calls: list[str]) -> None:
+def test_every_duty_runs_at_the_first_turn_renewal_first(
+    keeper: Housekeeper, calls: list[str]
+) -> None:
     assert keeper.next_due_at() == -math.inf, "due at once"
     loop = Loop([lease(1), lease(2), lease(3)])
     renewal = run(keeper, calls, T0, loop)
@@ -200,7 +202,9 @@ def test_intervals_follow_the_lease_ttl(calls: list[str], session: FakeSession) 
     assert keeper.next_due_at() == T0 + 1.0
 
 
-def test_a_failed_renewal_gives_none_and_waits_its_interval(keeper: Housekeeper, calls: list[str], session: FakeSession) -> None:
+def test_a_failed_renewal_gives_none_and_waits_its_interval(
+    keeper: Housekeeper, calls: list[str], session: FakeSession
+) -> None:
     loop = Loop([lease(1)])
     session.down = True
     assert run(keeper, calls, T0, loop) is None
@@ -217,7 +221,9 @@ def test_a_renewal_of_nothing_still_answers(keeper: Housekeeper, calls: list[str
     assert renewal == Renewal(renewed=frozenset(), sent_at=T0), "answered: not a failure"
 
 
-def test_pending_settlements_are_written_on_every_turn_in_order(keeper: Housekeeper, calls: list[str], session: FakeSession) -> None:
+def test_pending_settlements_are_written_on_every_turn_in_order(
+    keeper: Housekeeper, calls: list[str], session: FakeSession
+) -> None:
     run(keeper, calls, T0, Loop([]))
     session.down = True
     keeper.settle([Settlement(lease(7), None), Settlement(lease(8), "worker killed")])
@@ -230,7 +236,9 @@ def test_pending_settlements_are_written_on_every_turn_in_order(keeper: Housekee
     assert keeper.pending == 0 and not keeper.pending
 
 
-def test_queried_since_drain_follows_the_session(keeper: Housekeeper, calls: list[str], session: FakeSession) -> None:
+def test_queried_since_drain_follows_the_session(
+    keeper: Housekeeper, calls: list[str], session: FakeSession
+) -> None:
     assert not keeper.queried_since_drain
     run(keeper, calls, T0, Loop([]))
     assert keeper.queried_since_drain
