@@ -156,7 +156,9 @@ class Config(BaseSettings):
 
     database: DatabaseConfig = DatabaseConfig()
     handlers: dict[Annotated[str, Field(min_length=1, max_length=255)], str] = {}
-    queues: dict[QueueName, QueueConfig] = Field(default_factory=lambda: {"default": QueueConfig()})
+    queues: dict[QueueName, QueueConfig] = Field(
+        default_factory=lambda: {"default": QueueConfig()}, min_length=1
+    )
     workers: list[PoolConfig] | None = Field(
         None, description="absent: one pool over all queues, one process per CPU"
     )

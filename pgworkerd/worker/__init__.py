@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from pgworkerd.ipc import BootError, ControlReader, StartBoard, StatusWriter
+from pgworkerd.ipc import BootError, ControlReader, ExitCode, StartBoard, StatusWriter
 from pgworkerd.worker.connection import WORKER_PLAN_CACHE_MODE
+from pgworkerd.worker.loop import Worker
 from pgworkerd.worker.spec import WorkerSpec
 
 __all__ = ["WORKER_PLAN_CACHE_MODE", "WorkerSpec", "child_main"]
@@ -12,9 +13,6 @@ __all__ = ["WORKER_PLAN_CACHE_MODE", "WorkerSpec", "child_main"]
 
 def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBoard) -> int:
     """Entry point in the forked child; returns the exit status."""
-    from pgworkerd.ipc import ExitCode
-    from pgworkerd.worker.loop import Worker
-
     status = StatusWriter(status_fd)
     try:
         worker = Worker(spec, status, ControlReader(control_fd, board), board)

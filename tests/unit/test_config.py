@@ -120,6 +120,8 @@ BAD_CONFIGS = [
     ("handlers: {k: 'rm -rf /'}\n", "is not an import path"),
     ("- just\n- a list\n", "top level must be a mapping"),
     ("queues: {'': {}}\n", "queues"),
+    # Once a traceback from `run` (the default pool over no queue); now refused up front.
+    ("queues: {}\n", "queues: dictionary should have at least 1 item"),
 ]
 
 
