@@ -123,6 +123,9 @@ class QueueConfig(_Section):
 class PoolConfig(_Section):
     queues: list[QueueName] = Field(min_length=1)
     concurrency: Count = Field(1, ge=1, le=512, description="worker processes in this pool")
+    threads: Count = Field(
+        1, ge=1, le=1000, description="jobs each process runs at once (threads, or coroutines)"
+    )
     batch_size: Count | None = Field(None, ge=1, le=1000)
 
     @field_validator("queues")

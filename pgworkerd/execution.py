@@ -34,6 +34,26 @@ class Outcome:
         return lines[-1] if lines else ""
 
 
+def outcome_of_value(value: Any) -> Outcome:
+    """A handler returned `value`: the job succeeded, its result kept as JSON."""
+    return Outcome("succeeded", result_json=dump_result(value))
+
+
+def outcome_of_exception(exc: BaseException) -> Outcome:
+    """A handler raised `exc` (KeyboardInterrupt is not the handler's: it goes on up)."""
+    if isinstance(exc, Retry):
+        return Outcome("retry", delay_s=exc.after, error=str(exc))
+    if isinstance(exc, Discard):
+        return Outcome("discarded", error=exc.reason or "discarded by handler")
+    text = "".join(traceback.format_exception(exc))
+    if isinstance(exc, JobTimeout):
+        detail = f": {exc}" if str(exc) else ""
+        return Outcome("timed_out", error=f"JobTimeout{detail}\n{text}")
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+    return Outcome("failed", error=text)
+
+
 class Executor:
     """Calls handlers in this process; owns the event loop that coroutines run on.
 
@@ -48,18 +68,9 @@ class Executor:
     def run(self, handler: Callable[..., Any], job: Job) -> Outcome:
         try:
             value = self._call(handler, job)
-        except Retry as retry:
-            return Outcome("retry", delay_s=retry.after, error=str(retry))
-        except Discard as discard:
-            return Outcome("discarded", error=discard.reason or "discarded by handler")
-        except JobTimeout as timeout:
-            detail = f": {timeout}" if str(timeout) else ""
-            return Outcome("timed_out", error=f"JobTimeout{detail}\n{traceback.format_exc()}")
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            return Outcome("failed", error=traceback.format_exc())
-        return Outcome("succeeded", result_json=dump_result(value))
+            return outcome_of_exception(exc)
+        return outcome_of_value(value)
 
     def close(self) -> None:
         if self._loop is not None:

@@ -57,6 +57,14 @@ class OutcomeBuffer:
             or time.monotonic() - self._oldest_at >= self.max_wait_s
         )
 
+    def due_in_s(self) -> float | None:
+        """Seconds until the oldest success is due to be written (0: now); None: none."""
+        if not self._pending:
+            return None
+        if len(self._pending) >= self.limit:
+            return 0.0
+        return max(0.0, self._oldest_at + self.max_wait_s - time.monotonic())
+
     def due_before(self, job: Job) -> bool:
         """Whether to write what is pending before `job` starts."""
         if not self._pending:

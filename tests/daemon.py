@@ -49,6 +49,8 @@ BASE_CONFIG: dict[str, Any] = {
         "hog": "tests.handlers:hog",
         "work": "tests.handlers:work",
         "spawn_then_die": "tests.handlers:spawn_then_die",
+        "sleep_async": "tests.handlers:sleep_async",
+        "spin": "tests.handlers:spin",
     },
     "queues": {"default": {}},
     "workers": [{"queues": ["default"], "concurrency": 2}],

@@ -6,6 +6,7 @@ the tests can see starts, attempts and pids; the DSN comes from the environment.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import select
@@ -77,6 +78,30 @@ def sleep(job: pgworkerd.Job) -> str:
     _pause(job.payload.get("seconds", 1))
     _record(job, "end")
     return "slept"
+
+
+async def sleep_async(job: pgworkerd.Job) -> str:
+    """Awaits payload["seconds"]; records start and end (from a thread: the recording
+    is blocking I/O)."""
+    await asyncio.to_thread(_record, job, "start")
+    await asyncio.sleep(job.payload.get("seconds", 1))
+    await asyncio.to_thread(_record, job, "end")
+    return "awaited"
+
+
+def spin(job: pgworkerd.Job) -> str:
+    """Runs Python for payload["seconds"] in short sleeps, so that JobTimeout, raised in
+    its thread, reaches it between two of them; records that it did."""
+    _record(job, "start")
+    deadline = time.monotonic() + job.payload.get("seconds", 3600)
+    try:
+        while time.monotonic() < deadline:
+            _pause(0.02)
+    except pgworkerd.JobTimeout:
+        _record(job, "soft_timeout")
+        raise
+    _record(job, "end")
+    return "spun"
 
 
 def block_in_c(job: pgworkerd.Job) -> None:

@@ -23,9 +23,11 @@ Three channels, each with one writer and one reader:
    wake-up for every job; the supervisor reads the board on its own schedule instead.
 
 3. **Control pipe**, supervisor -> child (`control.py`): `skip <id> <token>` (the
-   lease of that unstarted job is gone: do not start it) and `wake` (a job it can run
-   was enqueued). The supervisor counts the lines it wrote on the start board, so the
-   child reads the pipe only when that count moved.
+   lease of that unstarted job is gone: do not start it), `wake` (a job it can run
+   was enqueued) and `timeout <id>` (that running job passed its max runtime: raise
+   JobTimeout in it; SIGUSR1 follows the line, so the child is woken to read it).
+   The supervisor counts the lines it wrote on the start board, so the child reads
+   the pipe only when that count moved.
 
 Ordering rules:
 

@@ -1,4 +1,5 @@
-"""The control pipe, supervisor -> child: `skip <id> <token>` and `wake` lines.
+"""The control pipe, supervisor -> child: `skip <id> <token>`, `wake` and `timeout <id>`
+lines.
 
 The writer counts each line on the start board after writing it; the reader looks at
 that count before reading, and reads the pipe only when it moved (a read per job
@@ -44,6 +45,11 @@ class ControlWriter:
     def wake(self) -> None:
         self._write(WAKE)
 
+    def timeout(self, job_id: int) -> None:
+        """The job passed its max runtime: JobTimeout in it. A child running several
+        jobs learns which from this line; SIGUSR1, sent after it, wakes the child."""
+        self._write(f"timeout {job_id}\n".encode())
+
     def _write(self, line: bytes) -> None:
         with contextlib.suppress(OSError):
             os.write(self.fd, line)
@@ -56,11 +62,14 @@ class ControlWriter:
 
 @dataclass
 class ControlReader:
-    """The child's end. `skipped` gathers the (job id, token) pairs not to start."""
+    """The child's end. `skipped` gathers the (job id, token) pairs not to start,
+    `timeouts` the ids of running jobs past their max runtime (taken by the reader)."""
 
     fd: int
     board: StartBoard
     skipped: set[tuple[int, str]] = field(default_factory=set)
+    timeouts: set[int] = field(default_factory=set)
+    woken: bool = False  # a `wake` was read; the reader that acts on it resets this
     _lines_read: int = 0  # the board's count of control lines when last read
     _buffer: bytes = b""
 
@@ -88,4 +97,9 @@ class ControlReader:
         verb, job_id, token = [*line.decode(errors="replace").split(" "), "", ""][:3]
         if verb == "skip" and job_id.isdigit():
             self.skipped.add((int(job_id), token))
-        return verb == "wake"
+        elif verb == "timeout" and job_id.isdigit():
+            self.timeouts.add(int(job_id))
+        if verb == "wake":
+            self.woken = True
+            return True
+        return False

@@ -290,6 +290,7 @@ class Supervisor:
             log_level=config.log_level,
             supervisor_pid=self.pid,
             worker_id=f"{socket.gethostname()}:{self.pid}/{seat.pool_name}#{seat.index}",
+            threads=seat.pool.threads,
         )
 
     # -- housekeeping and leases ----------------------------------------------------------

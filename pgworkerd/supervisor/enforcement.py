@@ -37,6 +37,7 @@ def enforce_runtimes(children: Iterable[ChildProcess], now: float) -> None:
                 max_runtime_s=job.max_runtime_s,
             )
             job.soft_timeout_at = now
+            child.control.timeout(job.id)  # which job: the signal only wakes the child
             osutil.signal_process(child.pid, signal.SIGUSR1)
         for job in verdict.kill:
             logs.event(

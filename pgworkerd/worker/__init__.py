@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pgworkerd.ipc import BootError, ControlReader, ExitCode, StartBoard, StatusWriter
+from pgworkerd.worker.concurrent import ConcurrentWorker
 from pgworkerd.worker.connection import WORKER_PLAN_CACHE_MODE
 from pgworkerd.worker.loop import Worker
 from pgworkerd.worker.spec import WorkerSpec
@@ -15,7 +16,8 @@ def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBo
     """Entry point in the forked child; returns the exit status."""
     status = StatusWriter(status_fd)
     try:
-        worker = Worker(spec, status, ControlReader(control_fd, board), board)
+        kind = ConcurrentWorker if spec.threads > 1 else Worker
+        worker = kind(spec, status, ControlReader(control_fd, board), board)
     except Exception as exc:
         status.send(BootError(f"{type(exc).__name__}: {exc}"))
         return ExitCode.BOOT_ERROR

@@ -65,6 +65,7 @@ class Worker:
         # supervisor: a SIGTERM that comes in between says `stopping` only after.
         self._deciding = False
         self._stopping_deferred = False
+        self.decision = _DecisionStep(self)
         # Claims are numbered in the order we start them; the supervisor numbers them
         # alike from our `claimed` messages.
         self._claimed_count = 0
@@ -132,9 +133,11 @@ class Worker:
                 self._wait_for_work()
         return ExitCode.RECYCLED
 
-    def _claim(self) -> list[Job] | None:
-        """A batch (maybe empty), or None when the database could not be reached. The
-        successes still pending are written in the same transaction."""
+    def _claim(self, limit: int | None = None) -> list[Job] | None:
+        """A batch of at most `limit` (default: the batch size; maybe empty), or None
+        when the database could not be reached. The successes still pending are written
+        in the same transaction."""
+        limit = limit or self.spec.batch_size
         buffer = self.outcomes.successes
         successes = buffer.take()
         try:
@@ -147,7 +150,7 @@ class Worker:
                 conn,
                 [(s.job.lease, s.result_json) for s in successes],
                 queues=self.spec.queues,
-                limit=self.spec.batch_size,
+                limit=limit,
                 lease_ttl_s=self.spec.lease_ttl_s,
                 worker=self.spec.worker_id,
                 max_attempts=self.spec.queue_max_attempts,
@@ -166,7 +169,7 @@ class Worker:
                 ClaimedJob(j.id, str(j.lease_token), j.kind, j.queue, j.max_runtime_s)
                 for j in batch
             )
-            self.status.send(Claimed(first, claimed_at, len(batch) == self.spec.batch_size, jobs))
+            self.status.send(Claimed(first, claimed_at, len(batch) == limit, jobs))
         return batch
 
     def _run_batch(self, batch: list[Job]) -> None:
@@ -174,11 +177,7 @@ class Worker:
         for position, job in enumerate(batch):
             if self.outcomes.successes.due_before(job):
                 self.outcomes.flush()
-            # One step for the supervisor (see _on_term). Python runs signal handlers
-            # between bytecodes of this one thread, so a flag does what masking SIGTERM
-            # would, without two system calls a job.
-            self._deciding = True
-            try:
+            with self.decision:
                 if self.stopping:
                     return  # the supervisor releases the rest when it reads `stopping`
                 if self.connection.epoch != epoch or self._should_recycle():
@@ -187,11 +186,6 @@ class Worker:
                 if self.control.is_skipped(job.id, str(job.lease_token)):
                     continue  # cancelled or rescued before it started: not ours to run
                 self.board.post_start(self._claim_number[job.id])
-            finally:
-                self._deciding = False
-                if self._stopping_deferred:
-                    self._stopping_deferred = False
-                    self.status.send(Stopping())
             self._run_one(job)
 
     def _run_one(self, job: Job) -> None:
@@ -287,3 +281,25 @@ class Worker:
                 )
                 return True
         return False
+
+
+class _DecisionStep:
+    """`with worker.decision:` around deciding to start a job and posting its start.
+    Python runs signal handlers between bytecodes of this one thread, so a flag does
+    what masking SIGTERM would, without two system calls a job (nor a generator-based
+    context manager's cost)."""
+
+    __slots__ = ("worker",)
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def __enter__(self) -> None:
+        self.worker._deciding = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        worker = self.worker
+        worker._deciding = False
+        if worker._stopping_deferred:
+            worker._stopping_deferred = False
+            worker.status.send(Stopping())

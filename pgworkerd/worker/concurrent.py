@@ -1,0 +1,191 @@
+"""A worker child that runs several jobs at once (`threads: N`, N > 1).
+
+The main thread claims, starts, records and waits; the jobs run in the execution
+slots (slots.py). It claims only when it has a free slot and nothing claimed waits
+to start, and then at most its free slots plus batch_size - 1 jobs: a slow job never
+sits behind a long batch of this process while a sibling process idles.
+
+One database connection a process, the main thread's: handlers never share it, and
+claims and outcome writes are a few short statements a job, so a pool of 2 processes
+of 100 slots each holds 2 connections (plus the supervisor's), not 200.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+from collections import deque
+
+from setproctitle import setproctitle
+
+from pgworkerd import logs
+from pgworkerd.execution import Outcome
+from pgworkerd.ipc import ExitCode, Idle
+from pgworkerd.job import Job
+from pgworkerd.outcomes import Success
+from pgworkerd.worker.connection import CONNECTION_FAULTS, drain_pipe
+from pgworkerd.worker.loop import Worker
+from pgworkerd.worker.slots import Finished, SlotPool
+
+log = logging.getLogger("pgworkerd.worker")
+
+BUSY_WAIT_S = 1.0  # while every slot is busy: wake at least this often (orphan check)
+
+
+class ConcurrentWorker(Worker):
+    def _loop(self) -> int:
+        self._jobs_r, jobs_w = os.pipe()  # the slots write a byte per finished job
+        os.set_blocking(jobs_w, False)
+        self.slots = SlotPool(self.spec.threads, jobs_w)
+        self.backlog: deque[Job] = deque()  # claimed, not started, in claim order
+        self._recycle = False
+        self._said_idle = False
+        try:
+            return self._turns()
+        finally:
+            self._wait_for_running()
+            self.slots.close()
+
+    def _turns(self) -> int:
+        epoch = self.connection.epoch
+        while True:
+            self._collect()
+            if self.connection.orphaned():
+                return ExitCode.ORPHANED
+            self._recycle = self._recycle or self._should_recycle()
+            if self.stopping or self._recycle:
+                # Stopping: the supervisor releases what waits when it reads `stopping`.
+                if self._recycle and not self.stopping:
+                    self._release(list(self.backlog))
+                self.backlog.clear()
+                if not self.slots.busy:
+                    return ExitCode.RECYCLED
+            else:
+                if self.connection.epoch != epoch:  # leases may have lapsed meanwhile
+                    self._release(list(self.backlog))
+                    self.backlog.clear()
+                    epoch = self.connection.epoch
+                self._start_waiting()
+                if not self.backlog and self.slots.free:
+                    self._claim_more()
+            self._wait()
+
+    def _claim_more(self) -> None:
+        limit = self.slots.free + self.spec.batch_size - 1
+        batch = self._claim(limit)
+        if batch is None:
+            return
+        self.backlog.extend(batch)
+        self._start_waiting()
+        if batch:
+            self._said_idle = False  # `claimed` made the supervisor count us busy
+        if len(batch) < limit and self.slots.free and not self._said_idle:
+            # Nothing more to claim now: the supervisor wakes us when there is.
+            self.status.send(Idle())
+            self._said_idle = True
+
+    def _start_waiting(self) -> None:
+        """Start claimed jobs, in claim order, while there are free slots."""
+        while self.backlog and self.slots.free:
+            job = self.backlog[0]
+            with self.decision:
+                if self.stopping:
+                    return  # the supervisor releases the rest when it reads `stopping`
+                self.backlog.popleft()
+                if self.control.is_skipped(job.id, str(job.lease_token)):
+                    continue  # cancelled or rescued before it started: not ours to run
+                slot = self.slots.take_slot()
+                self.board.post_start(self._claim_number[job.id], slot)
+            self._start(job, slot)
+
+    def _start(self, job: Job, slot: int) -> None:
+        handler = self.spec.registry.get(job.kind)
+        if self.outcomes.log_jobs:
+            logs.event(
+                log,
+                logging.INFO,
+                "job started",
+                job=job.id,
+                kind=job.kind,
+                queue=job.queue,
+                attempt=job.attempt,
+                slot=slot,
+            )
+        if handler is None:
+            # Only configured code runs: an unknown kind never selects an import.
+            outcome = Outcome("discarded", error=f"no handler configured for kind {job.kind!r}")
+            self.slots.hand_back(Finished(job, slot, outcome, 0.0))
+        else:
+            self.slots.start(job, handler, slot)
+        self._title()
+
+    def _collect(self) -> None:
+        """Record the outcomes of the jobs that ended, and act on runtime timeouts."""
+        for job_id in list(self.control.timeouts):
+            self.control.timeouts.discard(job_id)
+            self.slots.interrupt(job_id)
+        finished = self.slots.finished()
+        for item in finished:
+            duration_ms = round(item.ran_s * 1000, 1)
+            self.outcomes.successes.ran(item.job, item.ran_s)
+            if item.outcome.kind == "succeeded":
+                success = Success(item.job, item.outcome.result_json, duration_ms)
+                self.outcomes.successes.add(success)
+            else:
+                self.outcomes.record(item.job, item.outcome, duration_ms)
+            self.jobs_done += 1
+        if finished:
+            self._title()
+        if self.outcomes.successes.due() or (self.stopping and not self.slots.busy):
+            self.outcomes.flush()
+
+    def _wait(self) -> None:
+        """Until a job ends, the supervisor writes (wake, skip, timeout), a signal, or a
+        moment to act: the successes' deadline, the next scheduled job, the poll."""
+        if self.backlog and self.slots.free and not self.stopping:
+            return  # more to start at once
+        timeout = BUSY_WAIT_S
+        successes_due_in = self.outcomes.successes.due_in_s()
+        if successes_due_in is not None:
+            timeout = min(timeout, successes_due_in)
+        if self.slots.free and not self.backlog and not (self.stopping or self._recycle):
+            timeout = min(timeout, self._idle_wait_s())
+        if not self.control.has_news() and timeout > 0:
+            select.select([self._jobs_r, self.control.fd, self._wake_r], [], [], timeout)
+            drain_pipe(self._jobs_r)
+            drain_pipe(self._wake_r)
+        self.control.read()
+        if self.control.woken:  # the supervisor no longer counts us idle
+            self.control.woken = False
+            self._said_idle = False
+
+    def _idle_wait_s(self) -> float:
+        """How long free slots may wait for work: until the next scheduled job, at most
+        the poll interval."""
+        conn = self.connection.conn
+        if conn is None:
+            return 0.0
+        try:
+            next_in = self.store.next_run_in(conn, self.spec.queues)
+        except CONNECTION_FAULTS as exc:
+            self.connection.lost(exc)
+            return 0.0
+        timeout = self.spec.poll_interval_s
+        return timeout if next_in is None else min(timeout, max(0.0, next_in))
+
+    def _wait_for_running(self) -> None:
+        """Draining or recycling: every slot finishes; their outcomes are written."""
+        while self.slots.busy and not self.connection.orphaned():
+            self._collect()
+            if self.slots.busy:
+                select.select([self._jobs_r, self._wake_r], [], [], BUSY_WAIT_S)
+                drain_pipe(self._jobs_r)
+                drain_pipe(self._wake_r)
+        self._collect()
+
+    def _title(self) -> None:
+        busy = self.slots.busy
+        setproctitle(
+            f"{self.title} {busy}/{self.slots.size} busy" if busy else f"{self.title} idle"
+        )

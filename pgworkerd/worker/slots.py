@@ -1,0 +1,199 @@
+"""The execution slots of a worker child that runs several jobs at once (`threads: N`).
+
+Plain handlers run in a thread pool of the process; `async def` handlers run as tasks
+on one event loop, in a thread of its own. Both share the N slots, numbered 0..N-1:
+the number is the job's record on the start board (pgworkerd/ipc/start_board.py).
+The threads and the loop start in the child after the fork, on first use: never in
+the supervisor.
+
+Only the child's main thread calls these methods; the job threads and the loop hand
+finished jobs back through a queue and a byte on `wake_fd`, which the main thread's
+select watches. The main thread alone touches the database.
+
+A job past its max runtime gets JobTimeout raised in its own thread (an asynchronous
+exception: delivered at the handler's next Python instruction, never inside C code,
+which is what the supervisor's SIGKILL after the grace is for) or in its task (the
+task is cancelled, and the cancellation becomes JobTimeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import inspect
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from queue import SimpleQueue
+from typing import Any
+
+from pgworkerd.execution import Outcome, outcome_of_exception, outcome_of_value
+from pgworkerd.job import Job, JobTimeout
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    job: Job
+    slot: int
+    outcome: Outcome
+    ran_s: float
+
+
+@dataclass
+class _Running:
+    slot: int
+    thread: int | None = None  # ident of the thread running a plain handler
+    task: asyncio.Task[Any] | None = None  # the task of a coroutine handler
+    timed_out: bool = False
+
+
+class SlotPool:
+    def __init__(self, size: int, wake_fd: int) -> None:
+        self.size = size
+        self._free = list(range(size - 1, -1, -1))  # pop() takes the lowest
+        self._wake_fd = wake_fd
+        self._finished: SimpleQueue[Finished] = SimpleQueue()
+        # Job threads and the loop register and unregister their jobs; the main thread
+        # reads the registry to interrupt one. The lock makes that read and an
+        # interruption one step against the job's end.
+        self._lock = threading.Lock()
+        self._running: dict[int, _Running] = {}
+        self._threads: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def busy(self) -> int:
+        return self.size - len(self._free)
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def take_slot(self) -> int:
+        """A free slot for the next job (the caller checked `free`)."""
+        return self._free.pop()
+
+    def start(self, job: Job, handler: Callable[..., Any], slot: int) -> None:
+        started = time.monotonic()
+        if inspect.iscoroutinefunction(handler):
+            coroutine = self._run_task(job, handler, slot, started)
+            asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
+        else:
+            self._pool().submit(self._run_in_thread, job, handler, slot, started)
+
+    def finished(self) -> list[Finished]:
+        """The jobs that ended since the last call; their slots are free again."""
+        done = []
+        while not self._finished.empty():
+            item = self._finished.get()
+            self._free.append(item.slot)
+            done.append(item)
+        self._free.sort(reverse=True)
+        return done
+
+    def interrupt(self, job_id: int) -> bool:
+        """Raise JobTimeout in a running job; False if it is not running (any more)."""
+        with self._lock:
+            running = self._running.get(job_id)
+            if running is None:
+                return False
+            running.timed_out = True
+            if running.thread is not None:
+                _set_async_exception(running.thread, JobTimeout)
+            elif running.task is not None and self._loop is not None:
+                self._loop.call_soon_threadsafe(running.task.cancel)
+            return True
+
+    def close(self) -> None:
+        """Wait for no thread: the caller ends the process next (os._exit)."""
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    # -- in the job threads and the loop --------------------------------------------------
+
+    def _run_in_thread(self, job: Job, handler: Callable[..., Any], slot: int, t0: float) -> None:
+        ident = threading.get_ident()
+        try:
+            with self._lock:  # before it, no JobTimeout can be on its way to this thread
+                self._running[job.id] = _Running(slot, thread=ident)
+            try:
+                value = handler(job)
+                if inspect.isawaitable(value):  # a plain function that returned one
+                    value = asyncio.run(_awaited(value))
+                outcome = outcome_of_value(value)
+            except BaseException as exc:
+                outcome = outcome_of_exception(exc)
+            finally:
+                self._unregister(job.id, ident)
+        except JobTimeout as exc:  # arrived just as the handler ended
+            self._unregister(job.id, ident)
+            outcome = outcome_of_exception(exc)
+        self.hand_back(Finished(job, slot, outcome, time.monotonic() - t0))
+
+    def _unregister(self, job_id: int, ident: int) -> None:
+        """Forget the job, and any JobTimeout still on its way to this thread: after
+        this, none can be sent (the registry no longer has the job)."""
+        while True:
+            try:
+                with self._lock:
+                    self._running.pop(job_id, None)
+                    _set_async_exception(ident, None)
+                return
+            except JobTimeout:
+                continue  # delivered inside the lock's block: forget it again
+
+    async def _run_task(self, job: Job, handler: Callable[..., Any], slot: int, t0: float) -> None:
+        running = _Running(slot, task=asyncio.current_task())
+        with self._lock:
+            self._running[job.id] = running
+        try:
+            outcome = outcome_of_value(await handler(job))
+        except asyncio.CancelledError:
+            if not running.timed_out:
+                raise  # the loop is closing: the process is ending
+            timeout = JobTimeout(f"job {job.id} ({job.kind}) passed its max runtime")
+            outcome = outcome_of_exception(timeout)
+        except BaseException as exc:
+            outcome = outcome_of_exception(exc)
+        finally:
+            with self._lock:
+                self._running.pop(job.id, None)
+        self.hand_back(Finished(job, slot, outcome, time.monotonic() - t0))
+
+    def hand_back(self, finished: Finished) -> None:
+        """A job ended (in any thread): its outcome goes to the main thread."""
+        self._finished.put(finished)
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_fd, b"j")  # a full pipe already wakes the main thread
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.size, thread_name_prefix="pgworkerd-job")
+        return self._threads
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="pgworkerd-loop", daemon=True).start()
+            self._loop = loop
+        return self._loop
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _set_async_exception(thread_ident: int, exception: type[BaseException] | None) -> None:
+    """Raise `exception` in the thread at its next Python instruction (None: take back
+    one not yet raised). CPython's own API: there is no other way to interrupt a thread."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_ident), ctypes.py_object(exception) if exception else None
+    )
