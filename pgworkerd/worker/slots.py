@@ -64,6 +64,7 @@ class SlotPool:
         self._running: dict[int, _Running] = {}
         self._threads: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
 
     @property
     def busy(self) -> int:
@@ -108,12 +109,18 @@ class SlotPool:
                 self._loop.call_soon_threadsafe(running.task.cancel)
             return True
 
-    def close(self) -> None:
-        """Wait for no thread: the caller ends the process next (os._exit)."""
+    def close(self, loop_stop_timeout_s: float = 1.0) -> None:
+        """Wait for no job thread (the caller ends the process next, with os._exit);
+        stop and close the event loop, unless a coroutine blocks it."""
         if self._threads is not None:
             self._threads.shutdown(wait=False, cancel_futures=True)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        loop, thread = self._loop, self._loop_thread
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(loop_stop_timeout_s)
+            if not thread.is_alive():
+                loop.close()
+            self._loop = self._loop_thread = None
 
     # -- in the job threads and the loop --------------------------------------------------
 
@@ -182,8 +189,9 @@ class SlotPool:
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="pgworkerd-loop", daemon=True).start()
-            self._loop = loop
+            thread = threading.Thread(target=loop.run_forever, name="pgworkerd-loop", daemon=True)
+            thread.start()
+            self._loop, self._loop_thread = loop, thread
         return self._loop
 
 

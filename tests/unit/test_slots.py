@@ -1,0 +1,103 @@
+"""The execution slots of a worker running several jobs at once: threads, coroutines,
+per-job JobTimeout, slot accounting (real threads and an event loop; no database)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import pgworkerd
+from pgworkerd.job import Job
+from pgworkerd.worker.slots import Finished, SlotPool
+
+
+def job(job_id: int, kind: str = "k") -> Job:
+    return Job(id=job_id, kind=kind, queue="q", payload={}, attempt=1, max_attempts=3)
+
+
+@pytest.fixture
+def pool() -> Iterator[SlotPool]:
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    slots = SlotPool(4, w)
+    slots.wake_r = r  # type: ignore[attr-defined]  # the test's end of the wake pipe
+    yield slots
+    slots.close()
+    os.close(r)
+    os.close(w)
+
+
+def wait_finished(pool: SlotPool, count: int, timeout_s: float = 5.0) -> list[Finished]:
+    done: list[Finished] = []
+    deadline = time.monotonic() + timeout_s
+    while len(done) < count:
+        left = deadline - time.monotonic()
+        assert left > 0, f"only {len(done)} of {count} jobs finished"
+        select.select([pool.wake_r], [], [], left)  # type: ignore[attr-defined]
+        os.read(pool.wake_r, 1024)  # type: ignore[attr-defined]
+        done += pool.finished()
+    return done
+
+
+def sleeper(job: Job) -> int:
+    time.sleep(0.3)
+    return job.id
+
+
+async def awaiter(job: Job) -> int:
+    await asyncio.sleep(0.3)
+    return job.id
+
+
+def spinner(job: Job) -> None:
+    while True:
+        time.sleep(0.01)
+
+
+async def forever(job: Job) -> None:
+    await asyncio.sleep(3600)
+
+
+def test_jobs_run_at_once_and_give_their_slots_back(pool: SlotPool) -> None:
+    started = time.monotonic()
+    for n, handler in enumerate([sleeper, sleeper, awaiter, awaiter]):
+        pool.start(job(n), handler, pool.take_slot())
+    assert (pool.busy, pool.free) == (4, 0)
+    done = wait_finished(pool, 4)
+    assert time.monotonic() - started < 1.0, "four 0.3 s jobs ran at once"
+    assert sorted(f.outcome.result_json for f in done) == ["0", "1", "2", "3"]  # type: ignore[type-var]
+    assert sorted(f.slot for f in done) == [0, 1, 2, 3]
+    assert (pool.busy, pool.free) == (0, 4)
+    assert pool.take_slot() == 0, "the lowest free slot first"
+
+
+def test_jobtimeout_reaches_a_thread_and_a_task_not_their_neighbours(pool: SlotPool) -> None:
+    pool.start(job(1), spinner, pool.take_slot())
+    pool.start(job(2), forever, pool.take_slot())
+    pool.start(job(3), sleeper, pool.take_slot())
+    time.sleep(0.05)
+    assert pool.interrupt(1) and pool.interrupt(2)
+    done = {f.job.id: f.outcome for f in wait_finished(pool, 3)}
+    assert done[1].kind == done[2].kind == "timed_out"
+    assert "JobTimeout" in (done[1].error or "") and "JobTimeout" in (done[2].error or "")
+    assert done[3].kind == "succeeded"
+    assert not pool.interrupt(3), "a job that ended is not interrupted"
+
+
+def test_a_handlers_exceptions_become_outcomes(pool: SlotPool) -> None:
+    def discard(job: Job) -> None:
+        raise pgworkerd.Discard("no")
+
+    async def retry(job: Job) -> None:
+        raise pgworkerd.Retry(after=2)
+
+    pool.start(job(1), discard, pool.take_slot())
+    pool.start(job(2), retry, pool.take_slot())
+    done = {f.job.id: f.outcome for f in wait_finished(pool, 2)}
+    assert (done[1].kind, done[1].error) == ("discarded", "no")
+    assert (done[2].kind, done[2].delay_s) == ("retry", 2.0)
