@@ -39,6 +39,7 @@ class ConcurrentWorker(Worker):
         os.set_blocking(jobs_w, False)
         self.slots = SlotPool(self.spec.threads, jobs_w)
         self.backlog: deque[Job] = deque()  # claimed, not started, in claim order
+        self._backlog_epoch = 0
         self._recycle = False
         self._said_idle = False
         try:
@@ -48,7 +49,6 @@ class ConcurrentWorker(Worker):
             self.slots.close()
 
     def _turns(self) -> int:
-        epoch = self.connection.epoch
         while True:
             self._collect()
             if self.connection.orphaned():
@@ -62,10 +62,11 @@ class ConcurrentWorker(Worker):
                 if not self.slots.busy:
                     return ExitCode.RECYCLED
             else:
-                if self.connection.epoch != epoch:  # leases may have lapsed meanwhile
+                if self.backlog and self.connection.epoch != self._backlog_epoch:
+                    # Claimed on a connection since lost: their leases may have lapsed
+                    # while we were away.
                     self._release(list(self.backlog))
                     self.backlog.clear()
-                    epoch = self.connection.epoch
                 self._start_waiting()
                 if not self.backlog and self.slots.free:
                     self._claim_more()
@@ -77,6 +78,7 @@ class ConcurrentWorker(Worker):
         if batch is None:
             return
         self.backlog.extend(batch)
+        self._backlog_epoch = self.connection.epoch  # the connection the claim ran on
         self._start_waiting()
         if batch:
             self._said_idle = False  # `claimed` made the supervisor count us busy
