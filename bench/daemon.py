@@ -27,7 +27,12 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 QUEUE = "bench"
-HANDLERS = {"noop": "bench.handlers:noop", "stamp": "bench.handlers:stamp"}
+HANDLERS = {
+    "noop": "bench.handlers:noop",
+    "stamp": "bench.handlers:stamp",
+    "wait": "bench.handlers:wait",
+    "wait_async": "bench.handlers:wait_async",
+}
 
 
 def write_config(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pgworkerd
@@ -19,3 +20,14 @@ def stamp(job: pgworkerd.Job) -> dict[str, float]:
     through the result column needs no side channel out of the worker processes.
     """
     return {"started": time.time()}
+
+
+def wait(job: pgworkerd.Job) -> None:
+    """I/O-bound mode (bench.iobound), plain handler: blocks payload["ms"] milliseconds,
+    as a call to a network service would."""
+    time.sleep(job.payload["ms"] / 1000)
+
+
+async def wait_async(job: pgworkerd.Job) -> None:
+    """I/O-bound mode, coroutine handler: awaits payload["ms"] milliseconds."""
+    await asyncio.sleep(job.payload["ms"] / 1000)
