@@ -1,13 +1,16 @@
 """pgworkerd beside its peers, in one run on one throwaway durable PostgreSQL cluster.
 
     python -m bench [--peers pgqueuer_apg,raw_2x100 | all | none] [--reps 1] [-n 20000]
-                    [--scale] [--peers-dir DIR]
+                    [--scale] [--peers-dir DIR] [--no-io] [--io-harness FILE]
 
 pgworkerd runs as users run it (YAML config, `pgworkerd migrate`, `pgworkerd run`);
 each peer runs through its own harness from the peers' directory (`--peers-dir`; the
 peers' harnesses are not part of this repository); both follow the protocol of the
 peers' common.py (see bench/measure.py). Prints one markdown table and
-the targets' verdicts, and writes bench/results/<timestamp>/ (summary.md, records.jsonl,
+the targets' verdicts, then an I/O-bound section (bench/iobound.py: 2,000 jobs x 50 ms,
+pgworkerd with threads, plain and coroutine handlers, beside PgQueuer through the peers'
+io harness `<peers-dir>/../io/io_bound.py` when a PgQueuer peer is selected; about half a
+minute, `--no-io` skips it), and writes bench/results/<timestamp>/ (summary.md, records.jsonl,
 run.json, chart.png, logs/) plus bench/results/latest.png and latest.md.
 """
 
@@ -28,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from bench import chart, measure, peers, report, scale
+from bench import chart, iobound, measure, peers, report, scale
 from bench.cluster import (
     drop_database,
     fdatasync_rate,
@@ -71,7 +74,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the peers' harnesses (default: %(default)s)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
+    parser.add_argument(
+        "--no-io", dest="io", action="store_false", help="skip the I/O-bound section"
+    )
+    parser.add_argument(
+        "--io-harness",
+        type=Path,
+        default=None,
+        help="the peers' io harness for the PgQueuer I/O rows (default: "
+        "<peers-dir>/../io/io_bound.py)",
+    )
+    parser.add_argument("--io-jobs", type=int, default=iobound.Setup.jobs, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--io-work-ms", type=float, default=iobound.Setup.work_ms, help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--io-async-threads", type=int, default=iobound.Setup.async_threads, help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
+    if args.io_harness is None:
+        args.io_harness = args.peers_dir.parent / "io" / "io_bound.py"
     if args.peers in ("all", "none"):
         args.peer_names = list(peers.PEERS) if args.peers == "all" else []
     else:
@@ -104,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     ]
     records: list[dict[str, Any]] = []
     scale_figures: dict[str, Any] | None = None
+    io_rows: list[iobound.Row] = []
+    io_setup = iobound.Setup(
+        jobs=args.io_jobs, work_ms=args.io_work_ms, async_threads=args.io_async_threads
+    )
     with throwaway_cluster(keep_log=logs / "postgresql.log") as cluster:
         settings = server_settings(cluster.dsn())
         print(
@@ -127,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                         records.append(record)
                         with (out / "records.jsonl").open("a") as fh:
                             fh.write(json.dumps(record, sort_keys=True) + "\n")
+        if args.io:
+            io_rows = _io(cluster, logs, args, io_setup)
         if args.scale:
             scale_figures = _scale(cluster, logs, args)
         environment.update(fdatasync_per_s_end=fdatasync_rate(cluster), loadavg_end=os.getloadavg())
@@ -161,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     notes = _notes(records, scale_figures)
     summary = report.markdown(table, goals, header, notes)
+    if io_rows:
+        harness = (
+            _shown(args.io_harness) if any(r.jps_from_spawn is None for r in io_rows) else None
+        )
+        summary += "\n" + "\n".join(iobound.markdown(io_rows, io_setup, harness)) + "\n"
     print()
     print(summary)
     (out / "summary.md").write_text(summary)
@@ -176,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
                 "environment": environment,
                 "elapsed_s": round(elapsed, 1),
                 "scale": scale_figures,
+                "io": {
+                    "setup": asdict(io_setup),
+                    "rows": [asdict(r) for r in io_rows],
+                    "targets": iobound.targets(io_rows) if io_rows else [],
+                },
                 "rows": [asdict(r) for r in table],
                 "targets": [asdict(g) for g in goals],
             },
@@ -223,6 +261,53 @@ def _one_run(
         record.update(name=name, rep=rep)
         print(f"  {tag:<28} {time.monotonic() - t0:5.1f}s  {_brief(record)}")
     return record
+
+
+def _io(
+    cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace, setup: iobound.Setup
+) -> list[iobound.Row]:
+    """The I/O-bound rows, each in a fresh database; a failed row is noted and left out."""
+    print(f"  io: {setup.jobs:,} jobs x {setup.work_ms:g} ms ...")
+    pgq = next((peers.PEERS[n] for n in args.peer_names if n.startswith("pgqueuer")), None)
+    if pgq is not None and not args.io_harness.exists():
+        print(f"  note: no PgQueuer I/O rows: {args.io_harness} does not exist")
+        pgq = None
+    if pgq is not None and not peers.ready(pgq, logs / "venv.log"):
+        pgq = None
+    runs: list[tuple[str, Callable[[str], iobound.Row | None]]] = [
+        ("pgworkerd_plain", lambda dsn: iobound.pgworkerd_row(dsn, logs, setup, False)),
+        ("pgworkerd_async", lambda dsn: iobound.pgworkerd_row(dsn, logs, setup, True)),
+    ]
+    if pgq is not None:
+        peer = pgq
+        for limit in (0, 100):
+            runs.append(
+                (
+                    f"pgqueuer_limit{limit}",
+                    lambda dsn, limit=limit: iobound.pgqueuer_row(
+                        dsn, args.io_harness, peer, setup, limit, logs / f"io_pgq_{limit}.log"
+                    ),
+                )
+            )
+    rows = []
+    for key, run in runs:
+        database = f"bench_io_{key}"
+        t0 = time.monotonic()
+        try:
+            row = run(fresh_database(cluster, database))
+        except Exception as exc:  # one broken row must not lose the others
+            print(f"  note: io {key} failed: {type(exc).__name__}: {exc} (see {logs})")
+            (logs / f"io_{key}.error").write_text(traceback.format_exc())
+            row = None
+        finally:
+            drop_database(cluster, database)
+        if row is not None:
+            rows.append(row)
+            print(
+                f"  io {row.key:<26} {time.monotonic() - t0:5.1f}s  "
+                f"{row.jps or 0:,.0f} jobs/s ({row.done:,}/{row.jobs:,} done)"
+            )
+    return rows
 
 
 def _scale(cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace) -> dict[str, Any]:

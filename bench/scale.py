@@ -3,6 +3,13 @@ a million scheduled for later) against an empty one, and daemon memory over a lo
 of no-op jobs. `python -m bench --scale` reports the two targets from here.
 
     python -m bench.scale [--jobs 1000000] [--samples 2000] [--daemon-jobs 100000]
+    python -m bench.scale --threads-memory [--threads 64] [--daemon-jobs 100000]
+
+`--threads-memory` runs only the worker-memory measurement with `threads: N`: one worker
+process (`workers: [{queues: [bench], concurrency: 1, threads: 64}]`, other settings at
+their defaults) on a throwaway cluster; its RSS idle, after the first 1,000 no-op jobs and
+then every few seconds until all 100,000 are finished (target: ≤ 60 MB at the end; the
+1,000-job figure shows growth or its absence).
 
 Timings are printed, never asserted: tests/integration/test_claim_plan.py asserts the plan.
 """
@@ -16,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import psycopg
 
 import pgworkerd
@@ -42,6 +50,7 @@ class MemorySample:
     supervisor_mb: float
     largest_worker_mb: float
     jobs_done: int
+    worker_threads: int | None = None  # the largest worker's OS threads (threads_memory)
 
 
 def enqueue_bulk(conn: Conn, count: int, chunk: int = 10_000, **options: Any) -> float:
@@ -175,12 +184,126 @@ def daemon_memory(
     return samples
 
 
+THREADS_RSS_TARGET_MB = 60.0
+
+
+def threads_memory(
+    dsn: str, work: Path, jobs: int, threads: int = 64, first: int = 1_000, every_s: float = 2.0
+) -> list[MemorySample]:
+    """One worker process with `threads: threads` over `jobs` no-op jobs: an RSS sample
+    with its workers connected and idle (0 jobs), one once the first `first` jobs are
+    finished, then one every `every_s` while the rest run, the last with all finished
+    (before SIGTERM). The jobs are enqueued in two steps, so the `first` sample is taken
+    exactly after that many, with the worker idle again."""
+    config = write_config(
+        work / "threads_memory.yaml",
+        dsn,
+        extra={"workers": [{"queues": [QUEUE], "concurrency": 1, "threads": threads}]},
+    )
+    log_path = work / "threads_memory.log"
+    migrate(config, log_path)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        daemon = Daemon(config, log_path)
+        samples: list[MemorySample] = []
+
+        def sample(done: int) -> int:
+            usage = daemon.usage()
+            samples.append(
+                MemorySample(
+                    time.perf_counter() - daemon.started,
+                    usage.supervisor_rss_mb,
+                    max(usage.worker_rss_mb, default=0.0),
+                    done,
+                    max((_threads(p) for p in daemon.ps.children(recursive=True)), default=0),
+                )
+            )
+            return done
+
+        def finished() -> int:
+            return int(
+                conn.execute(
+                    "SELECT count(*) FROM pgworkerd.jobs WHERE state = 'succeeded'"
+                ).fetchone()[0]
+            )
+
+        try:
+            daemon.workers_connected(dsn, 1)
+            time.sleep(1.0)
+            sample(0)
+            enqueue_bulk(conn, first, queue=QUEUE)
+            while finished() < first:
+                time.sleep(0.05)
+            time.sleep(0.5)  # its outcomes written, the worker idle again
+            sample(finished())
+            enqueue_bulk(conn, jobs - first, queue=QUEUE)
+            while sample(finished()) < jobs:
+                if daemon.proc.poll() is not None:
+                    raise RuntimeError(f"pgworkerd run exited; see {log_path}")
+                time.sleep(every_s)
+        finally:
+            daemon.stop()
+    return samples
+
+
+def _threads(process: psutil.Process) -> int:
+    try:
+        return int(process.num_threads())
+    except psutil.Error:
+        return 0
+
+
+def _print_memory(samples: list[MemorySample]) -> None:
+    threads = any(s.worker_threads is not None for s in samples)
+    print("  seconds  supervisor_MB  largest_worker_MB  jobs_done" + ("  OS_threads" * threads))
+    for s in samples:
+        print(
+            f"  {s.elapsed_s:7.0f}  {s.supervisor_mb:13.1f}  {s.largest_worker_mb:17.1f}"
+            f"  {s.jobs_done:9d}" + (f"  {s.worker_threads:10d}" if threads else "")
+        )
+
+
+def _threads_memory_main(args: argparse.Namespace) -> None:
+    work = Path(tempfile.mkdtemp(prefix="pgworkerd-scale-"))
+    with throwaway_cluster(work / "postgresql.log") as cluster:
+        samples = threads_memory(
+            fresh_database(cluster, "scale_threads_memory"), work, args.daemon_jobs, args.threads
+        )
+    print(
+        f"one worker process, threads: {args.threads}, over {args.daemon_jobs:,} no-op jobs "
+        f"(config defaults otherwise; logs in {work}):"
+    )
+    _print_memory(samples)
+    after_first = next(s for s in samples if s.jobs_done > 0)
+    last = samples[-1]
+    verdict = "PASS" if last.largest_worker_mb <= THREADS_RSS_TARGET_MB else "FAIL"
+    print(
+        f"worker RSS: {samples[0].largest_worker_mb:.1f} MB idle, "
+        f"{after_first.largest_worker_mb:.1f} MB after {after_first.jobs_done:,} jobs, "
+        f"{last.largest_worker_mb:.1f} MB after {last.jobs_done:,} "
+        f"({last.largest_worker_mb - after_first.largest_worker_mb:+.1f} MB)"
+    )
+    print(
+        f"**{verdict}** worker RSS with threads: {args.threads} ≤ "
+        f"{THREADS_RSS_TARGET_MB:.0f} MB after {last.jobs_done:,} jobs: "
+        f"{last.largest_worker_mb:.1f} MB"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--daemon-jobs", type=int, default=100_000)
+    parser.add_argument(
+        "--threads-memory",
+        action="store_true",
+        help="only the worker RSS of one process with --threads over --daemon-jobs jobs",
+    )
+    parser.add_argument("--threads", type=int, default=64)
     args = parser.parse_args()
+    if args.threads_memory:
+        _threads_memory_main(args)
+        return
     work = Path(tempfile.mkdtemp(prefix="pgworkerd-scale-"))
     rows = []
     with throwaway_cluster(work / "postgresql.log") as cluster:
@@ -206,12 +329,7 @@ def main() -> None:
     for row in rows:
         print(f"| {row.what:<58} | {row.p50_ms:6.2f} | {row.p99_ms:6.2f} |")
     print(f"daemon over {args.daemon_jobs:,} no-op jobs (2 workers, config defaults):")
-    print("  seconds  supervisor_MB  largest_worker_MB  jobs_done")
-    for s in memory:
-        print(
-            f"  {s.elapsed_s:7.0f}  {s.supervisor_mb:13.1f}  {s.largest_worker_mb:17.1f}"
-            f"  {s.jobs_done:9d}"
-        )
+    _print_memory(memory)
 
 
 if __name__ == "__main__":
