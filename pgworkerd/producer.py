@@ -112,7 +112,7 @@ class Producer:
     # they encode them, before their first statement: no SQL runs for a refused job.
     def _one(self, kind: Any, payload: Any, options: EnqueueOptions) -> Steps:
         record = _job_record(kind=kind, payload=payload, **options)
-        return self._insert_steps([record], label_index=False)
+        return self._insert_steps([record], "unique_key" in record, label_index=False)
 
     def _many(self, jobs: Iterable[Mapping[str, Any]]) -> Steps:
         records = []
@@ -130,16 +130,19 @@ class Producer:
                 records.append(_job_record(**spec))
             except InvalidJob as exc:
                 raise InvalidJob(f"jobs[{index}]: {exc}") from None
-        return self._insert_steps(records, label_index=True)
+        unique_keys = any("unique_key" in r for r in records)
+        return self._insert_steps(records, unique_keys, label_index=True)
 
-    def _insert_steps(self, records: list[dict[str, Any]], *, label_index: bool) -> Steps:
+    def _insert_steps(
+        self, records: list[dict[str, Any]], unique_keys: bool, *, label_index: bool
+    ) -> Steps:
         """The insert's decisions, without I/O. Encoding, the last check, happens before
-        the first statement is yielded."""
+        the first statement is yielded. `unique_keys`: whether any record has one."""
         if not records:
             return []
         ids: list[int | None] = yield self.store.insert_statement(
             self._encode(records, label_index=label_index),
-            unique_keys=any("unique_key" in r for r in records),
+            unique_keys=unique_keys,
         )
         if None not in ids:  # the usual case: every job went in
             return cast(list[int], ids)
