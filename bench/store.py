@@ -1,5 +1,6 @@
-"""Job store benchmark: enqueue and claim+complete rates, beside a raw psycopg reference
-measured in the same run on the same throwaway cluster (durable commits, as the peers).
+"""Job store benchmark: enqueue (on a Connection and on an AsyncConnection) and
+claim+complete rates, beside a raw psycopg reference measured in the same run on the
+same throwaway cluster (durable commits, as the peers).
 
     python -m bench.store [--single 2000] [--bulk 10000] [--claim-jobs 20000]
 
@@ -12,10 +13,11 @@ unnest, and claim with SKIP LOCKED then DELETE; the ratio says what our bookkeep
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,7 @@ UPDATE raw_jobs j SET status = 1 FROM c WHERE j.id = c.id RETURNING j.id, j.payl
 RAW_ACK = "DELETE FROM raw_jobs WHERE id = ANY(%s)"
 
 Conn = psycopg.Connection[Any]
+Row = tuple[str, float, float]  # what, pgworkerd jobs/s, raw SQL jobs/s
 
 
 def rate(count: int, work: Callable[[], None]) -> float:
@@ -71,6 +74,39 @@ def bench_enqueue_bulk(conn: Conn, n: int, rounds: int = 3) -> tuple[float, floa
     ours = max(rate(n, lambda: pgworkerd.enqueue_many(conn, jobs)) for _ in range(rounds))
     raw = max(rate(n, lambda: conn.execute(RAW_INSERT_MANY, (payloads,))) for _ in range(rounds))
     return ours, raw
+
+
+async def arate(count: int, work: Callable[[], Awaitable[object]]) -> float:
+    started = time.perf_counter()
+    await work()
+    return count / (time.perf_counter() - started)
+
+
+async def bench_enqueue_async(dsn: str, n_single: int, n_bulk: int, rounds: int = 3) -> list[Row]:
+    """`bench_enqueue_single` and `bench_enqueue_bulk` on an AsyncConnection, the raw
+    reference async too."""
+    jobs = [{"kind": "noop", "payload": {"i": i}} for i in range(n_bulk)]
+    payloads = [json.dumps({"i": i}) for i in range(n_bulk)]
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+
+        async def ours_single() -> None:
+            for i in range(n_single):
+                await pgworkerd.enqueue_async(aconn, "noop", {"i": i})
+
+        async def raw_single() -> None:
+            for i in range(n_single):
+                await aconn.execute(RAW_INSERT, (json.dumps({"i": i}),))
+
+        single = (await arate(n_single, ours_single), await arate(n_single, raw_single))
+        ours_bulk = raw_bulk = 0.0
+        for _ in range(rounds):  # the best of `rounds`, as bench_enqueue_bulk
+            ours = await arate(n_bulk, lambda: pgworkerd.enqueue_many_async(aconn, jobs))
+            raw = await arate(n_bulk, lambda: aconn.execute(RAW_INSERT_MANY, (payloads,)))
+            ours_bulk, raw_bulk = max(ours_bulk, ours), max(raw_bulk, raw)
+    return [
+        ("enqueue_async, one job per transaction", *single),
+        (f"enqueue_many_async, {n_bulk:,} jobs per call", ours_bulk, raw_bulk),
+    ]
 
 
 def bench_claim_complete(conn: Conn, n: int, batch: int) -> tuple[float, float]:
@@ -120,6 +156,7 @@ def main() -> None:
                     f"enqueue_many, {args.bulk:,} jobs per call",
                     *bench_enqueue_bulk(conn, args.bulk),
                 ),
+                *asyncio.run(bench_enqueue_async(cluster.dsn(), args.single, args.bulk)),
             ]
             for batch in (1, 10, 100):
                 n = args.claim_jobs // 4 if batch == 1 else args.claim_jobs

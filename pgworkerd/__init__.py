@@ -1,15 +1,23 @@
 """pgworkerd: background jobs on the PostgreSQL you already run.
 
-The public API: enqueue jobs in your own transaction, and the values a handler
-receives and raises.
+The public API: enqueue jobs in your own transaction (on a psycopg Connection or
+AsyncConnection), and the values a handler receives and raises.
 """
 
 from pgworkerd.errors import InvalidJob, PgworkerdError
 from pgworkerd.job import Discard, Job, JobTimeout, Retry
-from pgworkerd.producer import Producer, enqueue, enqueue_many
+from pgworkerd.producer import (
+    EnqueueOptions,
+    Producer,
+    enqueue,
+    enqueue_async,
+    enqueue_many,
+    enqueue_many_async,
+)
 
 __all__ = [
     "Discard",
+    "EnqueueOptions",
     "InvalidJob",
     "Job",
     "JobTimeout",
@@ -17,5 +25,7 @@ __all__ = [
     "Producer",
     "Retry",
     "enqueue",
+    "enqueue_async",
     "enqueue_many",
+    "enqueue_many_async",
 ]

@@ -1,7 +1,10 @@
-"""The producer API: `enqueue` and `enqueue_many` in the caller's own transaction.
+"""The producer API: `enqueue` and `enqueue_many` in the caller's own transaction, on a
+psycopg Connection, and `enqueue_async` and `enqueue_many_async` on an AsyncConnection.
 
 Everything is validated before any SQL runs, so a refused job leaves the caller's
-transaction untouched; a whole list is inserted by one statement.
+transaction untouched; a whole list is inserted by one statement. The sync and async
+API share every decision: `Producer._insert_steps` yields the statements to run and is
+sent their results, and `_run` or `_run_async` drives it on the caller's connection.
 """
 
 from __future__ import annotations
@@ -9,16 +12,16 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack, cast
 
 import psycopg
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pgworkerd.encoding import dump_payload, dump_records
 from pgworkerd.errors import InvalidJob
-from pgworkerd.store import DEFAULT_SCHEMA, JobStore
+from pgworkerd.store import DEFAULT_SCHEMA, JobStore, Statement
 
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME_CHARS = 255  # kind, queue and unique_key
@@ -27,19 +30,26 @@ MAX_ATTEMPTS_LIMIT = 1_000_000
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 # Look-up-then-insert rounds for a unique key whose holder finishes while we look.
 MAX_UNIQUE_KEY_ROUNDS = 5
-ENQUEUE_KEYS = frozenset(
-    {
-        "kind",
-        "payload",
-        "queue",
-        "priority",
-        "delay",
-        "run_at",
-        "unique_key",
-        "max_attempts",
-        "max_runtime",
-    }
-)
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The keyword arguments of every enqueue call, sync or async, declared once.
+    Unset: queue "default", priority 0, no delay, run_at or unique_key, and the
+    queue's max_attempts and max_runtime."""
+
+    queue: str
+    priority: int
+    delay: float | timedelta | None
+    run_at: datetime | None
+    unique_key: str | None
+    max_attempts: int | None
+    max_runtime: float | timedelta | None
+
+
+ENQUEUE_KEYS = frozenset({"kind", "payload"}) | EnqueueOptions.__optional_keys__
+# What the insert's decisions yield (a statement to run), are sent (its decoded result)
+# and return (the ids).
+Steps = Generator[Statement[Any], Any, list[int]]
 
 
 class ProducerSettings(BaseSettings):
@@ -68,34 +78,43 @@ class Producer:
         conn: psycopg.Connection[Any],
         kind: str,
         payload: Any,
-        *,
-        queue: str = "default",
-        priority: int = 0,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        unique_key: str | None = None,
-        max_attempts: int | None = None,
-        max_runtime: float | timedelta | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> int:
         """Enqueue one job in `conn`'s transaction; returns its id (or, for a
         `unique_key` held by a queued or running job, that job's id)."""
-        record = _job_record(
-            kind=kind,
-            payload=payload,
-            queue=queue,
-            priority=priority,
-            delay=delay,
-            run_at=run_at,
-            unique_key=unique_key,
-            max_attempts=max_attempts,
-            max_runtime=max_runtime,
-        )
-        return self._insert(conn, [record], label_index=False)[0]
+        return _run(conn, self._one(kind, payload, options))[0]
+
+    async def enqueue_async(
+        self,
+        aconn: psycopg.AsyncConnection[Any],
+        kind: str,
+        payload: Any,
+        **options: Unpack[EnqueueOptions],
+    ) -> int:
+        """`enqueue` in `aconn`'s transaction."""
+        return (await _run_async(aconn, self._one(kind, payload, options)))[0]
 
     def enqueue_many(
         self, conn: psycopg.Connection[Any], jobs: Iterable[Mapping[str, Any]]
     ) -> list[int]:
         """Enqueue dicts with `enqueue`'s argument names in one statement; ids in order."""
+        return _run(conn, self._many(jobs))
+
+    async def enqueue_many_async(
+        self, aconn: psycopg.AsyncConnection[Any], jobs: Iterable[Mapping[str, Any]]
+    ) -> list[int]:
+        """`enqueue_many` in `aconn`'s transaction."""
+        return await _run_async(aconn, self._many(jobs))
+
+    # -- internals ------------------------------------------------------------------------
+
+    # _one and _many check the arguments when called; the steps check the payloads as
+    # they encode them, before their first statement: no SQL runs for a refused job.
+    def _one(self, kind: Any, payload: Any, options: EnqueueOptions) -> Steps:
+        record = _job_record(kind=kind, payload=payload, **options)
+        return self._insert_steps([record], "unique_key" in record, label_index=False)
+
+    def _many(self, jobs: Iterable[Mapping[str, Any]]) -> Steps:
         records = []
         for index, spec in enumerate(jobs):
             if not isinstance(spec, Mapping):
@@ -111,24 +130,26 @@ class Producer:
                 records.append(_job_record(**spec))
             except InvalidJob as exc:
                 raise InvalidJob(f"jobs[{index}]: {exc}") from None
-        return self._insert(conn, records, label_index=True)
+        unique_keys = any("unique_key" in r for r in records)
+        return self._insert_steps(records, unique_keys, label_index=True)
 
-    # -- internals ------------------------------------------------------------------------
-
-    def _insert(
-        self, conn: psycopg.Connection[Any], records: list[dict[str, Any]], *, label_index: bool
-    ) -> list[int]:
+    def _insert_steps(
+        self, records: list[dict[str, Any]], unique_keys: bool, *, label_index: bool
+    ) -> Steps:
+        """The insert's decisions, without I/O. Encoding, the last check, happens before
+        the first statement is yielded. `unique_keys`: whether any record has one."""
         if not records:
             return []
-        ids = self.store.insert(
-            conn,
+        ids: list[int | None] = yield self.store.insert_statement(
             self._encode(records, label_index=label_index),
-            unique_keys=any("unique_key" in r for r in records),
+            unique_keys=unique_keys,
         )
+        if None not in ids:  # the usual case: every job went in
+            return cast(list[int], ids)
         inserted_by_key: dict[str, int] = {}
         resolved: list[int] = []
-        for index, job_id in enumerate(ids):
-            key = records[index].get("unique_key")
+        for record, job_id in zip(records, ids, strict=True):
+            key = record.get("unique_key")
             if job_id is not None:
                 if key is not None:
                     inserted_by_key.setdefault(key, job_id)
@@ -137,18 +158,23 @@ class Producer:
             assert key is not None  # only a unique key can leave a job out
             # Its holder is an earlier job of this list, or a live job this transaction
             # can see now; or it finished meanwhile and our job goes in after all.
-            resolved.append(inserted_by_key.get(key) or self._live_or_insert(conn, records[index]))
+            holder = inserted_by_key.get(key)
+            if holder is None:
+                holder = yield from self._live_or_insert_steps(record)
+            resolved.append(holder)
         return resolved
 
-    def _live_or_insert(self, conn: psycopg.Connection[Any], record: dict[str, Any]) -> int:
+    def _live_or_insert_steps(self, record: dict[str, Any]) -> Generator[Statement[Any], Any, int]:
         key = record["unique_key"]
         for _ in range(MAX_UNIQUE_KEY_ROUNDS):
-            live = self.store.find_live_by_unique_key(conn, key)
+            live: int | None = yield self.store.find_live_statement(key)
             if live is not None:
                 return live
-            (inserted,) = self.store.insert(conn, self._encode([record], label_index=False))
-            if inserted is not None:
-                return inserted
+            inserted: list[int | None] = yield self.store.insert_statement(
+                self._encode([record], label_index=False)
+            )
+            if inserted[0] is not None:
+                return inserted[0]
         raise InvalidJob(  # a holder that keeps appearing and finishing: give up clearly
             f"unique_key {key!r} kept changing hands; try again"
         )
@@ -263,7 +289,9 @@ def default_producer() -> Producer:
     return Producer(schema=settings.database__schema, max_payload_bytes=settings.max_payload_bytes)
 
 
-def enqueue(conn: psycopg.Connection[Any], kind: str, payload: Any, **options: Any) -> int:
+def enqueue(
+    conn: psycopg.Connection[Any], kind: str, payload: Any, **options: Unpack[EnqueueOptions]
+) -> int:
     """`Producer.enqueue` with the environment's settings (see `ProducerSettings`)."""
     return default_producer().enqueue(conn, kind, payload, **options)
 
@@ -271,3 +299,42 @@ def enqueue(conn: psycopg.Connection[Any], kind: str, payload: Any, **options: A
 def enqueue_many(conn: psycopg.Connection[Any], jobs: Iterable[Mapping[str, Any]]) -> list[int]:
     """`Producer.enqueue_many` with the environment's settings."""
     return default_producer().enqueue_many(conn, jobs)
+
+
+async def enqueue_async(
+    aconn: psycopg.AsyncConnection[Any],
+    kind: str,
+    payload: Any,
+    **options: Unpack[EnqueueOptions],
+) -> int:
+    """`Producer.enqueue_async` with the environment's settings."""
+    return await default_producer().enqueue_async(aconn, kind, payload, **options)
+
+
+async def enqueue_many_async(
+    aconn: psycopg.AsyncConnection[Any], jobs: Iterable[Mapping[str, Any]]
+) -> list[int]:
+    """`Producer.enqueue_many_async` with the environment's settings."""
+    return await default_producer().enqueue_many_async(aconn, jobs)
+
+
+# The two drivers of `Producer._insert_steps`: the only producer code written per I/O
+# style. A statement that fails leaves the steps unfinished; nothing else to undo.
+def _run(conn: psycopg.Connection[Any], steps: Steps) -> list[int]:
+    result = None  # the first send starts the steps
+    try:
+        while True:
+            result = steps.send(result).run(conn)
+    except StopIteration as done:
+        ids: list[int] = done.value
+        return ids
+
+
+async def _run_async(aconn: psycopg.AsyncConnection[Any], steps: Steps) -> list[int]:
+    result = None
+    try:
+        while True:
+            result = await steps.send(result).run_async(aconn)
+    except StopIteration as done:
+        ids: list[int] = done.value
+        return ids

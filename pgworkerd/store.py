@@ -7,17 +7,18 @@
     queued | running --cancel--> cancelled;   dead | cancelled --retry--> queued
 
 Each method runs one statement on the caller's connection and leaves the transaction
-to the caller (workers use autocommit connections). Writes after a claim take the
+to the caller (workers use autocommit connections); the producer's two instead return
+a `Statement`, which runs on a Connection or an AsyncConnection alike. Writes after a claim take the
 job's Lease and report which leases still held: a write on a lost lease changes
 nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -50,6 +51,27 @@ class FailureOutcome:
     attempt: int
 
 
+T = TypeVar("T")
+
+
+@dataclass(slots=True)  # not frozen: that would triple the cost of making one per enqueue
+class Statement(Generic[T]):
+    """A statement, its parameters and the decoding of its rows, written once; `run`
+    and `run_async` are the only lines that differ between a Connection and an
+    AsyncConnection, so the producer's sync and async API share everything else."""
+
+    query: bytes
+    params: dict[str, Any]
+    decode: Callable[[list[Any]], T]
+
+    def run(self, conn: psycopg.Connection[Any]) -> T:
+        return self.decode(conn.execute(self.query, self.params).fetchall())
+
+    async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
+        cursor = await aconn.execute(self.query, self.params)
+        return self.decode(await cursor.fetchall())
+
+
 class JobStore:
     """The jobs table of one schema."""
 
@@ -63,27 +85,25 @@ class JobStore:
 
     # -- producing ----------------------------------------------------------------------
 
-    def insert(
-        self, conn: psycopg.Connection[Any], records_json: str, *, unique_keys: bool = True
-    ) -> list[int | None]:
+    def insert_statement(
+        self, records_json: str, *, unique_keys: bool = True
+    ) -> Statement[list[int | None]]:
         """Insert jobs, given as a JSON array of records (see `jobs_insert`), in one
         statement; ids in input order. An id is None where the job's unique_key is held
-        by a live job: see `find_live_by_unique_key`. `unique_keys=False` promises that
-        no record has one, for the cheaper statement."""
+        by a live job: see `find_live_statement`. `unique_keys=False` promises that no
+        record has one, for the cheaper statement."""
         params = {
             "sequence": self._sequence,
             "channel": self.notify_channel,
             "jobs": records_json,
         }
         statement = "jobs_insert" if unique_keys else "jobs_insert_without_unique_keys"
-        rows = conn.execute(self._sql[statement], params).fetchall()
-        return [None if left_out else job_id for job_id, left_out in rows]
+        return Statement(self._sql[statement], params, _ids_or_none)
 
-    def find_live_by_unique_key(self, conn: psycopg.Connection[Any], unique_key: str) -> int | None:
-        row = conn.execute(
-            self._sql["jobs_find_live_by_unique_key"], {"unique_key": unique_key}
-        ).fetchone()
-        return row[0] if row else None
+    def find_live_statement(self, unique_key: str) -> Statement[int | None]:
+        """The id of the queued or running job holding `unique_key`, if any."""
+        query = self._sql["jobs_find_live_by_unique_key"]
+        return Statement(query, {"unique_key": unique_key}, _first_id)
 
     # -- the lease life cycle -------------------------------------------------------------
 
@@ -319,6 +339,14 @@ def notify_channel(schema: str) -> str:
 
 def _quote_ident(name: str) -> str:
     return sql.Identifier(name).as_string(None)
+
+
+def _ids_or_none(rows: list[Any]) -> list[int | None]:
+    return [None if left_out else job_id for job_id, left_out in rows]
+
+
+def _first_id(rows: list[Any]) -> int | None:
+    return rows[0][0] if rows else None
 
 
 def _claim_params(

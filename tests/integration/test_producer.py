@@ -1,30 +1,53 @@
 """The producer API on a real server: the caller's transaction, unique keys, bulk
-inserts, notifications, and input refused before any SQL."""
+inserts, notifications, and input refused before any SQL. Every case runs both ways:
+`enqueue`/`enqueue_many` on a Connection and `enqueue_async`/`enqueue_many_async` on
+an AsyncConnection (tests/integration/producer_ways.py)."""
 
 from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from unittest import mock
 
 import psycopg
 import pytest
 
-import pgworkerd
 from pgworkerd import InvalidJob, Producer
 from pgworkerd.producer import default_producer
 from pgworkerd.store import JobStore, notify_channel
+from tests.integration.producer_ways import AsyncWay, SyncWay
+
+
+@pytest.fixture(params=["sync", "async"])
+def way(request: pytest.FixtureRequest) -> Iterator[SyncWay | AsyncWay]:
+    """How the test calls the producer: see producer_ways.py."""
+    if request.param == "sync":
+        yield SyncWay()
+        return
+    async_way = AsyncWay()
+    try:
+        yield async_way
+    finally:
+        async_way.close()
+
+
+@pytest.fixture
+def pconn(way: SyncWay | AsyncWay, db_dsn: str) -> Iterator[Any]:
+    """An autocommit connection of `way` to the test's database, for the producer
+    calls; the `conn` fixture checks what they did."""
+    with way.connect(db_dsn, autocommit=True) as connection:
+        yield connection
 
 
 def count_jobs(conn: psycopg.Connection[Any]) -> int:
     return conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0]
 
 
-def test_enqueue_stores_the_job_as_given(conn):
-    job_id = pgworkerd.enqueue(
-        conn,
+def test_enqueue_stores_the_job_as_given(way, pconn, conn):
+    job_id = way.enqueue(
+        pconn,
         "send_email",
         {"to": "a@example.com", "n": [1, 2.5]},
         queue="mail",
@@ -40,62 +63,62 @@ def test_enqueue_stores_the_job_as_given(conn):
     assert row["state"] == "queued" and row["attempt"] == 0
 
 
-def test_enqueue_commits_and_rolls_back_with_the_callers_transaction(db_dsn):
-    with psycopg.connect(db_dsn) as conn:
-        pgworkerd.enqueue(conn, "k", {"keep": True})
+def test_enqueue_commits_and_rolls_back_with_the_callers_transaction(way, db_dsn):
+    with way.connect(db_dsn) as conn:
+        way.enqueue(conn, "k", {"keep": True})
         conn.commit()
         with conn.transaction(force_rollback=True):
-            pgworkerd.enqueue(conn, "k", {"keep": False})
-            pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {"keep": False}}] * 3)
+            way.enqueue(conn, "k", {"keep": False})
+            way.enqueue_many(conn, [{"kind": "k", "payload": {"keep": False}}] * 3)
         conn.rollback()
     with psycopg.connect(db_dsn) as check:
         payloads = [r[0] for r in check.execute("SELECT payload FROM pgworkerd.jobs")]
     assert payloads == [{"keep": True}]
 
 
-def test_delay_is_counted_from_the_database_clock(conn):
+def test_delay_is_counted_from_the_database_clock(way, pconn, conn):
     now = conn.execute("SELECT now()").fetchone()[0]
-    job_id = pgworkerd.enqueue(conn, "k", {}, delay=timedelta(minutes=5))
+    job_id = way.enqueue(pconn, "k", {}, delay=timedelta(minutes=5))
     run_at = JobStore().get(conn, job_id)["run_at"]
     assert timedelta(minutes=4, seconds=55) < run_at - now < timedelta(minutes=5, seconds=10)
 
 
-def test_enqueue_many_returns_ids_in_order_from_one_statement(conn):
+def test_enqueue_many_returns_ids_in_order_from_one_statement(way, pconn, conn):
     specs = [{"kind": f"k{n % 3}", "payload": {"n": n}, "priority": n % 5} for n in range(10_000)]
-    with mock.patch.object(
-        psycopg.Connection, "execute", autospec=True, side_effect=psycopg.Connection.execute
-    ) as execute:
-        ids = pgworkerd.enqueue_many(conn, specs)
+    with way.count_statements() as execute:
+        ids = way.enqueue_many(pconn, specs)
     assert execute.call_count == 1, "one statement for the whole list"
     assert len(ids) == 10_000 and len(set(ids)) == 10_000
     rows = dict(conn.execute("SELECT id, payload->>'n' FROM pgworkerd.jobs").fetchall())
     assert [int(rows[i]) for i in ids] == list(range(10_000))
 
 
-def test_enqueue_many_of_nothing_does_nothing(conn):
-    assert pgworkerd.enqueue_many(conn, []) == []
+def test_enqueue_many_of_nothing_does_nothing(way, pconn):
+    with way.count_statements() as execute:
+        assert way.enqueue_many(pconn, []) == []
+    assert execute.call_count == 0
 
 
 # -- unique keys ---------------------------------------------------------------------------
 
 
-def test_unique_key_returns_the_live_job_and_frees_up_when_it_finishes(conn):
-    first = pgworkerd.enqueue(conn, "k", {"v": 1}, unique_key="daily-report")
-    assert pgworkerd.enqueue(conn, "k", {"v": 2}, unique_key="daily-report") == first
+def test_unique_key_returns_the_live_job_and_frees_up_when_it_finishes(way, pconn, conn):
+    first = way.enqueue(pconn, "k", {"v": 1}, unique_key="daily-report")
+    assert way.enqueue(pconn, "k", {"v": 2}, unique_key="daily-report") == first
     assert count_jobs(conn) == 1
     store = JobStore()
     (job,) = store.claim(conn, queues=["default"], limit=1, lease_ttl_s=30, worker="w")
-    assert pgworkerd.enqueue(conn, "k", {"v": 3}, unique_key="daily-report") == first, (
+    assert way.enqueue(pconn, "k", {"v": 3}, unique_key="daily-report") == first, (
         "a running job still holds its key"
     )
     store.complete(conn, [(job.lease, None)])
-    third = pgworkerd.enqueue(conn, "k", {"v": 4}, unique_key="daily-report")
+    third = way.enqueue(pconn, "k", {"v": 4}, unique_key="daily-report")
     assert third != first
 
 
-def test_unique_key_repeated_within_one_batch(conn):
-    ids = pgworkerd.enqueue_many(
-        conn,
+def test_unique_key_repeated_within_one_batch(way, pconn, conn):
+    ids = way.enqueue_many(
+        pconn,
         [
             {"kind": "k", "payload": {"n": 0}, "unique_key": "a"},
             {"kind": "k", "payload": {"n": 1}},
@@ -104,21 +127,21 @@ def test_unique_key_repeated_within_one_batch(conn):
         ],
     )
     assert ids[0] == ids[2] and len(set(ids)) == 3
-    existing = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "unique_key": "b"}])
+    existing = way.enqueue_many(pconn, [{"kind": "k", "payload": {}, "unique_key": "b"}])
     assert existing == [ids[3]]
     assert count_jobs(conn) == 3
 
 
-def test_concurrent_enqueues_of_one_unique_key_make_one_row(db_dsn):
+def test_concurrent_enqueues_of_one_unique_key_make_one_row(way, db_dsn):
     """docs/faults.md, "Concurrent enqueues of one unique key": both callers get the id
     of the single row."""
-    with psycopg.connect(db_dsn) as first, psycopg.connect(db_dsn) as second:
-        first_id = pgworkerd.enqueue(first, "k", {}, unique_key="once")
+    with way.connect(db_dsn) as first, way.connect(db_dsn) as second:
+        first_id = way.enqueue(first, "k", {}, unique_key="once")
         result: dict[str, Any] = {}
 
         def enqueue_second() -> None:
             try:
-                result["id"] = pgworkerd.enqueue(second, "k", {}, unique_key="once")
+                result["id"] = way.enqueue(second, "k", {}, unique_key="once")
                 second.commit()
             except Exception as exc:  # pragma: no cover - reported below
                 result["error"] = exc
@@ -134,12 +157,12 @@ def test_concurrent_enqueues_of_one_unique_key_make_one_row(db_dsn):
         assert count_jobs(check) == 1
 
 
-def test_unique_key_is_free_again_when_the_holder_rolls_back(db_dsn):
-    with psycopg.connect(db_dsn) as first, psycopg.connect(db_dsn) as second:
-        pgworkerd.enqueue(first, "k", {}, unique_key="once")
+def test_unique_key_is_free_again_when_the_holder_rolls_back(way, db_dsn):
+    with way.connect(db_dsn) as first, way.connect(db_dsn) as second:
+        way.enqueue(first, "k", {}, unique_key="once")
         result: dict[str, int] = {}
         thread = threading.Thread(
-            target=lambda: result.update(id=pgworkerd.enqueue(second, "k", {}, unique_key="once"))
+            target=lambda: result.update(id=way.enqueue(second, "k", {}, unique_key="once"))
         )
         thread.start()
         assert _wait_for_lock_waiter(db_dsn)
@@ -172,14 +195,14 @@ def _wait_for_lock_waiter(dsn: str, timeout_s: float = 10) -> bool:
 # -- notifications -------------------------------------------------------------------------
 
 
-def test_enqueue_notifies_the_queue_name_at_commit_only(db_dsn):
-    with psycopg.connect(db_dsn, autocommit=True) as listener, psycopg.connect(db_dsn) as conn:
+def test_enqueue_notifies_the_queue_name_at_commit_only(way, db_dsn):
+    with psycopg.connect(db_dsn, autocommit=True) as listener, way.connect(db_dsn) as conn:
         listener.execute(f'LISTEN "{notify_channel("pgworkerd")}"')
-        pgworkerd.enqueue(conn, "k", {"big": "x" * 20_000}, queue="mail")
+        way.enqueue(conn, "k", {"big": "x" * 20_000}, queue="mail")
         conn.rollback()
-        pgworkerd.enqueue(conn, "k", {}, queue="later", delay=60)
-        pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "queue": "reports"}] * 5)
-        pgworkerd.enqueue(conn, "k", {}, queue="mail")
+        way.enqueue(conn, "k", {}, queue="later", delay=60)
+        way.enqueue_many(conn, [{"kind": "k", "payload": {}, "queue": "reports"}] * 5)
+        way.enqueue(conn, "k", {}, queue="mail")
         conn.commit()
         received = [n.payload for n in listener.notifies(timeout=2, stop_after=3)]
     # A queue that got only a job for later is told too: an idle worker then sleeps
@@ -235,22 +258,22 @@ BAD_ENQUEUES = [
 
 
 @pytest.mark.parametrize(("changes", "message"), BAD_ENQUEUES)
-def test_bad_input_is_refused_before_any_sql(db_dsn, changes, message):
+def test_bad_input_is_refused_before_any_sql(way, db_dsn, conn, changes, message):
     args = {"kind": "k", "payload": {}} | changes
-    with psycopg.connect(db_dsn) as conn:  # not autocommit: any statement would open a tx
+    with way.connect(db_dsn) as pconn:  # not autocommit: any statement would open a tx
         with pytest.raises(InvalidJob) as refused:
-            pgworkerd.enqueue(conn, args.pop("kind"), args.pop("payload"), **args)
+            way.enqueue(pconn, args.pop("kind"), args.pop("payload"), **args)
         assert message in str(refused.value)
         assert "\n" not in str(refused.value)
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE, (
+        assert pconn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE, (
             "no statement may run for a refused job"
         )
         with pytest.raises(InvalidJob, match=r"^jobs\[1\]: "):
-            pgworkerd.enqueue_many(
-                conn, [{"kind": "ok", "payload": {}}, {"kind": "k", "payload": {}} | changes]
+            way.enqueue_many(
+                pconn, [{"kind": "ok", "payload": {}}, {"kind": "k", "payload": {}} | changes]
             )
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        assert count_jobs(conn) == 0
+        assert pconn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert count_jobs(conn) == 0
 
 
 @pytest.mark.parametrize(
@@ -262,53 +285,54 @@ def test_bad_input_is_refused_before_any_sql(db_dsn, changes, message):
         ({"kind": "k", "payload": {}, "colour": "red"}, "unknown key(s): colour"),
     ],
 )
-def test_enqueue_many_refuses_malformed_entries(conn, spec, message):
+def test_enqueue_many_refuses_malformed_entries(way, pconn, conn, spec, message):
     with pytest.raises(InvalidJob, match=r"^jobs\[0\]") as refused:
-        pgworkerd.enqueue_many(conn, [spec])
+        way.enqueue_many(pconn, [spec])
     assert message in str(refused.value)
     assert count_jobs(conn) == 0
 
 
-def test_odd_but_valid_names_are_stored_as_data(conn):
+def test_odd_but_valid_names_are_stored_as_data(way, pconn, conn):
     names = ["it's", 'q"; DROP TABLE pgworkerd.jobs; --', "émoji 🚀", "x" * 200]
-    ids = pgworkerd.enqueue_many(
-        conn, [{"kind": n, "payload": {"n": n}, "queue": n} for n in names]
-    )
+    ids = way.enqueue_many(pconn, [{"kind": n, "payload": {"n": n}, "queue": n} for n in names])
     rows = conn.execute(
         "SELECT kind, queue FROM pgworkerd.jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
     ).fetchall()
     assert rows == [(n, n) for n in names]
 
 
-def test_payload_limit_is_configurable(conn, monkeypatch):
+def test_payload_limit_is_configurable(way, pconn, monkeypatch):
     small = Producer(max_payload_bytes=100)
     with pytest.raises(InvalidJob, match="over the limit of 100 bytes"):
-        small.enqueue(conn, "k", {"x": "y" * 100})
-    assert small.enqueue(conn, "k", {"x": "y" * 10}) > 0
+        way.enqueue(pconn, "k", {"x": "y" * 100}, producer=small)
+    assert way.enqueue(pconn, "k", {"x": "y" * 10}, producer=small) > 0
 
     monkeypatch.setenv("PGWORKERD_MAX_PAYLOAD_BYTES", "50")
     default_producer.cache_clear()
     try:
         with pytest.raises(InvalidJob, match="over the limit of 50 bytes"):
-            pgworkerd.enqueue(conn, "k", {"x": "y" * 60})
+            way.enqueue(pconn, "k", {"x": "y" * 60})
     finally:
         default_producer.cache_clear()
 
 
-def test_schema_comes_from_the_environment(empty_db_dsn, monkeypatch):
+def test_schema_comes_from_the_environment(way, empty_db_dsn, monkeypatch):
     from pgworkerd.migrations import migrate
 
     monkeypatch.setenv("PGWORKERD_DATABASE__SCHEMA", "jobs_elsewhere")
     default_producer.cache_clear()
     try:
-        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        with (
+            psycopg.connect(empty_db_dsn, autocommit=True) as conn,
+            way.connect(empty_db_dsn, autocommit=True) as pconn,
+        ):
             migrate(conn, "jobs_elsewhere")
-            job_id = pgworkerd.enqueue(conn, "k", {})
+            job_id = way.enqueue(pconn, "k", {})
             assert conn.execute("SELECT id FROM jobs_elsewhere.jobs").fetchone()[0] == job_id
     finally:
         default_producer.cache_clear()
 
 
-def test_payload_may_hold_a_literal_backslash_u0000(conn):
-    job_id = pgworkerd.enqueue(conn, "k", {"text": "\\u0000 is how JSON writes NUL"})
+def test_payload_may_hold_a_literal_backslash_u0000(way, pconn, conn):
+    job_id = way.enqueue(pconn, "k", {"text": "\\u0000 is how JSON writes NUL"})
     assert JobStore().get(conn, job_id)["payload"]["text"].startswith("\\u0000")
