@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                         with (out / "records.jsonl").open("a") as fh:
                             fh.write(json.dumps(record, sort_keys=True) + "\n")
         if args.io:
-            io_rows = _io(cluster, logs, args, io_setup)
+            io_rows = iobound.run_section(cluster, logs, args, io_setup)
         if args.scale:
             scale_figures = _scale(cluster, logs, args)
         environment.update(fdatasync_per_s_end=fdatasync_rate(cluster), loadavg_end=os.getloadavg())
@@ -261,53 +261,6 @@ def _one_run(
         record.update(name=name, rep=rep)
         print(f"  {tag:<28} {time.monotonic() - t0:5.1f}s  {_brief(record)}")
     return record
-
-
-def _io(
-    cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace, setup: iobound.Setup
-) -> list[iobound.Row]:
-    """The I/O-bound rows, each in a fresh database; a failed row is noted and left out."""
-    print(f"  io: {setup.jobs:,} jobs x {setup.work_ms:g} ms ...")
-    pgq = next((peers.PEERS[n] for n in args.peer_names if n.startswith("pgqueuer")), None)
-    if pgq is not None and not args.io_harness.exists():
-        print(f"  note: no PgQueuer I/O rows: {args.io_harness} does not exist")
-        pgq = None
-    if pgq is not None and not peers.ready(pgq, logs / "venv.log"):
-        pgq = None
-    runs: list[tuple[str, Callable[[str], iobound.Row | None]]] = [
-        ("pgworkerd_plain", lambda dsn: iobound.pgworkerd_row(dsn, logs, setup, False)),
-        ("pgworkerd_async", lambda dsn: iobound.pgworkerd_row(dsn, logs, setup, True)),
-    ]
-    if pgq is not None:
-        peer = pgq
-        for limit in (0, 100):
-            runs.append(
-                (
-                    f"pgqueuer_limit{limit}",
-                    lambda dsn, limit=limit: iobound.pgqueuer_row(
-                        dsn, args.io_harness, peer, setup, limit, logs / f"io_pgq_{limit}.log"
-                    ),
-                )
-            )
-    rows = []
-    for key, run in runs:
-        database = f"bench_io_{key}"
-        t0 = time.monotonic()
-        try:
-            row = run(fresh_database(cluster, database))
-        except Exception as exc:  # one broken row must not lose the others
-            print(f"  note: io {key} failed: {type(exc).__name__}: {exc} (see {logs})")
-            (logs / f"io_{key}.error").write_text(traceback.format_exc())
-            row = None
-        finally:
-            drop_database(cluster, database)
-        if row is not None:
-            rows.append(row)
-            print(
-                f"  io {row.key:<26} {time.monotonic() - t0:5.1f}s  "
-                f"{row.jps or 0:,.0f} jobs/s ({row.done:,}/{row.jobs:,} done)"
-            )
-    return rows
 
 
 def _scale(cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace) -> dict[str, Any]:

@@ -21,20 +21,26 @@ concurrency limit, in the same run.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
 import subprocess
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
 import pgworkerd
+from bench import peers
+from bench.cluster import drop_database, fresh_database
 from bench.daemon import QUEUE, Daemon, migrate, write_config
 from bench.measure import UNFINISHED
 from bench.peers import Peer
+from pgworkerd.embedded import EmbeddedCluster
 
 POLL_S = 0.02
 RUN_TIMEOUT_S = 180.0  # per row, as the peers' harness runs
@@ -240,3 +246,50 @@ def markdown(rows: list[Row], setup: Setup, harness: Path | str | None) -> list[
 
 def _fmt(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
+
+
+def run_section(
+    cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace, setup: Setup
+) -> list[Row]:
+    """The I/O-bound rows, each in a fresh database; a failed row is noted and left out."""
+    print(f"  io: {setup.jobs:,} jobs x {setup.work_ms:g} ms ...")
+    pgq = next((peers.PEERS[n] for n in args.peer_names if n.startswith("pgqueuer")), None)
+    if pgq is not None and not args.io_harness.exists():
+        print(f"  note: no PgQueuer I/O rows: {args.io_harness} does not exist")
+        pgq = None
+    if pgq is not None and not peers.ready(pgq, logs / "venv.log"):
+        pgq = None
+    runs: list[tuple[str, Callable[[str], Row | None]]] = [
+        ("pgworkerd_plain", lambda dsn: pgworkerd_row(dsn, logs, setup, False)),
+        ("pgworkerd_async", lambda dsn: pgworkerd_row(dsn, logs, setup, True)),
+    ]
+    if pgq is not None:
+        peer = pgq
+        for limit in (0, 100):
+            runs.append(
+                (
+                    f"pgqueuer_limit{limit}",
+                    lambda dsn, limit=limit: pgqueuer_row(
+                        dsn, args.io_harness, peer, setup, limit, logs / f"io_pgq_{limit}.log"
+                    ),
+                )
+            )
+    rows = []
+    for key, run in runs:
+        database = f"bench_io_{key}"
+        t0 = time.monotonic()
+        try:
+            row = run(fresh_database(cluster, database))
+        except Exception as exc:  # one broken row must not lose the others
+            print(f"  note: io {key} failed: {type(exc).__name__}: {exc} (see {logs})")
+            (logs / f"io_{key}.error").write_text(traceback.format_exc())
+            row = None
+        finally:
+            drop_database(cluster, database)
+        if row is not None:
+            rows.append(row)
+            print(
+                f"  io {row.key:<26} {time.monotonic() - t0:5.1f}s  "
+                f"{row.jps or 0:,.0f} jobs/s ({row.done:,}/{row.jobs:,} done)"
+            )
+    return rows
