@@ -36,7 +36,7 @@ def enforce_runtimes(children: Iterable[ChildProcess], now: float) -> None:
                 worker=child.name,
                 max_runtime_s=job.max_runtime_s,
             )
-            job.soft_timeout_at = now
+            child.ledger.soft_timeout_sent(job, now)
             child.control.timeout(job.id)  # which job: the signal only wakes the child
             osutil.signal_process(child.pid, signal.SIGUSR1)
         for job in verdict.kill:

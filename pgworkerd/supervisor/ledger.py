@@ -45,11 +45,13 @@ class KillReason(Enum):
     UNFENCED = "unfenced"  # renewals failed: its running jobs cannot go on unfenced
 
 
+SOFT_TIMEOUT_GRACE_S = 3.0  # from the soft timeout (JobTimeout) to SIGKILL
+
 # States whose lease the supervisor renews and must settle if the child dies.
 HELD = frozenset({JobState.CLAIMED, JobState.RUNNING, JobState.FINISHING})
 
 
-@dataclass
+@dataclass(slots=True)
 class LedgerJob:
     lease: Lease
     kind: str
@@ -83,12 +85,26 @@ class RenewalVerdict:
     given_up: list[LedgerJob]  # unstarted: the child must be told to skip them
 
 
+@dataclass(frozen=True, slots=True)
+class Moments:
+    """What the supervisor's loop asks of a ledger on every turn, computed once per
+    change of the ledger (a busy child holds a claim's worth of jobs)."""
+
+    held: bool  # any job whose lease we renew
+    earliest_renewal: float | None  # of the jobs that need us if their lease lapses
+    next_runtime: float | None  # the next runtime deadline, or end of a grace
+
+
 @dataclass
 class ChildLedger:
     jobs: dict[int, LedgerJob] = field(default_factory=dict)  # by job id
     claimed_through: int = 0  # the highest claim number announced so far
     starts_seen: int = -1  # the start board's counter last acted on in full
     blamed: set[int] = field(default_factory=set)  # ids of the jobs a kill is for
+    _by_number: dict[int, LedgerJob] = field(default_factory=dict)  # by claim number
+    _in_slot: dict[int, LedgerJob] = field(default_factory=dict)  # last seen start a slot
+    _next_start: int = 1  # claim numbers below it were all seen started or skipped
+    _moments: Moments | None = None  # None: to be computed again
 
     # -- what the child said --------------------------------------------------------------
 
@@ -97,26 +113,32 @@ class ChildLedger:
             lease = Lease(job.id, uuid.UUID(job.token))
             runtime = runtime_for(job.queue, job.max_runtime_s)
             # The lease runs from the claim, not from our reading of it.
-            self.jobs[job.id] = LedgerJob(lease, job.kind, job.queue, runtime, number, message.at)
+            entry = LedgerJob(lease, job.kind, job.queue, runtime, number, message.at)
+            self.jobs[job.id] = self._by_number[number] = entry
             self.claimed_through = max(self.claimed_through, number)
+        self._moments = None
 
     def observe_starts(self, records: Iterable[StartRecord]) -> tuple[list[LedgerJob], bool]:
         """Take in the start board's records. Returns the jobs found started although
         their lease is gone (their child must be killed), and whether every record was
         understood (False: one names a claim whose message is still unread)."""
-        records = list(records)
-        by_number = {job.number: job for job in self.jobs.values()}
-        occupants: set[int] = set()
-        forbidden = []
+        forbidden: list[LedgerJob] = []
         complete = True
-        for record in records:
-            job = by_number.get(record.number)
+        # In claim order: a job's start says every job claimed before it has started.
+        for record in sorted(records, key=lambda r: r.number):
+            job = self._by_number.get(record.number)
             if job is None:
                 # Above what we know: its `claimed` is still unread; look again later.
                 # At or below: settled already.
                 complete = complete and record.number <= self.claimed_through
                 continue
-            occupants.add(job.id)
+            previous = self._in_slot.get(record.slot)
+            if previous is job:
+                continue  # seen already
+            self._moments = None
+            if previous is not None and previous.state is JobState.RUNNING:
+                previous.state = JobState.FINISHING  # its slot started another job since
+            self._in_slot[record.slot] = job
             if job.state is JobState.CLAIMED:
                 job.state, job.started_at, job.slot = (
                     JobState.RUNNING,
@@ -126,28 +148,30 @@ class ChildLedger:
             elif job.state is JobState.GIVEN_UP:
                 job.state = JobState.LOST
                 forbidden.append(job)
-        highest = max((r.number for r in records if r.number in by_number), default=0)
-        earliest = min((r.started_at for r in records if r.number in by_number), default=0.0)
-        for job in self.jobs.values():
-            if job.id in occupants:
-                continue
-            if job.state is JobState.RUNNING:
-                job.state = JobState.FINISHING  # its slot started another job since
-            elif job.state is JobState.CLAIMED and job.number < highest:
-                # Started in claim order: it was started, and returned, unseen.
-                job.state, job.started_at = JobState.FINISHING, earliest
+            self._passed(job.number, record.started_at)
         return forbidden, complete
+
+    def _passed(self, number: int, started_at: float) -> None:
+        """Job `number` started: those claimed before it and still unstarted were
+        started, and returned, before we looked (their records were overwritten)."""
+        while self._next_start < number:
+            earlier = self._by_number.get(self._next_start)
+            if earlier is not None and earlier.state is JobState.CLAIMED:
+                earlier.state, earlier.started_at = JobState.FINISHING, started_at
+            self._next_start += 1
+        self._next_start = max(self._next_start, number + 1)
 
     def finishing(self, ids: Iterable[int]) -> None:
         for job_id in ids:
             job = self.jobs.get(job_id)
             if job is not None and job.state in (JobState.CLAIMED, JobState.RUNNING):
                 job.state = JobState.FINISHING
+                self._moments = None
 
     def done(self, ids: Iterable[int]) -> None:
         """Their outcomes are written (or found fenced off): nothing left to do."""
         for job_id in ids:
-            self.jobs.pop(job_id, None)
+            self._forget(job_id)
 
     released = done  # given back by the child: the database has them queued again
 
@@ -155,8 +179,15 @@ class ChildLedger:
         """The child will start nothing more: its unstarted jobs are ours to give back."""
         unstarted = self.in_state(JobState.CLAIMED)
         for job in unstarted:
-            del self.jobs[job.id]
+            self._forget(job.id)
         return unstarted
+
+    def _forget(self, job_id: int) -> None:
+        job = self.jobs.pop(job_id, None)
+        if job is not None:
+            if self._by_number.get(job.number) is job:
+                del self._by_number[job.number]
+            self._moments = None
 
     # -- what the supervisor learnt -------------------------------------------------------
 
@@ -168,6 +199,7 @@ class ChildLedger:
         (FINISHING: let be), or is no longer ours. Jobs claimed after the send (the
         same job claimed anew included: another lease) are not judged."""
         lost, given_up = [], []
+        self._moments = None
         for job in self.held():
             if job.lease not in sent:
                 continue
@@ -185,6 +217,12 @@ class ChildLedger:
         """An unstarted job whose lease is about to lapse or is gone: left to a rescue."""
         if job.state is JobState.CLAIMED:
             job.state = JobState.GIVEN_UP
+            self._moments = None
+
+    def soft_timeout_sent(self, job: LedgerJob, at: float) -> None:
+        """JobTimeout was asked for in the job at `at`: its grace runs from there."""
+        job.soft_timeout_at = at
+        self._moments = None
 
     def blame(self, jobs: Iterable[LedgerJob]) -> None:
         """Name the jobs a kill of the child is for (charged, or left alone if lost)."""
@@ -202,7 +240,23 @@ class ChildLedger:
         return [job.lease for job in self.held()]
 
     def __bool__(self) -> bool:
-        return any(job.state in HELD for job in self.jobs.values())
+        return self.moments().held
+
+    def moments(self) -> Moments:
+        if self._moments is None:
+            held, renewals, runtimes = False, [], []
+            for job in self.jobs.values():
+                held = held or job.state in HELD
+                if job.state is JobState.CLAIMED or job.state is JobState.RUNNING:
+                    renewals.append(job.renewed_at)
+                deadline = job.deadline()
+                if deadline is not None:
+                    grace_end = job.soft_timeout_at
+                    runtimes.append(
+                        deadline if grace_end is None else grace_end + SOFT_TIMEOUT_GRACE_S
+                    )
+            self._moments = Moments(held, min(renewals, default=None), min(runtimes, default=None))
+        return self._moments
 
     # -- the end of the child -------------------------------------------------------------
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pgworkerd.supervisor.ledger import ChildLedger, JobState, LedgerJob
+from pgworkerd.supervisor.ledger import SOFT_TIMEOUT_GRACE_S, ChildLedger, JobState, LedgerJob
 
-SOFT_TIMEOUT_GRACE_S = 3.0  # from the soft timeout to SIGKILL
 UNFENCED_FRACTION = 0.8  # of lease_ttl without a renewal: stop the jobs ourselves
 
 
@@ -28,6 +27,9 @@ class RuntimeVerdict:
 
 
 def check_runtimes(ledger: ChildLedger, now: float) -> RuntimeVerdict:
+    moment = ledger.moments().next_runtime
+    if moment is None or now < moment:
+        return _NO_RUNTIME_ACTION  # the loop's usual case: nothing is due
     soft, kill = [], []
     for job in ledger.in_state(JobState.RUNNING):
         deadline = job.deadline()
@@ -42,16 +44,10 @@ def check_runtimes(ledger: ChildLedger, now: float) -> RuntimeVerdict:
 
 def next_runtime_moment(ledger: ChildLedger) -> float | None:
     """The next moment check_runtimes has something to say about these jobs."""
-    moments = []
-    for job in ledger.in_state(JobState.RUNNING):
-        deadline = job.deadline()
-        if deadline is not None:
-            moments.append(
-                deadline
-                if job.soft_timeout_at is None
-                else job.soft_timeout_at + SOFT_TIMEOUT_GRACE_S
-            )
-    return min(moments, default=None)
+    return ledger.moments().next_runtime
+
+
+_NO_RUNTIME_ACTION = RuntimeVerdict([], [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,16 +60,17 @@ def lapse_moment(job: LedgerJob, lease_ttl_s: float) -> float:
     return job.renewed_at + UNFENCED_FRACTION * lease_ttl_s
 
 
-def _at_risk(ledger: ChildLedger) -> list[LedgerJob]:
-    """Jobs we would still have to act on if their lease went unrenewed: a job whose
-    handler returned needs nothing from us (only its fenced outcome write is left)."""
-    return [
-        job for job in ledger.jobs.values() if job.state in (JobState.CLAIMED, JobState.RUNNING)
-    ]
-
-
 def check_lapses(ledger: ChildLedger, now: float, lease_ttl_s: float) -> LapseVerdict:
-    lapsing = [job for job in _at_risk(ledger) if now >= lapse_moment(job, lease_ttl_s)]
+    moment = next_lapse(ledger, lease_ttl_s)
+    if moment is None or now < moment:
+        return _NO_LAPSE  # the loop's usual case: renewals keep up
+    # Jobs whose handler returned need nothing from us: only their fenced write is left.
+    lapsing = [
+        job
+        for job in ledger.jobs.values()
+        if job.state in (JobState.CLAIMED, JobState.RUNNING)
+        and now >= lapse_moment(job, lease_ttl_s)
+    ]
     return LapseVerdict(
         [job for job in lapsing if job.state is JobState.RUNNING],
         [job for job in lapsing if job.state is JobState.CLAIMED],
@@ -81,4 +78,9 @@ def check_lapses(ledger: ChildLedger, now: float, lease_ttl_s: float) -> LapseVe
 
 
 def next_lapse(ledger: ChildLedger, lease_ttl_s: float) -> float | None:
-    return min((lapse_moment(job, lease_ttl_s) for job in _at_risk(ledger)), default=None)
+    """The next moment a lease of these jobs needs us, if it goes unrenewed."""
+    earliest = ledger.moments().earliest_renewal
+    return None if earliest is None else earliest + UNFENCED_FRACTION * lease_ttl_s
+
+
+_NO_LAPSE = LapseVerdict([], [])

@@ -6,7 +6,7 @@ import uuid
 
 from pgworkerd.ipc import Claimed, ClaimedJob, StartRecord
 from pgworkerd.supervisor import limits
-from pgworkerd.supervisor.ledger import ChildLedger, JobState
+from pgworkerd.supervisor.ledger import SOFT_TIMEOUT_GRACE_S, ChildLedger, JobState
 
 T0 = 500.0
 TTL = 30.0
@@ -31,8 +31,8 @@ def test_soft_timeout_at_the_max_runtime_then_kill_after_the_grace() -> None:
     ledger = ledger_with([10.0], started=1)
     verdict = limits.check_runtimes(ledger, T0 + 10)
     assert [job.id for job in verdict.soft_timeout] == [1] and verdict.kill == []
-    verdict.soft_timeout[0].soft_timeout_at = T0 + 10
-    grace_ends = T0 + 10 + limits.SOFT_TIMEOUT_GRACE_S
+    ledger.soft_timeout_sent(verdict.soft_timeout[0], T0 + 10)
+    grace_ends = T0 + 10 + SOFT_TIMEOUT_GRACE_S
     assert limits.next_runtime_moment(ledger) == grace_ends
     assert limits.check_runtimes(ledger, grace_ends - 0.01).kill == []
     verdict = limits.check_runtimes(ledger, grace_ends)
