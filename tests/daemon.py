@@ -157,9 +157,7 @@ class Daemon:
 
     def wait_for_workers(self, count: int, timeout_s: float = 20) -> list[psutil.Process]:
         def ready() -> list[psutil.Process] | None:
-            workers = [
-                p for p in self.workers() if _title(p).endswith("idle") or " job " in _title(p)
-            ]
+            workers = [p for p in self.workers() if _ready(_title(p))]
             return workers if len(workers) == count else None
 
         return wait_until(ready, timeout_s, f"{count} workers")
@@ -216,6 +214,11 @@ class Daemon:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
         self._log.close()
+
+
+def _ready(title: str) -> bool:
+    """A worker's title once it has booted: idle, running a job, or some slots busy."""
+    return title.endswith((" idle", " busy")) or " job " in title
 
 
 def _title(proc: psutil.Process) -> str:

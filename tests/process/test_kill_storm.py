@@ -28,7 +28,9 @@ def test_kill_storm_with_a_database_restart(daemons, own_cluster, threads):
     with psycopg.connect(dsn, autocommit=True) as conn:
         invariants.install(conn)
         ids = pgworkerd.enqueue_many(
-            conn, [{"kind": "work", "payload": {"ms": 20}} for _ in range(JOBS)]
+            # Longer jobs with more slots, so the storm finds them running throughout.
+            conn,
+            [{"kind": "work", "payload": {"ms": 20 * threads}} for _ in range(JOBS)],
         )
     daemon = daemons(
         dsn,
@@ -82,4 +84,4 @@ def test_kill_storm_with_a_database_restart(daemons, own_cluster, threads):
 
 
 def _busy(title: str) -> bool:
-    return " job " in title or title.endswith(" busy")
+    return " job " in title or title.strip().endswith(" busy")
