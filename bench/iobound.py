@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import time
 import traceback
 from collections.abc import Callable
@@ -138,24 +136,10 @@ def pgqueuer_row(
     }
     env.pop("PYTHONPATH", None)  # the peer's venv only
     argv = [str(peer.venv.path / "bin" / "python"), str(harness), "pgqueuer"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            proc.wait(timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            print(f"  note: PgQueuer io run passed {RUN_TIMEOUT_S:.0f}s and was killed")
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    returncode = peers.run_harness(argv, env, log, "PgQueuer io run")
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith("{")]
     if not lines:
-        print(f"  note: PgQueuer io run gave no result (exit {proc.returncode}; see {log})")
+        print(f"  note: PgQueuer io run gave no result (exit {returncode}; see {log})")
         return None
     res = json.loads(lines[-1])
     return Row(

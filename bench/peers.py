@@ -153,6 +153,19 @@ def run(
     env.pop("PEERBENCH_OUT", None)  # the record is read from stdout; no stray appends
     env.pop("PYTHONPATH", None)  # the peer's venv only, not our packages
     argv = [str(peer.venv.path / "bin" / "python"), str(peers_dir / peer.script), mode]
+    returncode = run_harness(argv, env, log, f"{peer.name} {mode}")
+    lines = [
+        line for line in log.read_text(errors="replace").splitlines() if line.startswith("RESULT ")
+    ]
+    if not lines:
+        print(f"  note: {peer.name} {mode} gave no RESULT (exit {returncode}; see {log})")
+        return None
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def run_harness(argv: list[str], env: dict[str, str], log: Path, what: str) -> int:
+    """Run a peer's harness in a session of its own, output to `log`, killed (with
+    whatever it forked) past RUN_TIMEOUT_S or if we are interrupted; its exit status."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
             argv,
@@ -165,20 +178,14 @@ def run(
         try:
             proc.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            print(f"  note: {peer.name} {mode} passed {RUN_TIMEOUT_S}s and was killed")
+            print(f"  note: {what} passed {RUN_TIMEOUT_S}s and was killed")
         finally:  # timed out, or we were interrupted
             if proc.poll() is None:
                 # The harness forks workers (raw loop): end its whole session, ours.
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-    lines = [
-        line for line in log.read_text(errors="replace").splitlines() if line.startswith("RESULT ")
-    ]
-    if not lines:
-        print(f"  note: {peer.name} {mode} gave no RESULT (exit {proc.returncode}; see {log})")
-        return None
-    return json.loads(lines[-1][len("RESULT ") :])
+    return proc.returncode
 
 
 def _imports(python: Path, modules: tuple[str, ...]) -> bool:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
+class ClaimedJob(NamedTuple):
+    """A tuple, so a claim of many jobs encodes and decodes as plain JSON arrays (a
+    busy child sends one such message per batch)."""
+
     id: int
     token: str  # the lease token, as text (a UUID)
     kind: str
@@ -79,7 +81,7 @@ def encode(message: Message) -> bytes:
                 "first": first,
                 "at": at,
                 "full": full,
-                "jobs": [[j.id, j.token, j.kind, j.queue, j.max_runtime_s] for j in jobs],
+                "jobs": jobs,  # tuples: JSON arrays
             }
         case Finishing(ids) | Done(ids) | Released(ids):
             fields = {"t": _TAGS[type(message)], "ids": list(ids)}
@@ -96,13 +98,10 @@ def decode(line: bytes) -> Message | None:
         fields = json.loads(line)
         tag = fields["t"]
         if tag == "claimed":
-            jobs = tuple(
-                ClaimedJob(int(i), str(t), str(k), str(q), None if r is None else float(r))
-                for i, t, k, q, r in fields["jobs"]
-            )
+            jobs = tuple(ClaimedJob._make(job) for job in fields["jobs"])  # TypeError: bad
             return Claimed(int(fields["first"]), float(fields["at"]), bool(fields["full"]), jobs)
         if tag in _ID_MESSAGES:
-            return _ID_MESSAGES[tag](tuple(int(i) for i in fields["ids"]))
+            return _ID_MESSAGES[tag](tuple(fields["ids"]))
         if tag == "idle":
             return Idle()
         if tag == "stopping":

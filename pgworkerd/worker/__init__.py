@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pgworkerd.ipc import BootError, ControlReader, ExitCode, StartBoard, StatusWriter
-from pgworkerd.worker.concurrent import ConcurrentWorker
 from pgworkerd.worker.connection import WORKER_PLAN_CACHE_MODE
 from pgworkerd.worker.loop import Worker
 from pgworkerd.worker.spec import WorkerSpec
@@ -16,7 +15,13 @@ def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBo
     """Entry point in the forked child; returns the exit status."""
     status = StatusWriter(status_fd)
     try:
-        kind = ConcurrentWorker if spec.threads > 1 else Worker
+        kind = Worker
+        if spec.threads > 1:
+            # Imported in the child only: its thread pool and event loop cost the
+            # supervisor's start-up nothing when no pool runs threads.
+            from pgworkerd.worker.concurrent import ConcurrentWorker
+
+            kind = ConcurrentWorker
         worker = kind(spec, status, ControlReader(control_fd, board), board)
     except Exception as exc:
         status.send(BootError(f"{type(exc).__name__}: {exc}"))

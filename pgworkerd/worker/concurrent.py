@@ -19,13 +19,11 @@ from collections import deque
 
 from setproctitle import setproctitle
 
-from pgworkerd import logs
-from pgworkerd.execution import Outcome
 from pgworkerd.ipc import ExitCode, Idle
 from pgworkerd.job import Job
 from pgworkerd.outcomes import Success
 from pgworkerd.worker.connection import CONNECTION_FAULTS, drain_pipe
-from pgworkerd.worker.loop import Worker
+from pgworkerd.worker.loop import Worker, unknown_kind
 from pgworkerd.worker.slots import Finished, SlotPool
 
 log = logging.getLogger("pgworkerd.worker")
@@ -102,22 +100,9 @@ class ConcurrentWorker(Worker):
             self._start(job, slot)
 
     def _start(self, job: Job, slot: int) -> None:
-        handler = self.spec.registry.get(job.kind)
-        if self.outcomes.log_jobs:
-            logs.event(
-                log,
-                logging.INFO,
-                "job started",
-                job=job.id,
-                kind=job.kind,
-                queue=job.queue,
-                attempt=job.attempt,
-                slot=slot,
-            )
+        handler = self._handler_of(job, slot=slot)
         if handler is None:
-            # Only configured code runs: an unknown kind never selects an import.
-            outcome = Outcome("discarded", error=f"no handler configured for kind {job.kind!r}")
-            self.slots.hand_back(Finished(job, slot, outcome, 0.0))
+            self.slots.hand_back(Finished(job, slot, unknown_kind(job), 0.0))
         else:
             self.slots.start(job, handler, slot)
         self._title()

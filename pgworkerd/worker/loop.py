@@ -17,7 +17,9 @@ import os
 import select
 import signal
 import time
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import psutil
 from setproctitle import setproctitle
@@ -188,8 +190,8 @@ class Worker:
                 self.board.post_start(self._claim_number[job.id])
             self._run_one(job)
 
-    def _run_one(self, job: Job) -> None:
-        handler = self.spec.registry.get(job.kind)
+    def _handler_of(self, job: Job, **log_fields: object) -> Callable[..., Any] | None:
+        """The job's handler, None for a kind without one; logs the start."""
         if self.outcomes.log_jobs:
             logs.event(
                 log,
@@ -199,12 +201,16 @@ class Worker:
                 kind=job.kind,
                 queue=job.queue,
                 attempt=job.attempt,
+                **log_fields,
             )
+        return self.spec.registry.get(job.kind)
+
+    def _run_one(self, job: Job) -> None:
+        handler = self._handler_of(job)
         setproctitle(f"{self.title} job {job.id} {job.kind}")
         started = time.monotonic()
         if handler is None:
-            # Only configured code runs: an unknown kind never selects an import.
-            outcome = Outcome("discarded", error=f"no handler configured for kind {job.kind!r}")
+            outcome = unknown_kind(job)
         else:
             self._running = job
             try:
@@ -281,6 +287,11 @@ class Worker:
                 )
                 return True
         return False
+
+
+def unknown_kind(job: Job) -> Outcome:
+    # Only configured code runs: an unknown kind never selects an import.
+    return Outcome("discarded", error=f"no handler configured for kind {job.kind!r}")
 
 
 class _DecisionStep:
