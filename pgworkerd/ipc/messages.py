@@ -98,7 +98,7 @@ def decode(line: bytes) -> Message | None:
         fields = json.loads(line)
         tag = fields["t"]
         if tag == "claimed":
-            jobs = tuple(ClaimedJob._make(job) for job in fields["jobs"])  # TypeError: bad
+            jobs = tuple(map(ClaimedJob._make, fields["jobs"]))  # a bad job: TypeError
             return Claimed(int(fields["first"]), float(fields["at"]), bool(fields["full"]), jobs)
         if tag in _ID_MESSAGES:
             return _ID_MESSAGES[tag](tuple(fields["ids"]))

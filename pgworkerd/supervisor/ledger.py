@@ -18,6 +18,7 @@ holds any number of RUNNING jobs, each with its own start, deadline and blame.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -109,13 +110,15 @@ class ChildLedger:
     # -- what the child said --------------------------------------------------------------
 
     def claimed(self, message: Claimed, runtime_for: Callable[[str, float | None], float]) -> None:
+        at = message.at  # the lease runs from the claim, not from our reading of it
         for number, job in enumerate(message.jobs, start=message.first):
             lease = Lease(job.id, uuid.UUID(job.token))
-            runtime = runtime_for(job.queue, job.max_runtime_s)
-            # The lease runs from the claim, not from our reading of it.
-            entry = LedgerJob(lease, job.kind, job.queue, runtime, number, message.at)
+            entry = LedgerJob(
+                lease, job.kind, job.queue, runtime_for(job.queue, job.max_runtime_s), number, at
+            )
             self.jobs[job.id] = self._by_number[number] = entry
-            self.claimed_through = max(self.claimed_through, number)
+        last = message.first + len(message.jobs) - 1
+        self.claimed_through = max(self.claimed_through, last)
         self._moments = None
 
     def observe_starts(self, records: Iterable[StartRecord]) -> tuple[list[LedgerJob], bool]:
@@ -243,19 +246,29 @@ class ChildLedger:
         return self.moments().held
 
     def moments(self) -> Moments:
-        if self._moments is None:
-            held, renewals, runtimes = False, [], []
-            for job in self.jobs.values():
-                held = held or job.state in HELD
-                if job.state is JobState.CLAIMED or job.state is JobState.RUNNING:
-                    renewals.append(job.renewed_at)
-                deadline = job.deadline()
-                if deadline is not None:
-                    grace_end = job.soft_timeout_at
-                    runtimes.append(
-                        deadline if grace_end is None else grace_end + SOFT_TIMEOUT_GRACE_S
+        if self._moments is not None:
+            return self._moments
+        # One pass, no calls: this runs once per change, a busy child's loop turn.
+        held, earliest_renewal, next_runtime = False, math.inf, math.inf
+        for job in self.jobs.values():
+            state = job.state
+            if state is JobState.FINISHING:
+                held = True
+            elif state is JobState.CLAIMED or state is JobState.RUNNING:
+                held = True
+                earliest_renewal = min(earliest_renewal, job.renewed_at)
+                if state is JobState.RUNNING and job.started_at is not None:
+                    moment = (
+                        job.started_at + job.max_runtime_s
+                        if job.soft_timeout_at is None
+                        else job.soft_timeout_at + SOFT_TIMEOUT_GRACE_S
                     )
-            self._moments = Moments(held, min(renewals, default=None), min(runtimes, default=None))
+                    next_runtime = min(next_runtime, moment)
+        self._moments = Moments(
+            held,
+            None if earliest_renewal == math.inf else earliest_renewal,
+            None if next_runtime == math.inf else next_runtime,
+        )
         return self._moments
 
     # -- the end of the child -------------------------------------------------------------
