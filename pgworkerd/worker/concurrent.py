@@ -19,12 +19,13 @@ from collections import deque
 
 from setproctitle import setproctitle
 
-from pgworkerd.ipc import ExitCode, Idle
+from pgworkerd.ipc import ControlReader, ExitCode, Idle, StartBoard, StatusWriter
 from pgworkerd.job import Job
 from pgworkerd.outcomes import Success
 from pgworkerd.worker.connection import CONNECTION_FAULTS, drain_pipe
 from pgworkerd.worker.loop import Worker, unknown_kind
 from pgworkerd.worker.slots import Finished, SlotPool
+from pgworkerd.worker.spec import WorkerSpec
 
 log = logging.getLogger("pgworkerd.worker")
 
@@ -32,14 +33,19 @@ BUSY_WAIT_S = 1.0  # while every slot is busy: wake at least this often (orphan 
 
 
 class ConcurrentWorker(Worker):
-    def _loop(self) -> int:
+    def __init__(
+        self, spec: WorkerSpec, status: StatusWriter, control: ControlReader, board: StartBoard
+    ) -> None:
+        super().__init__(spec, status, control, board)
         self._jobs_r, jobs_w = os.pipe()  # the slots write a byte per finished job
         os.set_blocking(jobs_w, False)
-        self.slots = SlotPool(self.spec.threads, jobs_w)
+        self.slots = SlotPool(spec.threads, jobs_w)  # its threads start on first use
         self.backlog: deque[Job] = deque()  # claimed, not started, in claim order
-        self._backlog_epoch = 0
-        self._recycle = False
-        self._said_idle = False
+        self._backlog_epoch = 0  # the connection the backlog was claimed on
+        self._recycle = False  # max jobs or memory reached: finish, then exit
+        self._said_idle = False  # told the supervisor we wait for a `wake`
+
+    def _loop(self) -> int:
         try:
             return self._turns()
         finally:
