@@ -29,7 +29,6 @@ from pgworkerd.ipc import (
     Skip,
     StartBoard,
     StatusReader,
-    Stopping,
 )
 from pgworkerd.supervisor.ledger import ChildLedger, KillReason, LedgerJob
 from pgworkerd.worker import WorkerSpec, child_main
@@ -47,7 +46,6 @@ class ChildProcess:
     ledger: ChildLedger = field(default_factory=ChildLedger)
     spawned_at: float = field(default_factory=time.monotonic)
     kill_reason: KillReason | None = None
-    stopping: bool = False  # said `stopping`: will start no job
     retiring: bool = False  # drained on purpose (reload, shutdown): not replaced
     finished_any: bool = False
     boot_error: str | None = None
@@ -95,8 +93,6 @@ class ChildProcess:
                 self.ledger.released(ids)
             case Idle():
                 self.idle = True
-            case Stopping():
-                self.stopping = True
             case BootError(reason):
                 self.boot_error = reason
 
