@@ -170,9 +170,11 @@ class ConcurrentWorker(Worker):
     def _wait_for_running(self) -> None:
         """Draining or recycling: every slot finishes; their outcomes are written."""
         while self.slots.busy and not self.connection.orphaned():
+            if self.control.has_news():
+                self.control.read()  # a `timeout` still reaches a job that runs late
             self._collect()
             if self.slots.busy:
-                select.select([self._jobs_r, self._wake_r], [], [], BUSY_WAIT_S)
+                select.select([self._jobs_r, self.control.fd, self._wake_r], [], [], BUSY_WAIT_S)
                 drain_pipe(self._jobs_r)
                 drain_pipe(self._wake_r)
         self._collect()

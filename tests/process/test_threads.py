@@ -145,3 +145,17 @@ def test_drain_with_every_slot_busy(start_daemon: Any, history_conn: Conn) -> No
             assert (row["state"], row["attempt"]) == ("queued", 0), "given back uncharged"
     assert daemon.alive_children() == []
     assert not any(p.status() != psutil.STATUS_ZOMBIE for p in daemon.workers())
+
+
+def test_jobtimeout_still_reaches_a_job_while_its_process_drains(
+    start_daemon: Any, history_conn: Conn
+) -> None:
+    late = pgworkerd.enqueue(history_conn, "spin", {}, max_runtime=2, max_attempts=1)
+    daemon: Daemon = start_daemon(**one_process(2), shutdown_timeout="20s")
+    started(history_conn, 1)
+    daemon.signal(signal.SIGTERM)  # drain: the job may finish, up to its runtime
+    assert daemon.wait() == 0
+    assert [row[2] for row in history(history_conn, late)] == ["start", "soft_timeout"]
+    row = job(history_conn, late)
+    assert row["state"] == "dead" and "JobTimeout" in row["last_error"]
+    assert "killing worker" not in daemon.log(), "the soft timeout was enough"
