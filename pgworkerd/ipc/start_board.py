@@ -62,8 +62,19 @@ class StartBoard:
         """A counter that moves whenever a start is posted: unchanged, nothing is new."""
         return int(struct.unpack_from("<q", self._memory, 0)[0])
 
+    def snapshot(self) -> tuple[int, list[StartRecord]]:
+        """(starts posted, the last start of each slot) as of one moment. The child
+        posts one start at a time (record, then counter): a read of the records that
+        the counter did not see change in between saw no post half done, and no slot
+        older than a later one it shows (a seqlock with one writer)."""
+        while True:
+            posted = self.starts_posted()
+            records = self.records()
+            if self.starts_posted() == posted:
+                return posted, records
+
     def records(self) -> list[StartRecord]:
-        """The last start of each slot that has started a job."""
+        """The last start of each slot that has started a job (see snapshot())."""
         found = []
         for slot in range(self.slots):
             offset = _HEADER.size + slot * _RECORD.size

@@ -57,10 +57,12 @@ class ChildProcess:
 
     def sync_starts(self) -> None:
         """Act on the starts the child posted on its board, if any is new to us."""
-        posted = self.board.starts_posted()
-        if posted == self.ledger.starts_seen:
+        if self.board.starts_posted() == self.ledger.starts_seen:
             return
-        forbidden, complete = self.ledger.observe_starts(self.board.records())
+        # One consistent view across slots: a slot read before its newest post, beside
+        # one read after a later post, would make the ledger infer its job returned.
+        posted, records = self.board.snapshot()
+        forbidden, complete = self.ledger.observe_starts(records)
         if complete:
             self.ledger.starts_seen = posted
         if forbidden:

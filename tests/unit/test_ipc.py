@@ -125,3 +125,28 @@ def test_control_lines_are_read_only_when_the_board_counts_news(pipe: tuple[int,
     assert reader.read() is True
     assert reader.read() is False  # nothing new: not woken again
     board.close()
+
+
+def test_a_snapshot_is_one_moment_across_slots() -> None:
+    board = StartBoard(slots=2)
+    board.post_start(1, slot=0)
+    board.post_start(2, slot=1)
+    posted, records = board.snapshot()
+    assert posted == 2 and [(r.slot, r.number) for r in records] == [(0, 1), (1, 2)]
+
+    # A post landing between two slots' reads: the snapshot reads again.
+    reads = 0
+    real_records = board.records
+
+    def records_with_a_post_in_between() -> list[StartRecord]:
+        nonlocal reads
+        reads += 1
+        if reads == 1:
+            board.post_start(3, slot=1)
+        return real_records()
+
+    board.records = records_with_a_post_in_between  # type: ignore[method-assign]
+    posted, records = board.snapshot()
+    assert reads == 2 and posted == 3
+    assert [(r.slot, r.number) for r in records] == [(0, 1), (1, 3)]
+    board.close()
