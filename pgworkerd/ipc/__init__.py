@@ -38,6 +38,9 @@ Ordering rules:
   started and has returned too (its record was overwritten before the supervisor
   looked). The supervisor reads the board before it acts on each message, because a
   message may depend on the starts before it (`stopping` releases only unstarted jobs).
+* The child posts one start at a time: the record, then the counter of starts posted.
+  The supervisor reads every slot's record between two reads of that counter, and
+  again if it moved: its view of the slots is of one moment.
 * `finishing` is sent before an outcome's write and `done` after it: when the
   supervisor's renewal finds a lease gone, a job it knows as finishing was ended by
   its own holder, not rescued, and is let be.
