@@ -17,6 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgworkerd import queries
+from pgworkerd.producer import default_producer
 from pgworkerd.store import DEFAULT_SCHEMA, JobStore
 
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")
@@ -40,18 +41,23 @@ SUMMARY_KEYS = (
 )
 
 
-def cancel(conn: psycopg.Connection[Any], job_id: int, *, schema: str = DEFAULT_SCHEMA) -> bool:
+def cancel(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = None) -> bool:
     """Cancel a queued or running job; True if it was cancelled. A running job's holder
-    loses its lease: whatever outcome it writes later changes nothing. (Commits only if
-    `conn` is in autocommit mode or the caller commits: this runs in the caller's
-    transaction, like `enqueue`.)"""
-    return JobStore(schema).cancel(conn, [job_id]) == [job_id]
+    loses its lease: whatever outcome it writes later changes nothing. Runs in the
+    caller's transaction, like `enqueue`; `schema` defaults as `enqueue`'s does
+    (`PGWORKERD_DATABASE__SCHEMA`, else `pgworkerd`)."""
+    return _store(schema).cancel(conn, [job_id]) == [job_id]
 
 
-def retry(conn: psycopg.Connection[Any], job_id: int, *, schema: str = DEFAULT_SCHEMA) -> bool:
-    """Queue a dead or cancelled job again, to run now; True if it was queued. False for
-    a job that is missing, not finished that way, or whose unique_key a live job holds."""
-    return JobStore(schema).retry_finished(conn, ids=[job_id]) == [job_id]
+def retry(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = None) -> bool:
+    """Queue a dead or cancelled job again, to run now (with one more attempt if it had
+    used them all); True if it was queued. False for a job that is missing, in another
+    state, or whose unique_key a live job holds meanwhile."""
+    return _store(schema).retry_finished(conn, ids=[job_id]) == [job_id]
+
+
+def _store(schema: str | None) -> JobStore:
+    return JobStore(schema) if schema is not None else default_producer().store
 
 
 class Operations:
