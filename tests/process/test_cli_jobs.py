@@ -227,3 +227,26 @@ def test_a_cancelled_running_job_ignores_its_holders_outcome(db_dsn):
         assert store.fail(conn, claimed.lease, "late") is None
         row = store.get(conn, job)
         assert row["state"] == "cancelled" and row["result"] is None and row["errors"] == []
+
+
+def test_cancelling_a_running_job_from_the_cli_fences_its_holder(cli, db_dsn):
+    job = enqueue(cli, "k")
+    store = JobStore()
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        [claimed] = store.claim(conn, queues=["default"], limit=1, lease_ttl_s=30, worker="w#0")
+        running = ok_json(cli("jobs", "show", str(job), "--json"))
+        assert running["state"] == "running" and running["lease_expires_at"] is not None
+        assert "w#0 until" in cli("jobs", "show", str(job)).stdout
+        result = cli("jobs", "cancel", str(job))
+        assert result.returncode == 0 and f"cancelled: {job}" in result.stdout
+        assert store.complete(conn, [(claimed.lease, '"late"')]) == set()
+        assert store.get(conn, job)["state"] == "cancelled"
+
+
+def test_config_after_the_subcommand_and_no_password_in_errors(tmp_path):
+    config = tmp_path / "p.yaml"
+    config.write_text("database: {url: 'postgresql://app:Sup3rS3cret@127.0.0.1:1/app'}\n")
+    for args in (["jobs", "list", "-c", str(config)], ["status", "-c", str(config)]):
+        result = run_cli(*args, cwd=tmp_path)
+        assert_one_line_error(result, 1, "Connection refused")
+        assert "Sup3rS3cret" not in result.stdout + result.stderr
