@@ -6,6 +6,7 @@ AsyncConnection), and the values a handler receives and raises.
 
 from pgworkerd.errors import InvalidJob, PgworkerdError
 from pgworkerd.job import Discard, Job, JobTimeout, Retry
+from pgworkerd.operations import cancel, retry
 from pgworkerd.producer import (
     EnqueueOptions,
     Producer,
@@ -24,8 +25,10 @@ __all__ = [
     "PgworkerdError",
     "Producer",
     "Retry",
+    "cancel",
     "enqueue",
     "enqueue_async",
     "enqueue_many",
     "enqueue_many_async",
+    "retry",
 ]

@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--run-at", metavar="ISO8601", help="with a timezone offset")
     enqueue.add_argument("--unique-key", metavar="K")
     enqueue.add_argument("--max-attempts", type=int, metavar="N")
+    from pgworkerd import cli_jobs  # imports this module: registered once it is loaded
+
+    cli_jobs.register(command, common)
     return parser
 
 

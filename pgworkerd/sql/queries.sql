@@ -430,3 +430,53 @@ SELECT to_regclass(%(migrations_table)s) IS NOT NULL AS present;
 
 -- name: search_path_set
 SELECT set_config('search_path', %(search_path)s, true);
+
+
+-- name: jobs_status_by_queue
+-- The operator's `status`: per queue, the jobs in each state, the age of the oldest
+-- ready job (queued, run_at passed) and the jobs finished in the last 5 minutes. One
+-- pass over the table (finished rows included, until pruned): an operator's read, not
+-- a hot path.
+SELECT queue,
+       count(*) FILTER (WHERE state = 'queued')    AS queued,
+       count(*) FILTER (WHERE state = 'running')   AS running,
+       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE state = 'dead')      AS dead,
+       count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+       extract(epoch FROM now() - min(run_at) FILTER (
+           WHERE state = 'queued' AND run_at <= now()))::float8 AS oldest_ready_age_s,
+       count(*) FILTER (WHERE finished_at >= now() - interval '5 minutes') AS finished_5m
+FROM {schema}.jobs
+GROUP BY queue
+ORDER BY queue;
+
+
+-- name: daemons_list
+-- The daemons that registered a heartbeat (rows of daemons that stopped without saying
+-- so stay until pruned), oldest first, with ages by the database clock.
+SELECT id, hostname, pid, started_at, heartbeat_at,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age_s, info
+FROM {schema}.daemons
+ORDER BY started_at, id;
+
+
+-- name: jobs_list
+-- The operator's `jobs list`: newest first (by id), optionally of one state, queue, kind.
+SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, worker, last_error
+FROM {schema}.jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+
+-- name: jobs_states
+-- The state of each of these jobs that exists.
+SELECT id, state FROM {schema}.jobs WHERE id = ANY(%(ids)s::bigint[]);
+
+
+-- name: clock_read
+-- The database's time: what `status` is as of.
+SELECT now() AS now;

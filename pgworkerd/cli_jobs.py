@@ -1,0 +1,164 @@
+"""The operator's commands: `pgworkerd status` and `pgworkerd jobs list | show | retry |
+cancel`. Registered by `cli.build_parser`; errors are raised as `cli.UsageError` (exit 2)
+and reported by `cli.run_cli` like every other command's."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+
+from pgworkerd import cli, cli_format, db
+from pgworkerd.operations import STATES, Operations
+
+CommandAdder = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+
+
+def register(command: CommandAdder, common: cli._Parser) -> None:
+    status = command("status", cmd_status, "queues, their jobs by state, and the live daemons")
+    status.add_argument("--json", action="store_true", help="one JSON object")
+    jobs = command("jobs", _no_subcommand, "list, show, retry or cancel jobs")
+    subs = jobs.add_subparsers(dest="jobs_command", required=True, parser_class=cli._Parser)
+
+    def sub(name: str, func: Callable[[argparse.Namespace], int], help_text: str) -> Any:
+        parser = subs.add_parser(name, parents=[common], help=help_text, description=help_text)
+        parser.set_defaults(func=func)
+        return parser
+
+    listing = sub("list", cmd_list, "jobs newest first (by id)")
+    listing.add_argument("--state", choices=STATES)
+    listing.add_argument("--queue", metavar="Q")
+    listing.add_argument("--kind", metavar="K")
+    listing.add_argument("--limit", type=_positive_int, default=50, metavar="N")
+    listing.add_argument("--json", action="store_true", help="a JSON array of jobs")
+    show = sub("show", cmd_show, "everything known about one job")
+    show.add_argument("id", type=_job_id)
+    show.add_argument("--json", action="store_true", help="one JSON object")
+    retry = sub("retry", cmd_retry, "queue dead or cancelled jobs again, to run now")
+    retry.add_argument("ids", nargs="*", type=_job_id, metavar="ID")
+    retry.add_argument("--dead", action="store_true", help="every dead job (of --queue)")
+    retry.add_argument("--queue", metavar="Q", help="with --dead: only this queue")
+    cancel = sub("cancel", cmd_cancel, "cancel queued or running jobs")
+    cancel.add_argument("ids", nargs="+", type=_job_id, metavar="ID")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _connect(args, "status") as (conn, ops):
+        report = ops.status(conn)
+    print(_json(report) if args.json else cli_format.status(report))
+    return cli.EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _connect(args, "jobs list") as (conn, ops):
+        jobs = ops.list_jobs(
+            conn, state=args.state, queue=args.queue, kind=args.kind, limit=args.limit
+        )
+    print(_json(jobs) if args.json else cli_format.job_list(jobs))
+    return cli.EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _connect(args, "jobs show") as (conn, ops):
+        detail = ops.show(conn, args.id)
+    if detail is None:
+        raise cli.UsageError(f"job {args.id} not found")
+    print(_json(detail) if args.json else cli_format.job(detail))
+    return cli.EXIT_OK
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    if args.dead == bool(args.ids):
+        raise cli.UsageError("jobs retry: give job ids or --dead, not both")
+    if args.queue is not None and not args.dead:
+        raise cli.UsageError("jobs retry: --queue goes with --dead")
+    with _connect(args, "jobs retry") as (conn, ops):
+        if args.dead:
+            done = ops.retry(conn, queue=args.queue)
+            print(f"queued again: {len(done)} dead job(s)" + (f" ({_ids(done)})" if done else ""))
+            return cli.EXIT_OK
+        states = _existing(ops, conn, args.ids)
+        done = ops.retry(conn, ids=args.ids)
+    return _report(
+        "queued again", args.ids, done, states, "not dead or cancelled, or its unique key is live"
+    )
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with _connect(args, "jobs cancel") as (conn, ops):
+        states = _existing(ops, conn, args.ids)
+        done = ops.cancel(conn, args.ids)
+    return _report("cancelled", args.ids, done, states, "not queued or running")
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _connect(
+    args: argparse.Namespace, name: str
+) -> Iterator[tuple[psycopg.Connection[Any], Operations]]:
+    """An autocommit connection and the operations of the configured schema."""
+    config = cli._load_config(args)
+    url = db.database_url(config)
+    with db.connect(url, application_name=f"pgworkerd {name}") as conn:
+        yield conn, Operations(config.database.schema_name)
+
+
+def _existing(ops: Operations, conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, str]:
+    """The states of `ids`; a UsageError (exit 2, nothing changed) if one is missing."""
+    states = ops.states(conn, ids)
+    missing = [i for i in ids if i not in states]
+    if missing:
+        noun = "job" if len(missing) == 1 else "jobs"
+        raise cli.UsageError(f"{noun} {_ids(missing)} not found")
+    return states
+
+
+def _report(
+    verb: str, ids: list[int], done: list[int], states: dict[int, str], why_not: str
+) -> int:
+    """Prints what was done; one error line per job left as it was (exit 1)."""
+    if done:
+        print(f"{verb}: {_ids(done)}")
+    left = [i for i in dict.fromkeys(ids) if i not in done]
+    for i in left:
+        print(f"pgworkerd: error: job {i} is {states[i]}: {why_not}", file=sys.stderr)
+    return cli.EXIT_FAILURE if left else cli.EXIT_OK
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2)
+
+
+def _job_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id") from None
+    if not 1 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _no_subcommand(args: argparse.Namespace) -> int:  # pragma: no cover - argparse requires one
+    raise cli.UsageError("jobs: a subcommand is required")

@@ -1,0 +1,176 @@
+"""The operator's reads and writes: what `pgworkerd status` and `pgworkerd jobs ...` show
+and do, and the Python `cancel` and `retry`.
+
+Every read returns plain JSON values (timestamps as ISO 8601 strings, durations as
+seconds): the `--json` output is these values as they are, and the human output is
+formatted from the same values, so the two always agree. The shapes are documented in
+docs/design.md (Operator commands).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from pgworkerd import queries
+from pgworkerd.producer import default_producer
+from pgworkerd.store import DEFAULT_SCHEMA, JobStore
+
+STATES = ("queued", "running", "succeeded", "dead", "cancelled")
+FINISHED_WINDOW_MIN = 5  # `finished_per_minute` averages over this many minutes
+
+# The columns `jobs list` shows, in this order.
+SUMMARY_KEYS = (
+    "id",
+    "queue",
+    "kind",
+    "state",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "run_at",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "worker",
+    "last_error",
+)
+
+
+def cancel(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = None) -> bool:
+    """Cancel a queued or running job; True if it was cancelled. A running job's holder
+    loses its lease: whatever outcome it writes later changes nothing. Runs in the
+    caller's transaction, like `enqueue`; `schema` defaults as `enqueue`'s does
+    (`PGWORKERD_DATABASE__SCHEMA`, else `pgworkerd`)."""
+    return _store(schema).cancel(conn, [job_id]) == [job_id]
+
+
+def retry(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = None) -> bool:
+    """Queue a dead or cancelled job again, to run now (with one more attempt if it had
+    used them all); True if it was queued. False for a job that is missing, in another
+    state, or whose unique_key a live job holds meanwhile."""
+    return _store(schema).retry_finished(conn, ids=[job_id]) == [job_id]
+
+
+def _store(schema: str | None) -> JobStore:
+    return JobStore(schema) if schema is not None else default_producer().store
+
+
+class Operations:
+    """The operator's statements over one schema."""
+
+    def __init__(self, schema: str = DEFAULT_SCHEMA) -> None:
+        self.store = JobStore(schema)
+        self._sql = queries.statements(schema)
+
+    def status(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        with conn.cursor(row_factory=dict_row) as cur:
+            queue_rows = cur.execute(self._sql["jobs_status_by_queue"]).fetchall()
+            daemon_rows = cur.execute(self._sql["daemons_list"]).fetchall()
+            now = cur.execute(self._sql["clock_read"]).fetchone()
+        assert now is not None
+        return {
+            "at": json_value(now["now"]),
+            "queues": [_queue_status(row) for row in queue_rows],
+            "daemons": [_daemon_status(row) for row in daemon_rows],
+        }
+
+    def list_jobs(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        state: str | None = None,
+        queue: str | None = None,
+        kind: str | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        params = {"state": state, "queue": queue, "kind": kind, "limit": limit}
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(self._sql["jobs_list"], params).fetchall()
+        return [{key: json_value(row[key]) for key in SUMMARY_KEYS} for row in rows]
+
+    def show(self, conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any] | None:
+        row = self.store.get(conn, job_id)
+        return None if row is None else job_detail(row)
+
+    def states(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[int, str]:
+        rows = conn.execute(self._sql["jobs_states"], {"ids": list(ids)}).fetchall()
+        return {int(row[0]): str(row[1]) for row in rows}
+
+    def cancel(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[int]:
+        return self.store.cancel(conn, ids)
+
+    def retry(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        ids: Sequence[int] | None = None,
+        queue: str | None = None,
+    ) -> list[int]:
+        return self.store.retry_finished(conn, ids=ids, queue=queue)
+
+
+def job_detail(row: dict[str, Any]) -> dict[str, Any]:
+    """Everything known about one job, as JSON values. The lease token (the fence of
+    the holder's writes) is left out; whether the job is leased is `lease_expires_at`."""
+    return {
+        "id": row["id"],
+        "queue": row["queue"],
+        "kind": row["kind"],
+        "state": row["state"],
+        "priority": row["priority"],
+        "payload": row["payload"],
+        "attempt": row["attempt"],
+        "max_attempts": row["max_attempts"],
+        "max_runtime_s": json_value(row["max_runtime"]),
+        "unique_key": row["unique_key"],
+        "worker": row["worker"],
+        "lease_expires_at": json_value(row["lease_expires_at"]),
+        "created_at": json_value(row["created_at"]),
+        "run_at": json_value(row["run_at"]),
+        "started_at": json_value(row["started_at"]),
+        "finished_at": json_value(row["finished_at"]),
+        "last_error": row["last_error"],
+        "errors": row["errors"],
+        "result": row["result"],
+    }
+
+
+def json_value(value: Any) -> Any:
+    """A database value as JSON: ISO 8601 for times, seconds for intervals."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
+
+
+def _queue_status(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "queue": row["queue"],
+        "counts": {state: int(row[state]) for state in STATES},
+        "oldest_ready_age_s": row["oldest_ready_age_s"],
+        "finished_per_minute": round(int(row["finished_5m"]) / FINISHED_WINDOW_MIN, 2),
+    }
+
+
+def _daemon_status(row: dict[str, Any]) -> dict[str, Any]:
+    info = row["info"] if isinstance(row["info"], dict) else {}
+    running = info.get("running")
+    return {
+        "id": row["id"],
+        "hostname": row["hostname"],
+        "pid": row["pid"],
+        "started_at": json_value(row["started_at"]),
+        "heartbeat_at": json_value(row["heartbeat_at"]),
+        "heartbeat_age_s": row["heartbeat_age_s"],
+        "state": info.get("state"),
+        "workers": info.get("workers"),
+        # Only a daemon that reports it in its heartbeat: a job's `worker` names a pool
+        # slot (`pool#index`), not the daemon, so the jobs table cannot tell.
+        "jobs_running": running if isinstance(running, int) else None,
+    }

@@ -1,0 +1,252 @@
+"""The operator's commands as a user runs them: `pgworkerd status` and `pgworkerd jobs
+list | show | retry | cancel`, real processes against a real database."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgworkerd
+from pgworkerd.store import JobStore
+from tests.process.test_cli import assert_one_line_error
+from tests.process.test_cli import pgworkerd as run_cli
+
+TRACEBACK = 'Traceback (most recent call last):\n  File "h.py", line 3\nValueError: bad row 7'
+
+JOB_KEYS = {"id", "queue", "kind", "state", "attempt", "max_attempts", "run_at", "last_error"}
+DETAIL_KEYS = JOB_KEYS | {
+    "payload",
+    "priority",
+    "max_runtime_s",
+    "unique_key",
+    "worker",
+    "lease_expires_at",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "errors",
+    "result",
+}
+QUEUE_KEYS = {"queue", "counts", "oldest_ready_age_s", "finished_per_minute"}
+DAEMON_KEYS = {
+    "id",
+    "hostname",
+    "pid",
+    "started_at",
+    "heartbeat_at",
+    "heartbeat_age_s",
+    "state",
+    "workers",
+    "jobs_running",
+}
+STATES = ("queued", "running", "succeeded", "dead", "cancelled")
+
+
+@pytest.fixture
+def cli(db_dsn, tmp_path):
+    def run(*args: str) -> Any:
+        return run_cli(*args, env={"PGWORKERD_DATABASE_URL": db_dsn}, cwd=tmp_path)
+
+    return run
+
+
+def enqueue(cli: Any, kind: str, *options: str) -> int:
+    result = cli("enqueue", kind, *options)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def ok_json(result: Any) -> Any:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def make_dead(conn: psycopg.Connection[Any], queue: str) -> int:
+    """Claim the one job of `queue` and fail it for good, with a traceback."""
+    store = JobStore()
+    [job] = store.claim(conn, queues=[queue], limit=1, lease_ttl_s=30, worker="w#0")
+    outcome = store.fail(conn, job.lease, TRACEBACK, discard=True)
+    assert outcome is not None and outcome.state == "dead"
+    return job.id
+
+
+def test_enqueue_list_show_retry_cancel_and_status(cli, db_dsn):
+    first = enqueue(cli, "send_email", "--payload", '{"to": "a@example.com"}', "--queue", "mail")
+    doomed = enqueue(cli, "resize", "--queue", "images", "--max-attempts", "3")
+    later = enqueue(cli, "report", "--delay", "1h")
+
+    # jobs list: newest first, filters, the documented keys
+    jobs = ok_json(cli("jobs", "list", "--json"))
+    assert [j["id"] for j in jobs] == [later, doomed, first]
+    assert all(set(j) >= JOB_KEYS for j in jobs)
+    assert all(j["state"] == "queued" and j["attempt"] == 0 for j in jobs)
+    datetime.fromisoformat(jobs[0]["run_at"])
+    assert [j["id"] for j in ok_json(cli("jobs", "list", "--queue", "mail", "--json"))] == [first]
+    assert [j["id"] for j in ok_json(cli("jobs", "list", "--kind", "resize", "--json"))] == [doomed]
+    assert len(ok_json(cli("jobs", "list", "--limit", "1", "--json"))) == 1
+    human = cli("jobs", "list")
+    assert human.returncode == 0 and "send_email" in human.stdout
+    assert all(len(line) <= 80 for line in human.stdout.splitlines())
+
+    # a dead job: shown with its error history and traceback, then retried by hand
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        assert make_dead(conn, "images") == doomed
+    dead = ok_json(cli("jobs", "list", "--state", "dead", "--json"))
+    assert [(j["id"], j["state"]) for j in dead] == [(doomed, "dead")]
+    assert "ValueError: bad row 7" in dead[0]["last_error"]
+    detail = ok_json(cli("jobs", "show", str(doomed), "--json"))
+    assert set(detail) >= DETAIL_KEYS
+    assert (detail["state"], detail["attempt"], detail["max_attempts"]) == ("dead", 1, 3)
+    assert detail["worker"] == "w#0" and detail["lease_expires_at"] is None
+    assert [e["attempt"] for e in detail["errors"]] == [1]
+    assert "Traceback (most recent call last)" in detail["errors"][0]["error"]
+    assert detail["finished_at"] is not None and detail["started_at"] is not None
+    shown = cli("jobs", "show", str(doomed))
+    assert shown.returncode == 0
+    assert "state:" in shown.stdout and "dead" in shown.stdout
+    assert "attempt 1" in shown.stdout and "ValueError: bad row 7" in shown.stdout
+    assert json.loads(json.dumps(ok_json(cli("jobs", "show", str(first), "--json"))))[
+        "payload"
+    ] == {"to": "a@example.com"}
+
+    retried = cli("jobs", "retry", str(doomed))
+    assert retried.returncode == 0, retried.stderr
+    assert f"queued again: {doomed}" in retried.stdout
+    again = ok_json(cli("jobs", "show", str(doomed), "--json"))
+    assert again["state"] == "queued" and again["finished_at"] is None
+    assert again["errors"] == detail["errors"]  # the history stays
+
+    # a queued job cancelled; cancelling it again changes nothing and says so
+    cancelled = cli("jobs", "cancel", str(first))
+    assert cancelled.returncode == 0 and f"cancelled: {first}" in cancelled.stdout
+    assert ok_json(cli("jobs", "show", str(first), "--json"))["state"] == "cancelled"
+    twice = cli("jobs", "cancel", str(first))
+    assert_one_line_error(twice, 1, f"job {first} is cancelled: not queued or running")
+
+    # status: the JSON and the human table agree
+    status = ok_json(cli("status", "--json"))
+    assert set(status) == {"at", "queues", "daemons"}
+    by_queue = {q["queue"]: q for q in status["queues"]}
+    assert set(by_queue) == {"default", "images", "mail"}
+    assert all(set(q) >= QUEUE_KEYS for q in status["queues"])
+    assert by_queue["mail"]["counts"] == dict.fromkeys(STATES, 0) | {"cancelled": 1}
+    assert by_queue["images"]["counts"]["queued"] == 1
+    assert by_queue["images"]["oldest_ready_age_s"] is not None
+    assert by_queue["default"]["oldest_ready_age_s"] is None  # scheduled an hour later
+    assert by_queue["mail"]["finished_per_minute"] == pytest.approx(0.2)
+    assert status["daemons"] == []
+    table = cli("status")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert lines[0].split()[:6] == ["QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED"]
+    for line in lines[1:4]:
+        cells = line.split()
+        counts = by_queue[cells[0]]["counts"]
+        assert [int(c) for c in cells[1:6]] == [counts[s] for s in STATES]
+    assert "no live daemons" in table.stdout
+
+
+def test_retry_dead_of_one_queue_and_status_shows_daemons(cli, db_dsn):
+    a = enqueue(cli, "k", "--queue", "a")
+    b = enqueue(cli, "k", "--queue", "b")
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        make_dead(conn, "a")
+        make_dead(conn, "b")
+        JobStore().heartbeat(
+            conn, daemon_id="host-1:42:1", hostname="host-1", pid=42, info='{"workers": 2}'
+        )
+    result = cli("jobs", "retry", "--dead", "--queue", "a")
+    assert result.returncode == 0, result.stderr
+    assert f"({a})" in result.stdout
+    states = {j["id"]: j["state"] for j in ok_json(cli("jobs", "list", "--json"))}
+    assert states == {a: "queued", b: "dead"}
+
+    status = ok_json(cli("status", "--json"))
+    [daemon] = status["daemons"]
+    assert set(daemon) >= DAEMON_KEYS
+    assert (daemon["id"], daemon["hostname"], daemon["pid"], daemon["workers"]) == (
+        "host-1:42:1",
+        "host-1",
+        42,
+        2,
+    )
+    datetime.fromisoformat(daemon["heartbeat_at"])
+    human = cli("status")
+    assert "host-1:42:1" in human.stdout and "42" in human.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["jobs", "show", "999999"], "job 999999 not found"),
+        (["jobs", "cancel", "999999"], "job 999999 not found"),
+        (["jobs", "retry", "999998", "999999"], "jobs 999998, 999999 not found"),
+        (["jobs", "show", "abc"], "'abc' is not a job id"),
+        (["jobs", "show", "99999999999999999999"], "is not a job id"),
+        (["jobs", "list", "--state", "sleeping"], "invalid choice"),
+        (["jobs", "list", "--limit", "0"], "is not a positive integer"),
+        (["jobs", "retry"], "give job ids or --dead"),
+        (["jobs", "retry", "1", "--dead"], "give job ids or --dead"),
+        (["jobs", "retry", "1", "--queue", "q"], "--queue goes with --dead"),
+        (["jobs"], "required"),
+    ],
+)
+def test_unknown_ids_and_bad_arguments_exit_2_with_one_line(cli, args, message):
+    assert_one_line_error(cli(*args), 2, message)
+
+
+def test_a_missing_id_among_others_changes_nothing(cli):
+    job = enqueue(cli, "k")
+    assert_one_line_error(cli("jobs", "cancel", str(job), "999999"), 2, "job 999999 not found")
+    assert ok_json(cli("jobs", "show", str(job), "--json"))["state"] == "queued"
+
+
+def test_python_cancel_and_retry(db_dsn):
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        job = pgworkerd.enqueue(conn, "k", {})
+        assert pgworkerd.retry(conn, job) is False  # queued: nothing to retry
+        assert pgworkerd.cancel(conn, job) is True
+        assert pgworkerd.cancel(conn, job) is False
+        assert pgworkerd.retry(conn, job) is True
+        assert JobStore().get(conn, job)["state"] == "queued"
+        assert pgworkerd.cancel(conn, 999999) is False and pgworkerd.retry(conn, 999999) is False
+
+
+def test_a_cancelled_running_job_ignores_its_holders_outcome(db_dsn):
+    store = JobStore()
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        job = pgworkerd.enqueue(conn, "k", {})
+        [claimed] = store.claim(conn, queues=["default"], limit=1, lease_ttl_s=30, worker="w#0")
+        assert pgworkerd.cancel(conn, job) is True
+        assert store.complete(conn, [(claimed.lease, None)]) == set()
+        assert store.fail(conn, claimed.lease, "late") is None
+        row = store.get(conn, job)
+        assert row["state"] == "cancelled" and row["result"] is None and row["errors"] == []
+
+
+def test_cancelling_a_running_job_from_the_cli_fences_its_holder(cli, db_dsn):
+    job = enqueue(cli, "k")
+    store = JobStore()
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        [claimed] = store.claim(conn, queues=["default"], limit=1, lease_ttl_s=30, worker="w#0")
+        running = ok_json(cli("jobs", "show", str(job), "--json"))
+        assert running["state"] == "running" and running["lease_expires_at"] is not None
+        assert "w#0 until" in cli("jobs", "show", str(job)).stdout
+        result = cli("jobs", "cancel", str(job))
+        assert result.returncode == 0 and f"cancelled: {job}" in result.stdout
+        assert store.complete(conn, [(claimed.lease, '"late"')]) == set()
+        assert store.get(conn, job)["state"] == "cancelled"
+
+
+def test_config_after_the_subcommand_and_no_password_in_errors(tmp_path):
+    config = tmp_path / "p.yaml"
+    config.write_text("database: {url: 'postgresql://app:Sup3rS3cret@127.0.0.1:1/app'}\n")
+    for args in (["jobs", "list", "-c", str(config)], ["status", "-c", str(config)]):
+        result = run_cli(*args, cwd=tmp_path)
+        assert_one_line_error(result, 1, "Connection refused")
+        assert "Sup3rS3cret" not in result.stdout + result.stderr

@@ -1,0 +1,126 @@
+"""The human output of the operator's commands: pure formatting."""
+
+from __future__ import annotations
+
+from pgworkerd import cli_format
+from pgworkerd.cli_format import age, cut, first_line, table, when
+
+
+def test_table_aligns_numbers_right_and_text_left() -> None:
+    out = table(["NAME", "N"], [["a", "1"], ["bbb", "22"]]).splitlines()
+    assert out == ["NAME   N", "a      1", "bbb   22"]
+
+
+def test_a_wide_table_is_cut_to_80_columns_at_its_widest_text_column() -> None:
+    rows = [["x" * 60, "12345", "y" * 40]]
+    out = table(["A", "NUMBER", "B"], rows).splitlines()
+    assert all(len(line) <= 80 for line in out)
+    assert out[1].startswith("x") and "…" in out[1] and "12345" in out[1]
+
+
+def test_cut_age_when_first_line() -> None:
+    assert cut("abcdef", 4) == "abc…" and cut("abc", 4) == "abc"
+    assert [age(None), age(5.9), age(125), age(7260), age(3 * 86400 + 4 * 3600)] == [
+        "-",
+        "5s",
+        "2m05s",
+        "2h01m",
+        "3d04h",
+    ]
+    assert when(None) == "-"
+    assert when("2026-11-23T16:50:01.123+00:00") == "2026-11-23 16:50:01"
+    assert first_line("Traceback...\n  File x\nValueError: no\n") == "ValueError: no"
+    assert first_line(None) == ""
+
+
+def _queue(name: str, **counts: int) -> dict[str, object]:
+    states = ("queued", "running", "succeeded", "dead", "cancelled")
+    return {
+        "queue": name,
+        "counts": {s: counts.get(s, 0) for s in states},
+        "oldest_ready_age_s": 61.0,
+        "finished_per_minute": 1.4,
+    }
+
+
+def test_status_fits_80_columns_with_long_names() -> None:
+    report = {
+        "at": "2026-11-23T16:50:01+00:00",
+        "queues": [_queue("q" * 50, queued=12345678, dead=3), _queue("mail")],
+        "daemons": [
+            {
+                "id": "a-very-long-host-name.example.internal:123456:1763916601",
+                "hostname": "a-very-long-host-name.example.internal",
+                "pid": 123456,
+                "started_at": "2026-11-23T16:50:01+00:00",
+                "heartbeat_at": "2026-11-23T16:50:31+00:00",
+                "heartbeat_age_s": 3.2,
+                "state": "running",
+                "workers": 4,
+                "jobs_running": None,
+            }
+        ],
+    }
+    out = cli_format.status(report)
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    assert "12345678" in out and "1m01s" in out and "3s ago" in out and "123456" in out
+
+
+def test_status_and_lists_when_empty() -> None:
+    out = cli_format.status({"at": "x", "queues": [], "daemons": []})
+    assert out == "no jobs\n\nno live daemons"
+    assert cli_format.job_list([]) == "no jobs"
+
+
+def test_job_shows_every_error_with_its_traceback() -> None:
+    detail = {
+        "id": 7,
+        "queue": "default",
+        "kind": "k",
+        "state": "running",
+        "priority": 0,
+        "payload": {"a": 1},
+        "attempt": 2,
+        "max_attempts": 5,
+        "max_runtime_s": 900.0,
+        "unique_key": None,
+        "worker": "default#0",
+        "lease_expires_at": "2026-11-23T16:51:00+00:00",
+        "created_at": "2026-11-23T16:50:00+00:00",
+        "run_at": "2026-11-23T16:50:00+00:00",
+        "started_at": "2026-11-23T16:50:30+00:00",
+        "finished_at": None,
+        "last_error": "Traceback\nValueError: x",
+        "errors": [
+            {"attempt": 1, "at": "2026-11-23T16:50:10+00:00", "error": "Traceback\nValueError: x"}
+        ],
+        "result": None,
+    }
+    out = cli_format.job(detail)
+    assert "attempt:     2 of 5" in out
+    assert "held by:     default#0 until 2026-11-23 16:51:00" in out
+    assert '{"a": 1}' in out and "900s" in out
+    assert "--- attempt 1 at 2026-11-23 16:50:10" in out and "    ValueError: x" in out
+
+
+def test_columns_named_are_cut_first() -> None:
+    rows = [["x" * 40, "y" * 40, "z" * 10]]
+    out = table(["A", "B", "C"], rows, cut_first=[1]).splitlines()
+    assert len(out[1]) == 80 and out[1].startswith("x" * 40) and out[1].endswith("z" * 10)
+
+
+def test_job_list_keeps_times_whole_and_cuts_the_error() -> None:
+    job = {
+        "id": 12,
+        "queue": "images",
+        "kind": "resize_image_thumbnails",
+        "state": "dead",
+        "attempt": 1,
+        "max_attempts": 5,
+        "run_at": "2026-11-23T16:52:15+00:00",
+        "last_error": "Traceback\nValueError: " + "very long " * 10,
+    }
+    out = cli_format.job_list([job]).splitlines()
+    assert all(len(line) <= 80 for line in out)
+    assert "2026-11-23 16:52:15" in out[1] and "resize_image" in out[1]
+    assert out[1].endswith("…")
