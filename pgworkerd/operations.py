@@ -170,7 +170,6 @@ def _daemon_status(row: dict[str, Any]) -> dict[str, Any]:
         "heartbeat_age_s": row["heartbeat_age_s"],
         "state": info.get("state"),
         "workers": info.get("workers"),
-        # Only a daemon that reports it in its heartbeat: a job's `worker` names a pool
-        # slot (`pool#index`), not the daemon, so the jobs table cannot tell.
+        # From the daemon's heartbeat: a job's `worker` names a pool slot, not the daemon.
         "jobs_running": running if isinstance(running, int) else None,
     }

@@ -35,7 +35,7 @@ from pgworkerd.job import Lease
 from pgworkerd.store import Backoff, JobStore
 from pgworkerd.supervisor import enforcement
 from pgworkerd.supervisor.children import ChildProcess
-from pgworkerd.supervisor.ledger import KillReason, LedgerJob
+from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
 from pgworkerd.supervisor.signals import SignalInbox
 from pgworkerd.supervisor.wakeups import Wakeups
 from pgworkerd.supervisor.workforce import Seat, Workforce
@@ -313,7 +313,9 @@ class Supervisor:
         return [lease for leases in self._renewing.values() for lease in leases]
 
     def _heartbeat(self) -> dict[str, Any]:
-        return {"workers": len(self.children), "state": self.state.value}
+        """What `pgworkerd status` shows of this daemon beside its heartbeat."""
+        running = sum(len(c.ledger.in_state(JobState.RUNNING)) for c in self.children.values())
+        return {"workers": len(self.children), "state": self.state.value, "running": running}
 
     def _after_renewal(self, renewal: Renewal) -> None:
         for child, sent in self._renewing.items():

@@ -250,3 +250,19 @@ def test_config_after_the_subcommand_and_no_password_in_errors(tmp_path):
         result = run_cli(*args, cwd=tmp_path)
         assert_one_line_error(result, 1, "Connection refused")
         assert "Sup3rS3cret" not in result.stdout + result.stderr
+
+
+def test_status_shows_a_live_daemon_and_the_jobs_it_runs(cli, start_daemon, history_conn):
+    from tests.daemon import wait_until
+
+    pgworkerd.enqueue(history_conn, "sleep", {"seconds": 30})
+    daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 1}])
+
+    def daemons_running_one() -> list[dict[str, Any]]:
+        listed = ok_json(cli("status", "--json"))["daemons"]
+        return [d for d in listed if d["pid"] == daemon.pid and d["jobs_running"] == 1]
+
+    (row,) = wait_until(daemons_running_one, what="status to show the daemon running 1 job")
+    assert row["hostname"] and row["heartbeat_at"] and row["state"] == "running"
+    table = cli("status").stdout
+    assert str(daemon.pid) in table
