@@ -22,6 +22,7 @@ from pgworkerd.housekeeping.schedule import Every
 from pgworkerd.housekeeping.session import Answer, DatabaseSession, Failure, Result
 from pgworkerd.housekeeping.settlements import PendingSettlements, Settlement
 from pgworkerd.job import Lease
+from pgworkerd.metrics import METRICS
 from pgworkerd.store import JobStore
 
 __all__ = [
@@ -67,6 +68,7 @@ class Housekeeper:
         self.renewal_schedule = Every(duties.renewal_interval_s(lease_ttl_s))
         self.rescue_schedule = Every(duties.rescue_interval_s(lease_ttl_s))
         self.prune_schedule = Every(PRUNE_INTERVAL_S)
+        self.last_renewal_at: float | None = None  # monotonic: the last one that answered
 
     # -- periodic work --------------------------------------------------------------------
 
@@ -99,6 +101,10 @@ class Housekeeper:
                 lease_ttl_s=self.lease_ttl_s,
                 sent_at=now,
             )
+            if renewal is None:
+                METRICS.renewals_failed.inc()
+            else:
+                self.last_renewal_at = now
         if self.rescue_schedule.due(now):
             self.rescue_schedule.done(now)
             duties.rescue(self.session, self.store)
