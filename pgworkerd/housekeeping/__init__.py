@@ -12,6 +12,7 @@ children that died, and listen for enqueue notifications.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -68,6 +69,8 @@ class Housekeeper:
         self.renewal_schedule = Every(duties.renewal_interval_s(lease_ttl_s))
         self.rescue_schedule = Every(duties.rescue_interval_s(lease_ttl_s))
         self.prune_schedule = Every(PRUNE_INTERVAL_S)
+        self.sample_schedule = Every(duties.SAMPLE_INTERVAL_S)
+        self.sampled_queues: Sequence[str] = ()  # set when the metrics are served
         self.last_renewal_at: float | None = None  # monotonic: the last one that answered
 
     # -- periodic work --------------------------------------------------------------------
@@ -78,6 +81,7 @@ class Housekeeper:
             self.renewal_schedule.next_at,
             self.rescue_schedule.next_at,
             self.prune_schedule.next_at,
+            self.sample_schedule.next_at if self.sampled_queues else math.inf,
         )
 
     def run_due(
@@ -108,6 +112,11 @@ class Housekeeper:
         if self.rescue_schedule.due(now):
             self.rescue_schedule.done(now)
             duties.rescue(self.session, self.store)
+        if self.sampled_queues and self.sample_schedule.due(now):
+            self.sample_schedule.done(now)
+            sample = duties.sample_queues(self.session, self.store, self.sampled_queues)
+            if sample.ok:
+                METRICS.queues_sampled(sample.value)
         if self.prune_schedule.due(now):
             self.prune_schedule.done(now)
             duties.prune(

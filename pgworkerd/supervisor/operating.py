@@ -46,6 +46,8 @@ def start(supervisor: Supervisor) -> HttpListener | None:
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, METRICS.exposition()),
         },
     )
+    if supervisor.housekeeper is not None:
+        supervisor.housekeeper.sampled_queues = list(supervisor.config.queues)
     host, port = host_port(http.listen)
     listener.listen(host, port)
     logs.event(log, logging.INFO, "http listening", listen=http.listen)

@@ -103,6 +103,29 @@ def test_healthz_and_metrics_count_jobs_by_queue_and_kind(start_daemon, history_
     assert seen[0] <= seen[-1], "the started counter only moves up"
 
 
+def test_queue_depth_is_sampled(start_daemon, history_conn):
+    port = free_port()
+    # No worker takes the "later" queue: its jobs stay ready.
+    start_daemon(
+        http={"listen": f"127.0.0.1:{port}"},
+        queues={"default": {}, "later": {}},
+        workers=[{"queues": ["default"], "concurrency": 1}],
+    )
+    pgworkerd.enqueue_many(
+        history_conn, [{"kind": "work", "queue": "later", "payload": {}} for _ in range(4)]
+    )
+
+    def sampled() -> bool:
+        _, text = get(port, "/metrics")
+        return metric(text, "pgworkerd_queue_depth", queue="later") == 4 and (
+            metric(text, "pgworkerd_queue_oldest_ready_age_seconds", queue="later") > 0
+        )
+
+    wait_until(sampled, timeout_s=15, what="the depth of 'later' sampled at 4", interval_s=0.2)
+    _, text = get(port, "/metrics")
+    assert metric(text, "pgworkerd_queue_depth", queue="default") == 0
+
+
 def test_readyz_follows_the_database_and_health_says_so(daemons, own_cluster, tmp_path):
     port = free_port()
     dsn = own_cluster.dsn()
