@@ -90,10 +90,11 @@ class Supervisor:
         setproctitle("pgworkerd: supervisor")
         self.signals.install()
         self.selector.register(self.signals.fd, selectors.EVENT_READ, _SIGNALS)
+        self.http = operating.start(self)  # None: no `http.listen` in the config
         self.workforce.staff(self.config)
         self.workforce.spawn_due()  # forks first: no connection of ours exists to inherit
         self.housekeeper = self._housekeeper()
-        self.http = operating.start(self)  # None: no `http.listen` in the config
+        operating.sample_queues(self)
         logs.event(
             log,
             logging.INFO,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from pgworkerd import logs
-from pgworkerd.config import host_port
+from pgworkerd.config import ConfigError, host_port
 from pgworkerd.housekeeping import duties
 from pgworkerd.metrics import METRICS
 from pgworkerd.supervisor.http import HttpListener
@@ -32,8 +32,8 @@ _TEXT = "text/plain; charset=utf-8"
 
 
 def start(supervisor: Supervisor) -> HttpListener | None:
-    """Listen on the config's `http.listen`, if any. A port that cannot be bound is
-    an error the operator must see: it raises (the daemon does not start)."""
+    """Listen on the config's `http.listen`, if any, before any child is forked. An
+    address that cannot be bound stops the daemon with a config error (exit 2)."""
     METRICS.view(lambda: _view(supervisor))
     http = supervisor.config.http
     if http is None:
@@ -46,12 +46,21 @@ def start(supervisor: Supervisor) -> HttpListener | None:
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, METRICS.exposition()),
         },
     )
-    if supervisor.housekeeper is not None:
-        supervisor.housekeeper.sampled_queues = list(supervisor.config.queues)
     host, port = host_port(http.listen)
-    listener.listen(host, port)
+    try:
+        listener.listen(host, port)
+    except OSError as exc:
+        raise ConfigError(
+            [f"http.listen: cannot listen on {http.listen}: {exc.strerror}"]
+        ) from None
     logs.event(log, logging.INFO, "http listening", listen=http.listen)
     return listener
+
+
+def sample_queues(supervisor: Supervisor) -> None:
+    """While the metrics are served, the housekeeping samples the queues' depth."""
+    if supervisor.http is not None and supervisor.housekeeper is not None:
+        supervisor.housekeeper.sampled_queues = list(supervisor.config.queues)
 
 
 def _readyz(supervisor: Supervisor) -> tuple[int, str, bytes]:

@@ -185,3 +185,21 @@ def test_a_wrong_password_is_in_no_answer(daemons, own_cluster, tmp_path):
     wait_until(lambda: get(port, "/healthz")[0] == 200 or daemon.proc.poll() is not None)
     answers = [get(port, path)[1] for path in ("/metrics", "/readyz", "/healthz", "/x")]
     assert all(password not in text for text in answers)
+
+
+def test_an_address_in_use_stops_the_daemon_with_one_line(daemons, own_cluster):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        daemon = daemons(own_cluster.dsn(), http={"listen": f"127.0.0.1:{port}"})
+        assert daemon.wait() == 2
+        errors = [line for line in daemon.log().splitlines() if "error" in line]
+        assert errors == [
+            f"pgworkerd: error: http.listen: cannot listen on 127.0.0.1:{port}: "
+            "Address already in use"
+        ]
+        assert daemon.alive_children() == []
+    finally:
+        taken.close()
