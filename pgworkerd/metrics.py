@@ -10,6 +10,7 @@ busy and free) are computed at scrape time by a callback, not kept up to date.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -66,6 +67,9 @@ class SupervisorMetrics:
         self.slots_busy = Gauge("pgworkerd_slots_busy", "Slots running a job", registry=r)
         self.slots_free = Gauge("pgworkerd_slots_free", "Slots not running a job", registry=r)
         self._outcomes = {SUCCEEDED: self.succeeded, FAILED: self.failed, DEAD: self.dead}
+        # (metric, queue, kind) -> its labelled child: .labels() costs a lock and a
+        # tuple per call, paid per job otherwise.
+        self._children: dict[tuple[object, str, str], Any] = {}
         self._view: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)
 
     # -- fed by the loop ----------------------------------------------------------------
@@ -74,8 +78,8 @@ class SupervisorMetrics:
         self.batch_size.observe(len(message.jobs))
 
     def jobs_started(self, jobs: Iterable[Labelled]) -> None:
-        for queue, kind in jobs:
-            self.started.labels(queue, kind).inc()
+        for labels in jobs:
+            self._labelled(self.started, labels).inc()
 
     def done(self, message: Done, labels_of: Callable[[int], Labelled | None]) -> None:
         """Count the outcomes a `done` reports (a child of an older version reports
@@ -85,12 +89,19 @@ class SupervisorMetrics:
             counter = self._outcomes.get(outcome)
             if labels is None or counter is None:
                 continue  # a lost lease: the job's outcome is someone else's
-            counter.labels(*labels).inc()
-            self.duration.labels(*labels).observe(duration_s)
+            self._labelled(counter, labels).inc()
+            self._labelled(self.duration, labels).observe(duration_s)
 
     def jobs_killed(self, jobs: Iterable[Labelled]) -> None:
-        for queue, kind in jobs:
-            self.killed.labels(queue, kind).inc()
+        for labels in jobs:
+            self._labelled(self.killed, labels).inc()
+
+    def _labelled(self, metric: Counter | Histogram, labels: Labelled) -> Any:
+        key = (metric, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def queues_sampled(self, rows: Iterable[tuple[str, int, float | None]]) -> None:
         """(queue, ready jobs, age of the oldest in seconds) for each queue."""
