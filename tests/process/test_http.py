@@ -203,3 +203,47 @@ def test_an_address_in_use_stops_the_daemon_with_one_line(daemons, own_cluster):
         assert daemon.alive_children() == []
     finally:
         taken.close()
+
+
+def test_kills_restarts_and_busy_slots(start_daemon, history_conn):
+    port = free_port()
+    start_daemon(
+        http={"listen": f"127.0.0.1:{port}"},
+        workers=[{"queues": ["default"], "concurrency": 1, "threads": 3}],
+    )
+    pgworkerd.enqueue(history_conn, "block_in_c", {}, max_runtime=1, max_attempts=1)
+    spinning = pgworkerd.enqueue(history_conn, "spin", {"seconds": 60})
+
+    def busy() -> bool:
+        _, text = get(port, "/metrics")
+        return (
+            metric(text, "pgworkerd_slots_busy") == 2 and metric(text, "pgworkerd_slots_free") == 1
+        )
+
+    wait_until(busy, what="2 of 3 slots busy")
+    wait_until(lambda: states(history_conn).get("dead") == 1, what="the hung job killed")
+
+    def counted() -> bool:
+        _, text = get(port, "/metrics")
+        return (
+            metric(text, "pgworkerd_jobs_killed_total", queue="default", kind="block_in_c") == 1
+            and metric(text, "pgworkerd_children_restarts_total") == 1
+            and metric(text, "pgworkerd_children_alive") == 1
+        )
+
+    wait_until(counted, what="one kill, one restart")
+    assert spinning  # killed with its worker and put back: not counted as an outcome
+
+
+def test_log_format_from_the_config_and_the_flag_wins(own_cluster, tmp_path):
+    from tests.daemon import Daemon, write_config
+
+    path = write_config(tmp_path / "json.yaml", log_format="json")
+    for flag, json_lines in ((None, True), ("text", False)):
+        daemon = Daemon(path, own_cluster.dsn(), tmp_path / f"{flag}.log", log_format=flag)
+        try:
+            daemon.wait_for_workers(2)
+            first = daemon.log().splitlines()[0]
+            assert first.startswith("{") is json_lines, first
+        finally:
+            daemon.kill_everything()
