@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import psycopg
 
 from pgworkerd import config as config_module
-from pgworkerd import db, handlers, logs, migrations
+from pgworkerd import db, handlers, health, logs, migrations
 from pgworkerd.config import Config, ConfigError, parse_duration
 from pgworkerd.embedded import EmbeddedError
 from pgworkerd.errors import InvalidJob, SchemaError
@@ -82,7 +82,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pgworkerd.supervisor import Supervisor  # the daemon's modules load only for `run`
 
     config = _load_config(args)
-    logs.setup(args.log_format, role="supervisor", level=config.log_level)
+    log_format = args.log_format or config.log_format  # the flag wins over the file
+    logs.setup(log_format, role="supervisor", level=config.log_level)
     registry = handlers.load_registry(config.handlers)  # before any fork: bad paths exit 2
     url = db.database_url(config)
     with db.connect(url, application_name="pgworkerd run") as conn:
@@ -93,7 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config_path=path,
         registry=registry,
         database_url=url,
-        log_format=args.log_format,
+        log_format=log_format,
     )
     return supervisor.run()
 
@@ -139,14 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--log-format",
         choices=logs.LOG_FORMATS,
-        default="text",
-        help="one line per event: text for people, json for machines",
+        default=None,
+        help="one line per event: text for people, json for machines "
+        "(default: the config's log_format, else text)",
     )
     command(
         "check",
         cmd_check,
         "validate the config, import every handler, reach the database, check the schema",
     )
+    command("health", lambda a: health.cmd_health(a, _load_config), health.HELP)
     enqueue = command("enqueue", cmd_enqueue, "enqueue one job and print its id")
     enqueue.add_argument("kind")
     enqueue.add_argument("--payload", default="{}", metavar="JSON")

@@ -137,6 +137,25 @@ class PoolConfig(_Section):
         return queues
 
 
+class HttpConfig(_Section):
+    listen: str = Field(description="host:port of /metrics, /healthz, /readyz")
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, listen: str) -> str:
+        host_port(listen)
+        return listen
+
+
+def host_port(listen: str) -> tuple[str, int]:
+    """("127.0.0.1", 9187) from "127.0.0.1:9187" ("[::1]:9187" for IPv6)."""
+    host, sep, port = listen.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"must be host:port such as 127.0.0.1:9187, not {listen!r}")
+    return host, int(port)
+
+
 class Defaults(_Section):
     max_attempts: Count = Field(5, ge=1, le=1_000_000)
     max_runtime: Seconds = 900.0
@@ -179,6 +198,10 @@ class Config(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="info logs a line per job start and end; warning only trouble"
     )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="`pgworkerd run --log-format` wins over this"
+    )
+    http: HttpConfig | None = Field(None, description="absent: no HTTP listener")
     max_jobs_per_child: Count | None = Field(None, ge=1)
     max_memory_per_child: Bytes | None = None
 

@@ -112,7 +112,7 @@ class Daemon:
         config_path: Path,
         dsn: str,
         log_path: Path,
-        log_format: str = "text",
+        log_format: str | None = "text",  # None: the config's log_format
         history_dsn: str | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
@@ -126,8 +126,7 @@ class Daemon:
                 "run",
                 "-c",
                 str(config_path),
-                "--log-format",
-                log_format,
+                *(["--log-format", log_format] if log_format else []),
             ],
             env={**daemon_env(dsn, history_dsn), **(env or {})},
             stdout=self._log,

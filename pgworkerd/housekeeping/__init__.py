@@ -12,6 +12,7 @@ children that died, and listen for enqueue notifications.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from pgworkerd.housekeeping.schedule import Every
 from pgworkerd.housekeeping.session import Answer, DatabaseSession, Failure, Result
 from pgworkerd.housekeeping.settlements import PendingSettlements, Settlement
 from pgworkerd.job import Lease
+from pgworkerd.metrics import METRICS
 from pgworkerd.store import JobStore
 
 __all__ = [
@@ -67,6 +69,9 @@ class Housekeeper:
         self.renewal_schedule = Every(duties.renewal_interval_s(lease_ttl_s))
         self.rescue_schedule = Every(duties.rescue_interval_s(lease_ttl_s))
         self.prune_schedule = Every(PRUNE_INTERVAL_S)
+        self.sample_schedule = Every(duties.SAMPLE_INTERVAL_S)
+        self.sampled_queues: Sequence[str] = ()  # set when the metrics are served
+        self.last_renewal_at: float | None = None  # monotonic: the last one that answered
 
     # -- periodic work --------------------------------------------------------------------
 
@@ -76,6 +81,7 @@ class Housekeeper:
             self.renewal_schedule.next_at,
             self.rescue_schedule.next_at,
             self.prune_schedule.next_at,
+            self.sample_schedule.next_at if self.sampled_queues else math.inf,
         )
 
     def run_due(
@@ -99,9 +105,18 @@ class Housekeeper:
                 lease_ttl_s=self.lease_ttl_s,
                 sent_at=now,
             )
+            if renewal is None:
+                METRICS.renewals_failed.inc()
+            else:
+                self.last_renewal_at = now
         if self.rescue_schedule.due(now):
             self.rescue_schedule.done(now)
             duties.rescue(self.session, self.store)
+        if self.sampled_queues and self.sample_schedule.due(now):
+            self.sample_schedule.done(now)
+            sample = duties.sample_queues(self.session, self.store, self.sampled_queues)
+            if sample.ok:
+                METRICS.queues_sampled(sample.value)
         if self.prune_schedule.due(now):
             self.prune_schedule.done(now)
             duties.prune(

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from pgworkerd import logs
+from pgworkerd import logs, queries
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.job import Lease
 from pgworkerd.store import JobStore
@@ -114,3 +114,19 @@ def prune(
 def unregister(session: DatabaseSession, store: JobStore, daemon_id: str) -> Result[None]:
     """Remove our heartbeat row: we are leaving."""
     return session.attempt("unregister", lambda conn: store.remove_daemon(conn, daemon_id))
+
+
+SAMPLE_INTERVAL_S = 5.0  # queue depth for the metrics: not per scrape
+
+
+def sample_queues(
+    session: DatabaseSession, store: JobStore, queues: Sequence[str]
+) -> Result[list[tuple[str, int, float | None]]]:
+    """(queue, jobs ready now, age of the oldest in seconds) for each of `queues`."""
+    statement = queries.statements(store.schema)["queues_ready"]
+
+    def work(conn: psycopg.Connection[Any]) -> list[tuple[str, int, float | None]]:
+        rows = conn.execute(statement, {"queues": list(queues)}).fetchall()
+        return [(str(name), int(depth), age) for name, depth, age in rows]
+
+    return session.attempt("sample queues", work)

@@ -42,9 +42,12 @@ class Finishing:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """Their outcomes are written, or their leases were found lost."""
+    """Their outcomes are written, or their leases were found lost. `outcomes`, when
+    given, is parallel to `ids`: (succeeded | failed | dead | lost, handler seconds);
+    a child that sends none is understood too (encoded as the key "o", absent)."""
 
     ids: tuple[int, ...]
+    outcomes: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,8 @@ def encode(message: Message) -> bytes:
                 "full": full,
                 "jobs": jobs,  # tuples: JSON arrays
             }
+        case Done(ids, outcomes) if outcomes:
+            fields = {"t": "done", "ids": list(ids), "o": outcomes}
         case Finishing(ids) | Done(ids) | Released(ids):
             fields = {"t": _TAGS[type(message)], "ids": list(ids)}
         case BootError(reason):
@@ -100,6 +105,9 @@ def decode(line: bytes) -> Message | None:
         if tag == "claimed":
             jobs = tuple(map(ClaimedJob._make, fields["jobs"]))  # a bad job: TypeError
             return Claimed(int(fields["first"]), float(fields["at"]), bool(fields["full"]), jobs)
+        if tag == "done" and "o" in fields:
+            outcomes = tuple((str(kind), float(s)) for kind, s in fields["o"])
+            return Done(tuple(fields["ids"]), outcomes)
         if tag in _ID_MESSAGES:
             return _ID_MESSAGES[tag](tuple(fields["ids"]))
         if tag == "idle":

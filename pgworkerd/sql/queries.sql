@@ -480,3 +480,14 @@ SELECT id, state FROM {schema}.jobs WHERE id = ANY(%(ids)s::bigint[]);
 -- name: clock_read
 -- The database's time: what `status` is as of.
 SELECT now() AS now;
+
+
+-- name: queues_ready
+-- The metrics' queue depth: per queue, the jobs ready to run now and the age in seconds
+-- of the oldest of them (NULL: none). Sampled by the supervisor every few seconds
+-- (not per scrape); a range of jobs_claim_idx per queue and priority.
+SELECT q.name, count(j.id), extract(epoch FROM now() - min(j.run_at))::float8
+FROM unnest(%(queues)s::text[]) AS q(name)
+LEFT JOIN {schema}.jobs AS j
+    ON j.queue = q.name AND j.state = 'queued' AND j.run_at <= now()
+GROUP BY q.name;

@@ -30,6 +30,7 @@ from pgworkerd.ipc import (
     StartBoard,
     StatusReader,
 )
+from pgworkerd.metrics import METRICS
 from pgworkerd.supervisor.ledger import ChildLedger, KillReason, LedgerJob
 from pgworkerd.worker import WorkerSpec, child_main
 
@@ -65,6 +66,7 @@ class ChildProcess:
         forbidden, complete = self.ledger.observe_starts(records)
         if complete:
             self.ledger.starts_seen = posted
+        self._count_starts()
         if forbidden:
             # Given up before the child read our `skip`: it runs without a lease.
             self.kill(KillReason.LEASE_LOST, forbidden)
@@ -85,10 +87,13 @@ class ChildProcess:
         match message:
             case Claimed():
                 self.ledger.claimed(message, runtime_for)
+                METRICS.claimed(message)
                 self.idle = False
             case Finishing(ids):
                 self.ledger.finishing(ids)
+                self._count_starts()
             case Done(ids):
+                METRICS.done(message, self._labels)
                 self.ledger.done(ids)
                 self.finished_any = True
             case Released(ids):
@@ -102,8 +107,20 @@ class ChildProcess:
         """SIGKILL the child's process group (its handlers' own children too)."""
         if self.kill_reason is None:
             self.kill_reason = reason
+        if reason is KillReason.TIMEOUT:
+            blamed = list(blamed)
+            METRICS.jobs_killed((job.queue, job.kind) for job in blamed)
         self.ledger.blame(blamed)
         osutil.kill_group(self.pid, signal.SIGKILL)
+
+    def _count_starts(self) -> None:
+        if self.ledger.fresh_starts:
+            METRICS.jobs_started((job.queue, job.kind) for job in self.ledger.fresh_starts)
+            self.ledger.fresh_starts.clear()
+
+    def _labels(self, job_id: int) -> tuple[str, str] | None:
+        job = self.ledger.jobs.get(job_id)
+        return None if job is None else (job.queue, job.kind)
 
     def give_up(self, jobs: Iterable[LedgerJob]) -> None:
         """Tell the child not to start these jobs: their leases are gone. By lease, not

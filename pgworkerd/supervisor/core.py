@@ -33,8 +33,9 @@ from pgworkerd.housekeeping import Housekeeper, Renewal, Settlement
 from pgworkerd.ipc import Claimed, Idle, Stopping
 from pgworkerd.job import Lease
 from pgworkerd.store import Backoff, JobStore
-from pgworkerd.supervisor import enforcement
+from pgworkerd.supervisor import enforcement, operating
 from pgworkerd.supervisor.children import ChildProcess
+from pgworkerd.supervisor.http import HttpListener
 from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
 from pgworkerd.supervisor.signals import SignalInbox
 from pgworkerd.supervisor.wakeups import Wakeups
@@ -80,6 +81,7 @@ class Supervisor:
         self.housekeeper: Housekeeper | None = None
         self.notifier = Notifier.from_environment()  # before any fork: see systemd.py
         self.listen_fd: int | None = None  # registered in the selector
+        self.http: HttpListener | None = None
         self._renewing: dict[ChildProcess, set[Lease]] = {}  # leases sent in the renewal
 
     # -- life cycle -----------------------------------------------------------------------
@@ -88,9 +90,11 @@ class Supervisor:
         setproctitle("pgworkerd: supervisor")
         self.signals.install()
         self.selector.register(self.signals.fd, selectors.EVENT_READ, _SIGNALS)
+        self.http = operating.start(self)  # None: no `http.listen` in the config
         self.workforce.staff(self.config)
         self.workforce.spawn_due()  # forks first: no connection of ours exists to inherit
         self.housekeeper = self._housekeeper()
+        operating.sample_queues(self)
         logs.event(
             log,
             logging.INFO,
@@ -138,14 +142,18 @@ class Supervisor:
                 )
             self.housekeeper.unregister()
             self.housekeeper.close()
+        if self.http is not None:
+            self.http.close()
         logs.event(log, logging.INFO, "supervisor stopped", exit_code=self.exit_code)
 
     # -- waiting and dispatching ----------------------------------------------------------
 
     def _wait_and_dispatch(self) -> None:
         self._watch_listener()
-        for key, _ in self.selector.select(self._wait_s()):
-            if key.data == _SIGNALS:
+        for key, mask in self.selector.select(self._wait_s()):
+            if isinstance(key.data, HttpListener):
+                key.data.ready(key.fileobj, mask)
+            elif key.data == _SIGNALS:
                 self._dispatch_signals()
             elif key.data == _LISTENER:
                 self._on_notifications()
@@ -153,6 +161,8 @@ class Supervisor:
                 self._read_child(key.data)
         for child in self.children.values():
             child.sync_starts()
+        if self.http is not None:
+            self.http.expire(time.monotonic())
 
     def _dispatch_signals(self) -> None:
         for sig in self.signals.take():

@@ -102,6 +102,7 @@ class ChildLedger:
     claimed_through: int = 0  # the highest claim number announced so far
     starts_seen: int = -1  # the start board's counter last acted on in full
     blamed: set[int] = field(default_factory=set)  # ids of the jobs a kill is for
+    fresh_starts: list[LedgerJob] = field(default_factory=list)  # for the metrics; drained
     _by_number: dict[int, LedgerJob] = field(default_factory=dict)  # by claim number
     _in_slot: dict[int, LedgerJob] = field(default_factory=dict)  # last seen start a slot
     _next_start: int = 1  # claim numbers below it were all seen started or skipped
@@ -143,6 +144,7 @@ class ChildLedger:
                 previous.state = JobState.FINISHING  # its slot started another job since
             self._in_slot[record.slot] = job
             if job.state is JobState.CLAIMED:
+                self.fresh_starts.append(job)
                 job.state, job.started_at, job.slot = (
                     JobState.RUNNING,
                     record.started_at,
@@ -160,6 +162,7 @@ class ChildLedger:
         while self._next_start < number:
             earlier = self._by_number.get(self._next_start)
             if earlier is not None and earlier.state is JobState.CLAIMED:
+                self.fresh_starts.append(earlier)
                 earlier.state, earlier.started_at = JobState.FINISHING, started_at
             self._next_start += 1
         self._next_start = max(self._next_start, number + 1)
@@ -168,6 +171,8 @@ class ChildLedger:
         for job_id in ids:
             job = self.jobs.get(job_id)
             if job is not None and job.state in (JobState.CLAIMED, JobState.RUNNING):
+                if job.state is JobState.CLAIMED:
+                    self.fresh_starts.append(job)  # started and returned unseen
                 job.state = JobState.FINISHING
                 self._moments = None
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pgworkerd import logs, osutil
 from pgworkerd.config import Config, PoolConfig
+from pgworkerd.metrics import METRICS
 from pgworkerd.supervisor.children import ChildProcess, spawn
 from pgworkerd.supervisor.ledger import KillReason
 from pgworkerd.supervisor.reaping import ExitReport, reaped, report_exit
@@ -35,6 +36,7 @@ class Seat:
     crash_streak: int = 0  # children in a row that died on their own, unhealthy
     respawn_at: float = 0.0  # monotonic: no new child before
     retired: bool = False  # dropped by a reload: removed once its child is gone
+    spawned: int = 0  # children it had: from the second on, a restart
 
     def due(self, now: float) -> bool:
         return self.child is None and not self.retired and now >= self.respawn_at
@@ -91,6 +93,9 @@ class Workforce:
         for seat in self.seats:
             if seat.due(now):
                 child = spawn(self.spec_for(seat))
+                if seat.spawned:
+                    METRICS.restarts.inc()
+                seat.spawned += 1
                 seat.child = child
                 self.children[child.pid] = child
                 self.selector.register(child.status.fd, selectors.EVENT_READ, child)

@@ -72,27 +72,39 @@ class OutcomeWriter:
                 logs.event(log, logging.INFO, "job succeeded", **fields)
             else:
                 logs.event(log, logging.WARNING, "job lease lost; outcome discarded", **fields)
-        self.status.send(Done(tuple(s.job.id for s in successes)))
+        self.status.send(
+            Done(
+                tuple(s.job.id for s in successes),
+                tuple(
+                    ("succeeded" if s.job.id in kept else "lost", s.duration_ms / 1000)
+                    for s in successes
+                ),
+            )
+        )
 
     def record(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
         """Write an outcome other than success at once."""
         # Said before the write: a supervisor whose renewal finds the lease gone then
         # knows it was this write, not a rescue, and lets it be.
         self.status.send(Finishing((job.id,)))
+        written = "lost"
         while True:
             try:
-                self._write(self.connection.get(for_outcome=True), job, outcome, duration_ms)
+                written = self._write(
+                    self.connection.get(for_outcome=True), job, outcome, duration_ms
+                )
                 self.connection.succeeded()
                 break
             except CONNECTION_FAULTS as exc:
                 self.connection.lost(exc)
                 if self.connection.orphaned():
                     break
-        self.status.send(Done((job.id,)))
+        self.status.send(Done((job.id,), ((written, duration_ms / 1000),)))
 
     def _write(
         self, conn: psycopg.Connection[Any], job: Job, outcome: Outcome, duration_ms: float
-    ) -> None:
+    ) -> str:
+        """Write it; returns the outcome kind for `done`: failed, dead or lost."""
         fields = {
             "job": job.id,
             "kind": job.kind,
@@ -113,7 +125,7 @@ class OutcomeWriter:
                 outcome=outcome.kind,
                 **fields,
             )
-            return
+            return "lost"
         level = logging.ERROR if result.state == "dead" else logging.WARNING
         logs.event(
             log,
@@ -124,3 +136,4 @@ class OutcomeWriter:
             run_at=result.run_at.isoformat(),
             error=outcome.summary,
         )
+        return "failed" if result.state == "queued" else "dead"

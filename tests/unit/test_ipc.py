@@ -35,6 +35,7 @@ EVERY_MESSAGE: list[Message] = [
     ),
     Finishing((7, 8)),
     Done((7,)),
+    Done((7, 8), (("succeeded", 0.25), ("dead", 1.0))),
     Released(()),
     Idle(),
     Stopping(),
@@ -57,12 +58,18 @@ def test_every_message_round_trips_as_one_line(message: Message) -> None:
         b'{"t":"ready"}',
         b'{"ids":[1]}',
         b'{"t":"done"}',
+        b'{"t":"done","ids":[1],"o":[["succeeded"]]}',
         b'{"t":"claimed","first":1,"at":0,"full":false,"jobs":[[1,"t"]]}',
         b"[]",
     ],
 )
 def test_fragments_and_unknown_messages_decode_to_none(line: bytes) -> None:
     assert decode(line) is None
+
+
+def test_a_done_without_outcomes_is_encoded_as_before() -> None:
+    assert encode(Done((1, 2))) == b'{"t":"done","ids":[1,2]}\n'
+    assert decode(b'{"t":"done","ids":[1,2]}') == Done((1, 2), ())
 
 
 @pytest.fixture

@@ -1,0 +1,129 @@
+"""The supervisor's Prometheus metrics: a registry of its own, fed by what its loop
+already reads (the children's messages and start boards, its kills, the housekeeping),
+exposed by pgworkerd/supervisor/http.py with prometheus-client's `generate_latest`.
+
+Only the supervisor's loop touches these objects (one thread): no multiprocess mode,
+no collector threads. The gauges that are a view of the ledgers (children alive, slots
+busy and free) are computed at scrape time by a callback, not kept up to date.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from pgworkerd.ipc import Claimed, Done
+
+# Outcome kinds a child reports in `Done` (see pgworkerd/ipc/messages.py).
+SUCCEEDED, FAILED, DEAD, LOST = "succeeded", "failed", "dead", "lost"
+
+_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+_BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+Labelled = tuple[str, str]  # (queue, kind)
+
+
+class SupervisorMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r, qk = self.registry, ("queue", "kind")
+        self.started = Counter("pgworkerd_jobs_started", "Jobs started", qk, registry=r)
+        self.succeeded = Counter("pgworkerd_jobs_succeeded", "Jobs succeeded", qk, registry=r)
+        self.failed = Counter(
+            "pgworkerd_jobs_failed", "Jobs failed (to be retried)", qk, registry=r
+        )
+        self.dead = Counter("pgworkerd_jobs_dead", "Jobs failed for good", qk, registry=r)
+        self.killed = Counter(
+            "pgworkerd_jobs_killed", "Jobs killed at their max runtime", qk, registry=r
+        )
+        self.duration = Histogram(
+            "pgworkerd_job_duration_seconds",
+            "Handler run time of finished jobs",
+            qk,
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "pgworkerd_claim_batch_size", "Jobs per claim", buckets=_BATCH_BUCKETS, registry=r
+        )
+        self.restarts = Counter(
+            "pgworkerd_children_restarts", "Worker children respawned", registry=r
+        )
+        self.renewals_failed = Counter(
+            "pgworkerd_lease_renewals_failed", "Lease renewals that got no answer", registry=r
+        )
+        self.queue_depth = Gauge(
+            "pgworkerd_queue_depth", "Jobs ready to run now", ("queue",), registry=r
+        )
+        self.oldest_ready_age = Gauge(
+            "pgworkerd_queue_oldest_ready_age_seconds",
+            "Age of the oldest job ready to run",
+            ("queue",),
+            registry=r,
+        )
+        self.children_alive = Gauge("pgworkerd_children_alive", "Worker children alive", registry=r)
+        self.slots_busy = Gauge("pgworkerd_slots_busy", "Slots running a job", registry=r)
+        self.slots_free = Gauge("pgworkerd_slots_free", "Slots not running a job", registry=r)
+        self._outcomes = {SUCCEEDED: self.succeeded, FAILED: self.failed, DEAD: self.dead}
+        # (metric, queue, kind) -> its labelled child: .labels() costs a lock and a
+        # tuple per call, paid per job otherwise.
+        self._children: dict[tuple[object, str, str], Any] = {}
+        self._view: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)
+
+    # -- fed by the loop ----------------------------------------------------------------
+
+    def claimed(self, message: Claimed) -> None:
+        self.batch_size.observe(len(message.jobs))
+
+    def jobs_started(self, jobs: Iterable[Labelled]) -> None:
+        for labels in jobs:
+            self._labelled(self.started, labels).inc()
+
+    def done(self, message: Done, labels_of: Callable[[int], Labelled | None]) -> None:
+        """Count the outcomes a `done` reports (a child of an older version reports
+        none: then nothing is counted)."""
+        for job_id, (outcome, duration_s) in zip(message.ids, message.outcomes, strict=False):
+            labels = labels_of(job_id)
+            counter = self._outcomes.get(outcome)
+            if labels is None or counter is None:
+                continue  # a lost lease: the job's outcome is someone else's
+            self._labelled(counter, labels).inc()
+            self._labelled(self.duration, labels).observe(duration_s)
+
+    def jobs_killed(self, jobs: Iterable[Labelled]) -> None:
+        for labels in jobs:
+            self._labelled(self.killed, labels).inc()
+
+    def _labelled(self, metric: Counter | Histogram, labels: Labelled) -> Any:
+        key = (metric, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def queues_sampled(self, rows: Iterable[tuple[str, int, float | None]]) -> None:
+        """(queue, ready jobs, age of the oldest in seconds) for each queue."""
+        self.queue_depth.clear()
+        self.oldest_ready_age.clear()
+        for queue, depth, age_s in rows:
+            self.queue_depth.labels(queue).set(depth)
+            self.oldest_ready_age.labels(queue).set(age_s or 0.0)
+
+    def view(self, source: Callable[[], tuple[int, int, int]]) -> None:
+        """Where the scrape-time gauges come from: (children, slots busy, slots free)."""
+        self._view = source
+
+    # -- read by the HTTP listener ------------------------------------------------------
+
+    def exposition(self) -> bytes:
+        alive, busy, free = self._view()
+        self.children_alive.set(alive)
+        self.slots_busy.set(busy)
+        self.slots_free.set(free)
+        return generate_latest(self.registry)
+
+
+# One per process: the supervisor's. (A forked child inherits a copy it never reads.)
+METRICS = SupervisorMetrics()

@@ -1,0 +1,81 @@
+"""What the supervisor's HTTP listener answers: /healthz, /readyz, /metrics.
+
+/healthz: 200 whenever the loop turns (it answers from the loop).
+/readyz: 200 when the housekeeping's last lease renewal answered recently (within two
+renewal intervals, at least READY_MIN_WINDOW_S), else 503.
+/metrics: pgworkerd/metrics.py's registry in the Prometheus text format.
+No answer names the database URL or anything else of the config.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from pgworkerd import logs
+from pgworkerd.config import ConfigError, host_port
+from pgworkerd.housekeeping import duties
+from pgworkerd.metrics import METRICS
+from pgworkerd.supervisor.http import HttpListener
+from pgworkerd.supervisor.ledger import JobState
+
+if TYPE_CHECKING:
+    from pgworkerd.supervisor.core import Supervisor
+
+log = logging.getLogger("pgworkerd.supervisor")
+
+READY_MIN_WINDOW_S = 5.0
+_TEXT = "text/plain; charset=utf-8"
+
+
+def start(supervisor: Supervisor) -> HttpListener | None:
+    """Listen on the config's `http.listen`, if any, before any child is forked. An
+    address that cannot be bound stops the daemon with a config error (exit 2)."""
+    METRICS.view(lambda: _view(supervisor))
+    http = supervisor.config.http
+    if http is None:
+        return None
+    listener = HttpListener(
+        supervisor.selector,
+        {
+            "/healthz": lambda: (200, _TEXT, b"ok\n"),
+            "/readyz": lambda: _readyz(supervisor),
+            "/metrics": lambda: (200, CONTENT_TYPE_LATEST, METRICS.exposition()),
+        },
+    )
+    host, port = host_port(http.listen)
+    try:
+        listener.listen(host, port)
+    except OSError as exc:
+        raise ConfigError(
+            [f"http.listen: cannot listen on {http.listen}: {exc.strerror}"]
+        ) from None
+    logs.event(log, logging.INFO, "http listening", listen=http.listen)
+    return listener
+
+
+def sample_queues(supervisor: Supervisor) -> None:
+    """While the metrics are served, the housekeeping samples the queues' depth."""
+    if supervisor.http is not None and supervisor.housekeeper is not None:
+        supervisor.housekeeper.sampled_queues = list(supervisor.config.queues)
+
+
+def _readyz(supervisor: Supervisor) -> tuple[int, str, bytes]:
+    keeper = supervisor.housekeeper
+    if keeper is None or keeper.last_renewal_at is None:
+        return 503, _TEXT, b"not ready: no lease renewal has answered yet\n"
+    window = max(2 * duties.renewal_interval_s(keeper.lease_ttl_s), READY_MIN_WINDOW_S)
+    age = time.monotonic() - keeper.last_renewal_at
+    if age > window:
+        return 503, _TEXT, f"not ready: the database has not answered for {age:.0f}s\n".encode()
+    return 200, _TEXT, b"ready\n"
+
+
+def _view(supervisor: Supervisor) -> tuple[int, int, int]:
+    children = list(supervisor.children.values())
+    busy = sum(len(child.ledger.in_state(JobState.RUNNING)) for child in children)
+    slots = sum(child.board.slots for child in children)
+    return len(children), busy, max(0, slots - busy)
