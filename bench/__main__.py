@@ -23,7 +23,6 @@ import platform
 import shutil
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -36,6 +35,7 @@ from bench.cluster import (
     drop_database,
     fdatasync_rate,
     fresh_database,
+    in_fresh_database,
     server_settings,
     throwaway_cluster,
 )
@@ -238,25 +238,17 @@ def _one_run(
     logs: Path,
 ) -> dict[str, Any] | None:
     """One system, one mode, in a fresh database; its record, or None after a note."""
-    database = f"bench_{name}"
-    dsn = fresh_database(cluster, database)
     tag = f"{name}_{mode}_{rep}"
-    t0 = time.monotonic()
-    try:
+
+    def run(dsn: str) -> dict[str, Any] | None:
         if name in report.OUR_ROWS:
-            run: Callable[..., dict[str, Any]] = getattr(measure, mode)
+            measured: Callable[..., dict[str, Any]] = getattr(measure, mode)
             extra = measure.TUNED_CONFIG if name == report.OURS_TUNED else None
-            record: dict[str, Any] | None = run(dsn, logs, tag, proto, extra)
-        else:
-            record = peers.run(
-                peers.PEERS[name], mode, dsn, args.peers_dir, proto, logs / f"{tag}.log"
-            )
-    except Exception as exc:  # one broken run must not lose the others' figures
-        print(f"  note: {tag} failed: {type(exc).__name__}: {exc} (see {logs})")
-        (logs / f"{tag}.error").write_text(traceback.format_exc())
-        record = None
-    finally:
-        drop_database(cluster, database)
+            return measured(dsn, logs, tag, proto, extra)
+        return peers.run(peers.PEERS[name], mode, dsn, args.peers_dir, proto, logs / f"{tag}.log")
+
+    t0 = time.monotonic()
+    record = in_fresh_database(cluster, f"bench_{name}", logs, tag, run)
     if record is not None:
         record.update(name=name, rep=rep)
         print(f"  {tag:<28} {time.monotonic() - t0:5.1f}s  {_brief(record)}")

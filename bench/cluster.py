@@ -9,14 +9,17 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
 from pgworkerd.embedded import EmbeddedCluster, free_port
+
+T = TypeVar("T")
 
 # run_all.sh: durability left at the (durable) defaults, spelled out so nobody's
 # postgresql.conf can change them; only shared_buffers and max_connections raised.
@@ -112,3 +115,20 @@ def fdatasync_rate(cluster: EmbeddedCluster) -> float | None:
         proc.wait()
         test_file.unlink(missing_ok=True)
     return rate
+
+
+def in_fresh_database(
+    cluster: EmbeddedCluster, database: str, logs: Path, tag: str, run: Callable[[str], T]
+) -> T | None:
+    """`run(dsn)` in a fresh database, dropped afterwards. A run that raises is noted
+    (its traceback in logs/<tag>.error) and gives None: one broken run must not lose
+    the others' figures."""
+    dsn = fresh_database(cluster, database)
+    try:
+        return run(dsn)
+    except Exception as exc:
+        print(f"  note: {tag} failed: {type(exc).__name__}: {exc} (see {logs})")
+        (logs / f"{tag}.error").write_text(traceback.format_exc())
+        return None
+    finally:
+        drop_database(cluster, database)

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import psycopg
 
 import pgworkerd
 from bench import peers
-from bench.cluster import drop_database, fresh_database
+from bench.cluster import in_fresh_database
 from bench.daemon import QUEUE, Daemon, migrate, write_config
 from bench.measure import UNFINISHED
 from bench.peers import Peer
@@ -260,16 +259,8 @@ def run_section(
             )
     rows = []
     for key, run in runs:
-        database = f"bench_io_{key}"
         t0 = time.monotonic()
-        try:
-            row = run(fresh_database(cluster, database))
-        except Exception as exc:  # one broken row must not lose the others
-            print(f"  note: io {key} failed: {type(exc).__name__}: {exc} (see {logs})")
-            (logs / f"io_{key}.error").write_text(traceback.format_exc())
-            row = None
-        finally:
-            drop_database(cluster, database)
+        row = in_fresh_database(cluster, f"bench_io_{key}", logs, f"io_{key}", run)
         if row is not None:
             rows.append(row)
             print(

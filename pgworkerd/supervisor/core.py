@@ -39,7 +39,7 @@ from pgworkerd.supervisor.http import HttpListener
 from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
 from pgworkerd.supervisor.signals import SignalInbox
 from pgworkerd.supervisor.wakeups import Wakeups
-from pgworkerd.supervisor.workforce import Seat, Workforce
+from pgworkerd.supervisor.workforce import Seat, Workforce, worker_spec
 from pgworkerd.systemd import Notifier
 from pgworkerd.worker import WorkerSpec
 
@@ -280,27 +280,14 @@ class Supervisor:
             self.housekeeper.settle(settlements)
 
     def _spec(self, seat: Seat) -> WorkerSpec:
-        config = self.config
-        queues = tuple(config.claim_order(seat.pool))
-        return WorkerSpec(
-            pool=seat.pool_name,
-            index=seat.index,
-            queues=queues,
-            queue_max_attempts=tuple(config.max_attempts_for(q) for q in queues),
-            batch_size=config.batch_size_for(seat.pool),
-            lease_ttl_s=config.lease_ttl,
-            poll_interval_s=config.poll_interval,
+        return worker_spec(
+            seat,
+            self.config,
             database_url=self.database_url,
-            schema=config.database.schema_name,
             backoff=self.store.backoff,
             registry=self.registry,
-            max_jobs=config.max_jobs_per_child,
-            max_memory_bytes=config.max_memory_per_child,
             log_format=self.log_format,
-            log_level=config.log_level,
             supervisor_pid=self.pid,
-            worker_id=f"{socket.gethostname()}:{self.pid}/{seat.pool_name}#{seat.index}",
-            threads=seat.pool.threads,
         )
 
     # -- housekeeping and leases ----------------------------------------------------------
@@ -322,10 +309,17 @@ class Supervisor:
         self._renewing = {child: set(child.ledger.leases()) for child in self.children.values()}
         return [lease for leases in self._renewing.values() for lease in leases]
 
+    def jobs_running(self) -> int:
+        """Jobs whose handlers run in this daemon's workers now."""
+        return sum(len(c.ledger.in_state(JobState.RUNNING)) for c in self.children.values())
+
     def _heartbeat(self) -> dict[str, Any]:
         """What `pgworkerd status` shows of this daemon beside its heartbeat."""
-        running = sum(len(c.ledger.in_state(JobState.RUNNING)) for c in self.children.values())
-        return {"workers": len(self.children), "state": self.state.value, "running": running}
+        return {
+            "workers": len(self.children),
+            "state": self.state.value,
+            "running": self.jobs_running(),
+        }
 
     def _after_renewal(self, renewal: Renewal) -> None:
         for child, sent in self._renewing.items():

@@ -20,7 +20,6 @@ from pgworkerd.config import ConfigError, host_port
 from pgworkerd.housekeeping import duties
 from pgworkerd.metrics import METRICS
 from pgworkerd.supervisor.http import HttpListener
-from pgworkerd.supervisor.ledger import JobState
 
 if TYPE_CHECKING:
     from pgworkerd.supervisor.core import Supervisor
@@ -75,7 +74,6 @@ def _readyz(supervisor: Supervisor) -> tuple[int, str, bytes]:
 
 
 def _view(supervisor: Supervisor) -> tuple[int, int, int]:
-    children = list(supervisor.children.values())
-    busy = sum(len(child.ledger.in_state(JobState.RUNNING)) for child in children)
-    slots = sum(child.board.slots for child in children)
-    return len(children), busy, max(0, slots - busy)
+    busy = supervisor.jobs_running()
+    slots = sum(child.board.slots for child in supervisor.children.values())
+    return len(supervisor.children), busy, max(0, slots - busy)

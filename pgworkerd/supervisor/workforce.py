@@ -8,13 +8,16 @@ from __future__ import annotations
 import logging
 import selectors
 import signal
+import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pgworkerd import logs, osutil
 from pgworkerd.config import Config, PoolConfig
 from pgworkerd.metrics import METRICS
+from pgworkerd.store import Backoff
 from pgworkerd.supervisor.children import ChildProcess, spawn
 from pgworkerd.supervisor.ledger import KillReason
 from pgworkerd.supervisor.reaping import ExitReport, reaped, report_exit
@@ -165,3 +168,37 @@ class Workforce:
         return min(
             (s.respawn_at for s in self.seats if s.child is None and not s.retired), default=None
         )
+
+
+def worker_spec(
+    seat: Seat,
+    config: Config,
+    *,
+    database_url: str,
+    backoff: Backoff,
+    registry: Mapping[str, Callable[..., Any]],
+    log_format: str,
+    supervisor_pid: int,
+) -> WorkerSpec:
+    """What the child for `seat` is told at its fork, under `config`."""
+    queues = tuple(config.claim_order(seat.pool))
+    return WorkerSpec(
+        pool=seat.pool_name,
+        index=seat.index,
+        queues=queues,
+        queue_max_attempts=tuple(config.max_attempts_for(q) for q in queues),
+        batch_size=config.batch_size_for(seat.pool),
+        lease_ttl_s=config.lease_ttl,
+        poll_interval_s=config.poll_interval,
+        database_url=database_url,
+        schema=config.database.schema_name,
+        backoff=backoff,
+        registry=registry,
+        max_jobs=config.max_jobs_per_child,
+        max_memory_bytes=config.max_memory_per_child,
+        log_format=log_format,
+        log_level=config.log_level,
+        supervisor_pid=supervisor_pid,
+        worker_id=f"{socket.gethostname()}:{supervisor_pid}/{seat.pool_name}#{seat.index}",
+        threads=seat.pool.threads,
+    )
