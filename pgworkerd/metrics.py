@@ -71,19 +71,27 @@ class SupervisorMetrics:
         # tuple per call, paid per job otherwise.
         self._children: dict[tuple[object, str, str], Any] = {}
         self._view: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)
+        # Only a daemon that serves /metrics pays the per-job counting (a few label
+        # lookups a job in the supervisor's one thread); set when its listener starts.
+        self.counting = False
 
     # -- fed by the loop ----------------------------------------------------------------
 
     def claimed(self, message: Claimed) -> None:
-        self.batch_size.observe(len(message.jobs))
+        if self.counting:
+            self.batch_size.observe(len(message.jobs))
 
     def jobs_started(self, jobs: Iterable[Labelled]) -> None:
+        if not self.counting:
+            return
         for labels in jobs:
             self._labelled(self.started, labels).inc()
 
     def done(self, message: Done, labels_of: Callable[[int], Labelled | None]) -> None:
         """Count the outcomes a `done` reports (a child of an older version reports
         none: then nothing is counted)."""
+        if not self.counting:
+            return
         for job_id, (outcome, duration_s) in zip(message.ids, message.outcomes, strict=False):
             labels = labels_of(job_id)
             counter = self._outcomes.get(outcome)

@@ -52,6 +52,7 @@ def start(supervisor: Supervisor) -> HttpListener | None:
         raise ConfigError(
             [f"http.listen: cannot listen on {http.listen}: {exc.strerror}"]
         ) from None
+    METRICS.counting = True
     logs.event(log, logging.INFO, "http listening", listen=http.listen)
     return listener
 
