@@ -190,3 +190,31 @@ def spawn_then_die(job: pgworkerd.Job) -> str:
         ctypes.CDLL(None).sleep(3600)
     _record(job, "end")
     return "no grandchild this time"
+
+
+def until_cancelled(job: pgworkerd.Job) -> str:
+    """Runs Python in short sleeps for payload["seconds"] (default an hour); records
+    "cancelled" when JobCancelled reaches it. With payload["stubborn"], it records that
+    and goes on as if nothing happened: only the SIGKILL after the grace ends it."""
+    _record(job, "start")
+    deadline = time.monotonic() + job.payload.get("seconds", 3600)
+    while time.monotonic() < deadline:
+        try:
+            _pause(0.02)
+        except pgworkerd.JobCancelled:
+            _record(job, "cancelled")
+            if not job.payload.get("stubborn"):
+                raise
+    _record(job, "end")
+    return "never cancelled"
+
+
+async def until_cancelled_async(job: pgworkerd.Job) -> str:
+    """Awaits payload["seconds"]; records "cancelled" when its task is interrupted."""
+    await asyncio.to_thread(_record, job, "start")
+    try:
+        await asyncio.sleep(job.payload.get("seconds", 3600))
+    except asyncio.CancelledError:
+        await asyncio.shield(asyncio.to_thread(_record, job, "cancelled"))
+        raise
+    return "never cancelled"

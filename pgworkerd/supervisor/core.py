@@ -356,8 +356,9 @@ class Supervisor:
     def _on_notifications(self) -> None:
         assert self.housekeeper is not None
         accepting = self.state is State.RUNNING
-        queues = self.housekeeper.notified_queues()
-        self.wakeups.notified(queues, list(self.children.values()), accepting=accepting)
+        notified = self.housekeeper.notified()
+        self.wakeups.notified(notified.queues, list(self.children.values()), accepting=accepting)
+        enforcement.stop_cancelled(self.children.values(), notified.cancelled, time.monotonic())
 
     # -- timing and construction ----------------------------------------------------------
 

@@ -47,6 +47,7 @@ def test_a_schedule_can_start_later_and_refuses_a_useless_interval() -> None:
 
 
 class FakeStore:
+    schema = "pgworkerd"
     notify_channel = "pgworkerd.jobs"
 
     def __init__(self, calls: list[str]) -> None:
@@ -82,6 +83,9 @@ class FakeStore:
 class FakeConnection:
     def transaction(self) -> nullcontext[None]:
         return nullcontext()
+
+    def execute(self, statement: bytes, params: dict[str, Any]) -> list[tuple[int]]:
+        return []  # the lookup of leases a renewal missed: none was cancelled
 
 
 class FakeSession:
