@@ -13,8 +13,10 @@ from typing import Any
 import psycopg
 
 import pgworkerd
+from pgworkerd.embedded import free_port
 from tests.daemon import Daemon, history, job, wait_until
 from tests.process.test_cli import pgworkerd as run_cli
+from tests.process.test_http import get, metric
 
 Conn = psycopg.Connection[Any]
 
@@ -72,7 +74,10 @@ def test_with_threads_a_cancel_stops_one_job_and_a_stubborn_one_costs_its_neighb
     neighbours = pgworkerd.enqueue_many(
         history_conn, [{"kind": "sleep", "payload": {"seconds": 6}} for _ in range(6)]
     )
-    daemon: Daemon = start_daemon(**one_process(threads=8), lease_ttl="30s")
+    port = free_port()
+    daemon: Daemon = start_daemon(
+        **one_process(threads=8), lease_ttl="30s", http={"listen": f"127.0.0.1:{port}"}
+    )
     for job_id in [polite, stubborn, *neighbours]:
         wait_for_event(history_conn, job_id, "start")
     (worker_pid,) = pids(history_conn, polite)
@@ -97,6 +102,10 @@ def test_with_threads_a_cancel_stops_one_job_and_a_stubborn_one_costs_its_neighb
         row = job(history_conn, job_id)
         assert (row["state"], row["attempt"]) == ("cancelled", 1)
         assert "end" not in events(history_conn, job_id)
+    _, text = get(port, "/metrics")
+    for kind in ("until_cancelled_async", "until_cancelled"):  # ended, and killed
+        assert metric(text, "pgworkerd_jobs_cancelled_total", queue="default", kind=kind) == 1
+    assert metric(text, "pgworkerd_jobs_succeeded_total", queue="default", kind="sleep") == 6
     log = daemon.log()
     assert log.count("JobCancelled sent") == 2
     assert "job lease lost" not in log  # neither was mistaken for a rescued job
