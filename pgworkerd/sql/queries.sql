@@ -427,7 +427,21 @@ WHERE heartbeat_at < now() - make_interval(secs => %(stale_after_s)s);
 SELECT pg_advisory_xact_lock(hashtextextended('pgworkerd.migrate:' || %(schema_name)s, 0));
 
 
+-- name: migrations_privileges
+-- May the current role migrate? It must be able to create in the schema (its owner
+-- can), or, when the schema does not exist yet, to create schemas in the database.
+-- Asked before any DDL, so that a runtime role (USAGE only) is refused in one line.
+SELECT current_user AS role,
+       n.oid IS NOT NULL AS schema_exists,
+       coalesce(has_schema_privilege(n.oid, 'CREATE'),
+                has_database_privilege(current_database(), 'CREATE')) AS may_create
+FROM (VALUES (1)) AS one (x)
+LEFT JOIN pg_namespace AS n ON n.nspname = %(schema_name)s;
+
+
 -- name: migrations_create_schema
+-- Only run when the schema is missing: CREATE SCHEMA IF NOT EXISTS checks the
+-- database's CREATE privilege first, which a schema's owner need not have.
 CREATE SCHEMA IF NOT EXISTS {schema};
 
 
