@@ -62,24 +62,32 @@ def pgworkerd_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "pgworkerd"]
 
 
-def daemon_env() -> dict[str, str]:
+def daemon_env(code: Path | None = None) -> dict[str, str]:
     """The bench's environment minus PGWORKERD_* overrides (the config file must be what
-    runs), plus PYTHONPATH so `bench.handlers` imports."""
+    runs), plus PYTHONPATH so `bench.handlers` imports. `code`: another checkout whose
+    `pgworkerd` (and `bench.handlers`) to run instead of this one's (first on the path,
+    it wins over the installed one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code or REPO), env.get("PYTHONPATH")]))
     return env
 
 
-def migrate(config: Path, log_path: Path) -> None:
+def command(code: Path | None = None) -> list[str]:
+    """How to start `pgworkerd`: the installed script, or for another checkout's code,
+    this interpreter on it (the script would import the installed one)."""
+    return pgworkerd_command() if code is None else [sys.executable, "-m", "pgworkerd"]
+
+
+def migrate(config: Path, log_path: Path, *, code: Path | None = None) -> None:
     with log_path.open("ab") as log:
         subprocess.run(
-            [*pgworkerd_command(), "migrate", "-c", str(config)],
-            env=daemon_env(),
+            [*command(code), "migrate", "-c", str(config)],
+            env=daemon_env(code),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             check=True,
-            cwd=REPO,
+            cwd=code or REPO,  # `python -m` puts the cwd first on the path
         )
 
 
@@ -95,7 +103,7 @@ class TreeUsage:
 class Daemon:
     """One `pgworkerd run -c CONFIG` process tree."""
 
-    def __init__(self, config: Path, log_path: Path) -> None:
+    def __init__(self, config: Path, log_path: Path, *, code: Path | None = None) -> None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self._log = log_path.open("ab")
@@ -109,13 +117,13 @@ class Daemon:
         self.started = time.perf_counter()
         self.started_wall = time.time()  # to compare with the database's timestamps
         self.proc = subprocess.Popen(
-            [*pgworkerd_command(), "run", "-c", str(config)],
-            env={**daemon_env(), "NOTIFY_SOCKET": self._notify.getsockname()},
+            [*command(code), "run", "-c", str(config)],
+            env={**daemon_env(code), "NOTIFY_SOCKET": self._notify.getsockname()},
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            cwd=REPO,
+            cwd=code or REPO,
         )
         self.ps = psutil.Process(self.proc.pid)
 

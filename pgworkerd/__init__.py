@@ -7,6 +7,7 @@ AsyncConnection), and the values a handler receives and raises.
 from pgworkerd.errors import InvalidJob, PgworkerdError
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, Retry
 from pgworkerd.operations import cancel, retry
+from pgworkerd.pausing import pause_queue, resume_queue
 from pgworkerd.producer import (
     EnqueueOptions,
     Producer,
@@ -31,5 +32,7 @@ __all__ = [
     "enqueue_async",
     "enqueue_many",
     "enqueue_many_async",
+    "pause_queue",
+    "resume_queue",
     "retry",
 ]

@@ -159,9 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--run-at", metavar="ISO8601", help="with a timezone offset")
     enqueue.add_argument("--unique-key", metavar="K")
     enqueue.add_argument("--max-attempts", type=int, metavar="N")
-    from pgworkerd import cli_jobs  # imports this module: registered once it is loaded
+    # These import this module: registered once it is loaded.
+    from pgworkerd import cli_jobs, cli_queues
 
     cli_jobs.register(command, common)
+    cli_queues.register(command, common)
     return parser
 
 

@@ -87,10 +87,14 @@ def status(report: dict[str, Any]) -> str:
             *(str(q["counts"][s]) for s in ("queued", "running", "succeeded", "dead", "cancelled")),
             age(q["oldest_ready_age_s"]),
             f"{q['finished_per_minute']:.1f}",
+            _yes_no(q["paused"]),
         ]
         for q in report["queues"]
     ]
-    headers = ["QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED", "OLDEST", "DONE/MIN"]
+    headers = [
+        *("QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED", "OLDEST", "DONE/MIN"),
+        "PAUSED",
+    ]
     parts = [table(headers, queue_rows) if queue_rows else "no jobs"]
     daemon_rows = [
         [
@@ -107,6 +111,24 @@ def status(report: dict[str, Any]) -> str:
     daemons = table(daemon_headers, daemon_rows, cut_first=[1, 0]) if daemon_rows else None
     parts.append(daemons or "no live daemons")
     return "\n\n".join(parts)
+
+
+def queues(listing: Sequence[dict[str, Any]]) -> str:
+    """`pgworkerd queues`: each queue, whether it is paused, whether the config names
+    it, and its jobs by state (since when a queue is paused: `--json`)."""
+    if not listing:
+        return "no queues"
+    rows = [
+        [
+            q["queue"],
+            _yes_no(q["paused"]),
+            _yes_no(q["configured"]),
+            *(str(q["counts"][s]) for s in ("queued", "running", "succeeded", "dead", "cancelled")),
+        ]
+        for q in listing
+    ]
+    headers = ["QUEUE", "PAUSED", "CONFIG", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED"]
+    return table(headers, rows, cut_first=[0])
 
 
 def job_list(jobs: Sequence[dict[str, Any]]) -> str:
@@ -164,6 +186,10 @@ def job(detail: dict[str, Any]) -> str:
         out.append(f"--- attempt {error.get('attempt')} at {when(error.get('at'))}")
         out.extend("    " + line for line in str(error.get("error", "")).rstrip().splitlines())
     return "\n".join(out)
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 def _is_number(text: str) -> bool:

@@ -1,5 +1,5 @@
 """The operator's reads and writes: what `pgworkerd status` and `pgworkerd jobs ...` show
-and do, and the Python `cancel` and `retry`.
+and do, and the Python `cancel` and `retry` (the paused queues: pausing.py).
 
 Every read returns plain JSON values (timestamps as ISO 8601 strings, durations as
 seconds): the `--json` output is these values as they are, and the human output is
@@ -17,6 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgworkerd import queries
+from pgworkerd.pausing import QueuePauses
 from pgworkerd.producer import default_producer
 from pgworkerd.store import DEFAULT_SCHEMA, JobStore
 
@@ -73,9 +74,15 @@ class Operations:
             daemon_rows = cur.execute(self._sql["daemons_list"]).fetchall()
             now = cur.execute(self._sql["clock_read"]).fetchone()
         assert now is not None
+        paused = QueuePauses(self.store.schema).paused(conn)
+        # A paused queue without jobs is shown too: the pause is what the operator looks for.
+        queue_rows += [_no_jobs(name) for name in paused.keys() - {r["queue"] for r in queue_rows}]
         return {
             "at": json_value(now["now"]),
-            "queues": [_queue_status(row) for row in queue_rows],
+            "queues": [
+                _queue_status(row, paused.get(row["queue"]))
+                for row in sorted(queue_rows, key=lambda r: str(r["queue"]))
+            ],
             "daemons": [_daemon_status(row) for row in daemon_rows],
         }
 
@@ -149,12 +156,24 @@ def json_value(value: Any) -> Any:
     return value
 
 
-def _queue_status(row: dict[str, Any]) -> dict[str, Any]:
+def _queue_status(row: dict[str, Any], paused_at: datetime | None) -> dict[str, Any]:
     return {
         "queue": row["queue"],
         "counts": {state: int(row[state]) for state in STATES},
         "oldest_ready_age_s": row["oldest_ready_age_s"],
         "finished_per_minute": round(int(row["finished_5m"]) / FINISHED_WINDOW_MIN, 2),
+        "paused": paused_at is not None,
+        "paused_at": json_value(paused_at),
+    }
+
+
+def _no_jobs(queue: str) -> dict[str, Any]:
+    """A row of jobs_status_by_queue for a queue that no job names."""
+    return {
+        "queue": queue,
+        **dict.fromkeys(STATES, 0),
+        "oldest_ready_age_s": None,
+        "finished_5m": 0,
     }
 
 

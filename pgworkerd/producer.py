@@ -249,6 +249,12 @@ _CHECKED_NAMES: set[str] = set()
 _CHECKED_NAMES_MAX = 4096
 
 
+def check_name(what: str, value: Any) -> None:
+    """InvalidJob unless `value` is a name enqueue accepts for `what` (a queue's, a
+    kind's): a non-blank string of at most 255 characters, no control characters."""
+    _check_new_name(what, value)
+
+
 def _check_name(what: str, value: Any) -> None:
     if type(value) is str and value in _CHECKED_NAMES:
         return

@@ -111,10 +111,14 @@ WITH RECURSIVE {claim_picks}
 
 -- name: claim_picks
 -- Fragment of jobs_claim and jobs_complete_and_claim: the CTEs that lock the picks.
+-- A paused queue is left out of the list (an anti-join on paused_queues, a table of a
+-- few rows at most): its jobs are never looked at. A claim already running when a pause
+-- commits does not see it; the next one does.
 queues AS (
     SELECT q.name, q.max_attempts, q.ord
     FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
          WITH ORDINALITY AS q(name, max_attempts, ord)
+    WHERE NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = q.name)
 ),
 {queue_levels},
 picked AS MATERIALIZED (
@@ -199,9 +203,12 @@ levels AS (
 
 -- name: jobs_next_run_at
 -- Seconds until the earliest queued job of these queues may run (negative: one is
--- ready now), NULL when there is none: how long an idle worker may sleep.
+-- ready now), NULL when there is none: how long an idle worker may sleep. Paused queues
+-- are left out as the claim leaves them out: their ready jobs would otherwise wake an
+-- idle worker again and again for nothing it may claim.
 WITH RECURSIVE queues AS (
     SELECT q.name, q.ord FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
+    WHERE NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = q.name)
 ),
 {queue_levels}
 SELECT extract(epoch FROM min(first.run_at) - now())::float8
@@ -528,3 +535,72 @@ FROM unnest(%(queues)s::text[]) AS q(name)
 LEFT JOIN {schema}.jobs AS j
     ON j.queue = q.name AND j.state = 'queued' AND j.run_at <= now()
 GROUP BY q.name;
+
+
+-- name: queues_pause
+-- Pauses these queues (kept in the database until resumed): no claim takes their jobs
+-- from the next one on; running jobs finish. Returns the queues that were not paused
+-- already (pausing twice changes nothing, not even paused_at).
+INSERT INTO {schema}.paused_queues AS p (queue)
+SELECT DISTINCT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+ON CONFLICT (queue) DO NOTHING
+RETURNING p.queue;
+
+
+-- name: queues_resume
+-- Resumes these queues; returns the ones that were paused. Each one resumed is
+-- announced on the enqueue channel, as an enqueue announces its queue, so that idle
+-- workers claim its waiting jobs at once rather than at their next poll (delivered at
+-- commit).
+WITH resumed AS (
+    DELETE FROM {schema}.paused_queues AS p
+    WHERE p.queue = ANY(%(queues)s::text[])
+    RETURNING p.queue
+),
+notified AS (
+    SELECT pg_notify(%(channel)s, resumed.queue) FROM resumed
+)
+SELECT resumed.queue
+FROM resumed
+CROSS JOIN (SELECT count(*) FROM notified) AS force_notify  -- an unreferenced CTE never runs
+ORDER BY resumed.queue;
+
+
+-- name: queues_paused
+-- The paused queues and since when.
+SELECT queue, paused_at FROM {schema}.paused_queues ORDER BY queue;
+
+
+-- name: queues_list
+-- The operator's `queues`: every queue that the config names (`configured`), that jobs
+-- name, or that is paused; whether it is paused, and its jobs by state. One pass over
+-- the table, as jobs_status_by_queue: an operator's read, not a hot path.
+WITH counts AS (
+    SELECT queue,
+           count(*) FILTER (WHERE state = 'queued')    AS queued,
+           count(*) FILTER (WHERE state = 'running')   AS running,
+           count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE state = 'dead')      AS dead,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled
+    FROM {schema}.jobs
+    GROUP BY queue
+),
+named AS (
+    SELECT c.name AS queue FROM unnest(%(configured)s::text[]) AS c(name)
+  UNION
+    SELECT queue FROM counts
+  UNION
+    SELECT queue FROM {schema}.paused_queues
+)
+SELECT n.queue,
+       n.queue = ANY(%(configured)s::text[]) AS configured,
+       p.paused_at,
+       coalesce(c.queued, 0)    AS queued,
+       coalesce(c.running, 0)   AS running,
+       coalesce(c.succeeded, 0) AS succeeded,
+       coalesce(c.dead, 0)      AS dead,
+       coalesce(c.cancelled, 0) AS cancelled
+FROM named AS n
+LEFT JOIN counts AS c ON c.queue = n.queue
+LEFT JOIN {schema}.paused_queues AS p ON p.queue = n.queue
+ORDER BY n.queue;

@@ -159,3 +159,40 @@ def test_completing_a_batch_does_not_read_the_finished_rows(conn):
         }
         assert scans == {"jobs_pkey"}, (name, mode, scans)
         assert pages_touched(plan) < 2000, (name, mode, pages_touched(plan))
+
+
+def test_a_paused_queue_costs_the_claim_nothing_however_many_jobs_wait_in_it(conn):
+    """The pause is an anti-join on the small paused_queues table inside the claim's list
+    of queues: the paused queue's jobs, ready or not, are never read, and the claim
+    stays on its index."""
+    conn.execute("""
+        INSERT INTO pgworkerd.jobs (queue, kind, payload)
+        SELECT 'other', 'k', '{}' FROM generate_series(1, 200000)""")
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in range(20)])
+    pgworkerd.pause_queue(conn, "other")
+    conn.execute("VACUUM ANALYZE pgworkerd.jobs")
+    # Paused queue first in claim order: unpaused, it would be the one claimed.
+    params = {**CLAIM_PARAMS, "queues": ["other", "default"]}
+    statements = {
+        "jobs_claim": params,
+        "jobs_complete_and_claim": {**params, "ids": [], "tokens": [], "results": []},
+        "jobs_next_run_at": {"queues": ["other", "default"]},
+    }
+    for (name, statement_params), mode in [
+        (item, mode) for item in statements.items() for mode in PLAN_MODES
+    ]:
+        plan = explain(conn, name, statement_params, plan_cache_mode=mode)
+        scans = [
+            (n["Node Type"], n.get("Index Name"))
+            for n in plan_nodes(plan)
+            if n.get("Relation Name") == "jobs"
+        ]
+        assert ("Seq Scan", None) not in scans, (name, mode, scans)
+        assert any(index == "jobs_claim_idx" for _, index in scans), (name, mode, scans)
+        assert pages_touched(plan) < 300, (name, mode, pages_touched(plan))
+        if name == "jobs_claim":
+            assert plan["Actual Rows"] == 10, (mode, plan["Actual Rows"])
+    claimed = JobStore().claim(
+        conn, queues=["other", "default"], limit=10, lease_ttl_s=30, worker="w"
+    )
+    assert {job.queue for job in claimed} == {"default"}

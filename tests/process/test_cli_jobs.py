@@ -31,7 +31,7 @@ DETAIL_KEYS = JOB_KEYS | {
     "errors",
     "result",
 }
-QUEUE_KEYS = {"queue", "counts", "oldest_ready_age_s", "finished_per_minute"}
+QUEUE_KEYS = {"queue", "counts", "oldest_ready_age_s", "finished_per_minute", "paused", "paused_at"}
 DAEMON_KEYS = {
     "id",
     "hostname",

@@ -40,6 +40,8 @@ def _queue(name: str, **counts: int) -> dict[str, object]:
         "counts": {s: counts.get(s, 0) for s in states},
         "oldest_ready_age_s": 61.0,
         "finished_per_minute": 1.4,
+        "paused": name == "mail",
+        "paused_at": "2026-11-23T16:40:00+00:00" if name == "mail" else None,
     }
 
 
@@ -64,6 +66,26 @@ def test_status_fits_80_columns_with_long_names() -> None:
     out = cli_format.status(report)
     assert all(len(line) <= 80 for line in out.splitlines()), out
     assert "12345678" in out and "1m01s" in out and "3s ago" in out and "123456" in out
+    lines = out.splitlines()
+    assert lines[0].split()[-1] == "PAUSED"
+    assert [line.split()[-1] for line in lines[1:3]] == ["no", "yes"]
+
+
+def test_queues_fit_80_columns_and_say_paused_and_configured() -> None:
+    listing = [
+        {**_queue("q" * 60, queued=12345678, succeeded=987654321), "configured": True},
+        {**_queue("mail", running=2), "configured": False},
+    ]
+    out = cli_format.queues(listing)
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), out
+    assert lines[0].split() == [
+        *("QUEUE", "PAUSED", "CONFIG", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED")
+    ]
+    assert lines[1].startswith("qqqq") and "…" in lines[1]
+    assert lines[1].split()[1:] == ["no", "yes", "12345678", "0", "987654321", "0", "0"]
+    assert lines[2].split() == ["mail", "yes", "no", "0", "2", "0", "0", "0"]
+    assert cli_format.queues([]) == "no queues"
 
 
 def test_status_and_lists_when_empty() -> None:

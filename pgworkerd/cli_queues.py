@@ -1,0 +1,96 @@
+"""`pgworkerd queues [--json]`, `queues pause Q...`, `queues resume Q...`. Registered by
+`cli.build_parser`; errors are raised as `cli.UsageError` (exit 2) and reported by
+`cli.run_cli` like every other command's.
+
+Pause and resume take names the operator can see: a queue the config names, a queue
+some job names (in any state), or a paused one. Any other name is refused (exit 2,
+nothing changed): most likely a typo, and a pause of a typo would look like it worked.
+Pausing a paused queue, or resuming one that is not paused, changes nothing and is not
+an error: both are safe to repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pgworkerd import cli, cli_format, db
+from pgworkerd.pausing import QueuePauses
+
+CommandAdder = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+
+
+def register(command: CommandAdder, common: cli._Parser) -> None:
+    queues = command("queues", cmd_list, "list queues: paused or not, jobs by state")
+    queues.add_argument("--json", action="store_true", help="a JSON array of queues")
+    subs = queues.add_subparsers(dest="queues_command", parser_class=cli._Parser)
+    for name, func, help_text in (
+        ("pause", cmd_pause, "stop claiming from these queues; running jobs finish"),
+        ("resume", cmd_resume, "claim from these paused queues again, at once"),
+    ):
+        sub = subs.add_parser(name, parents=[common], help=help_text, description=help_text)
+        sub.set_defaults(func=func)
+        sub.add_argument("queues", nargs="+", metavar="Q")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    config = cli._load_config(args)
+    with db.connect(db.database_url(config), application_name="pgworkerd queues") as conn:
+        listing = QueuePauses(config.database.schema_name).queues(conn, list(config.queues))
+    print(
+        json.dumps(listing, ensure_ascii=False, indent=2)
+        if args.json
+        else cli_format.queues(listing)
+    )
+    return cli.EXIT_OK
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    def pause(pauses: QueuePauses, conn: Any, known: dict[str, dict[str, Any]]) -> None:
+        done = pauses.pause(conn, args.queues)
+        if done:
+            running = sum(known[q]["counts"]["running"] for q in done)
+            tail = f" ({running} running job(s) will finish)" if running else ""
+            print(f"paused: {', '.join(done)}{tail}")
+        _say_left("already paused", args.queues, done)
+
+    return _change(args, "queues pause", pause)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    def resume(pauses: QueuePauses, conn: Any, known: dict[str, dict[str, Any]]) -> None:
+        done = pauses.resume(conn, args.queues)
+        if done:
+            print(f"resumed: {', '.join(done)}")
+        _say_left("not paused", args.queues, done)
+
+    return _change(args, "queues resume", resume)
+
+
+def _change(
+    args: argparse.Namespace,
+    name: str,
+    action: Callable[[QueuePauses, Any, dict[str, dict[str, Any]]], None],
+) -> int:
+    """Runs `action` on the named queues once every name is known; a UsageError (exit 2,
+    nothing changed) for the first that is not."""
+    config = cli._load_config(args)
+    pauses = QueuePauses(config.database.schema_name)
+    with db.connect(db.database_url(config), application_name=f"pgworkerd {name}") as conn:
+        known = {q["queue"]: q for q in pauses.queues(conn, list(config.queues))}
+        unknown = [q for q in dict.fromkeys(args.queues) if q not in known]
+        if unknown:
+            raise cli.UsageError(
+                f"{name}: unknown queue {unknown[0]!r}: not in the config, "
+                "named by no job, not paused"
+            )
+        action(pauses, conn, known)
+    return cli.EXIT_OK
+
+
+def _say_left(what: str, asked: list[str], done: list[str]) -> None:
+    left = [q for q in dict.fromkeys(asked) if q not in done]
+    if left:
+        print(f"{what}: {', '.join(left)}")
