@@ -15,8 +15,9 @@ import psycopg
 import pytest
 
 from pgworkerd import InvalidJob, Producer
+from pgworkerd.channels import notify_channel
 from pgworkerd.producer import default_producer
-from pgworkerd.store import JobStore, notify_channel
+from pgworkerd.store import JobStore
 from tests.integration.producer_ways import AsyncWay, SyncWay
 
 

@@ -8,10 +8,11 @@ import pytest
 
 import pgworkerd
 from pgworkerd import migrations
+from pgworkerd.channels import notify_channel
 from pgworkerd.errors import InvalidJob
 from pgworkerd.operations import Operations
 from pgworkerd.pausing import QueuePauses
-from pgworkerd.store import JobStore, notify_channel
+from pgworkerd.store import JobStore
 from tests.integration.store_helpers import claim
 
 
