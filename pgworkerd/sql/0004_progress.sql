@@ -4,7 +4,7 @@
 
 -- What the handler last reported through job.progress(percent, stage): written by the
 -- job's holder only (fenced by its lease token), cleared by each claim.
-ALTER TABLE jobs ADD COLUMN progress       real;
+ALTER TABLE jobs ADD COLUMN progress       double precision;
 ALTER TABLE jobs ADD COLUMN progress_stage text;
 ALTER TABLE jobs ADD COLUMN progress_at    timestamptz;
 ALTER TABLE jobs ADD CONSTRAINT jobs_progress_valid

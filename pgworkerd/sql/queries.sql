@@ -515,7 +515,7 @@ UPDATE {schema}.jobs AS j
 SET progress       = p.percent,
     progress_stage = p.stage,
     progress_at    = now()
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(percents)s::real[], %(stages)s::text[])
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(percents)s::float8[], %(stages)s::text[])
      AS p(id, token, percent, stage)
 WHERE j.id = p.id                                        -- by primary key
   AND j.lease_token = p.token AND j.state IN ('running', 'succeeded')  -- FENCE
