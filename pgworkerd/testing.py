@@ -151,10 +151,8 @@ def assert_enqueued(
         if found is not None:
             return found
         others = cur.execute(statement, {**params, "subset": None, "limit": 10}).fetchall()
-    wanted = f"a {'/'.join(states)} job of kind {kind!r}"
-    if payload_subset is not None:
-        wanted += f" whose payload contains {subset}"
+    wanted = f"no {'/'.join(states)} job of kind {kind!r}"
     if not others:
-        raise AssertionError(f"no {wanted}: there is no {'/'.join(states)} job of that kind")
+        raise AssertionError(f"{wanted} at all")
     listed = "; ".join(f"job {r['id']}: {json.dumps(r['payload'])}" for r in others)
-    raise AssertionError(f"no {wanted}; there are: {listed}")
+    raise AssertionError(f"{wanted} whose payload contains {subset}; there are: {listed}")
