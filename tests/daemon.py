@@ -51,6 +51,7 @@ BASE_CONFIG: dict[str, Any] = {
         "spawn_then_die": "tests.handlers:spawn_then_die",
         "sleep_async": "tests.handlers:sleep_async",
         "spin": "tests.handlers:spin",
+        "progress_steps": "tests.handlers:progress_steps",
     },
     "queues": {"default": {}},
     "workers": [{"queues": ["default"], "concurrency": 2}],
