@@ -1,10 +1,11 @@
 """pgworkerd: background jobs on the PostgreSQL you already run.
 
 The public API: enqueue jobs in your own transaction (on a psycopg Connection or
-AsyncConnection), and the values a handler receives and raises.
+AsyncConnection), and the values a handler receives and raises; read a job's result and
+wait for its end.
 """
 
-from pgworkerd.errors import InvalidJob, PgworkerdError
+from pgworkerd.errors import InvalidJob, JobNotFound, NoResult, PgworkerdError, WaitError
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, Retry
 from pgworkerd.operations import cancel, retry
 from pgworkerd.pausing import pause_queue, resume_queue
@@ -16,6 +17,7 @@ from pgworkerd.producer import (
     enqueue_many,
     enqueue_many_async,
 )
+from pgworkerd.results import result, wait, wait_async
 
 __all__ = [
     "Discard",
@@ -23,10 +25,13 @@ __all__ = [
     "InvalidJob",
     "Job",
     "JobCancelled",
+    "JobNotFound",
     "JobTimeout",
+    "NoResult",
     "PgworkerdError",
     "Producer",
     "Retry",
+    "WaitError",
     "cancel",
     "enqueue",
     "enqueue_async",
@@ -34,5 +39,8 @@ __all__ = [
     "enqueue_many_async",
     "pause_queue",
     "resume_queue",
+    "result",
     "retry",
+    "wait",
+    "wait_async",
 ]

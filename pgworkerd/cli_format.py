@@ -110,6 +110,20 @@ def status(report: dict[str, Any]) -> str:
     daemon_headers = ["DAEMON", "HOST", "PID", "STARTED", "HEARTBEAT", "RUNNING"]
     daemons = table(daemon_headers, daemon_rows, cut_first=[1, 0]) if daemon_rows else None
     parts.append(daemons or "no live daemons")
+    progress_rows = [
+        [
+            str(p["id"]),
+            p["queue"],
+            p["kind"],
+            percent(p["progress"]),
+            p["progress_stage"] or "-",
+            when(p["progress_at"]),
+        ]
+        for p in report.get("progress", [])
+    ]
+    if progress_rows:
+        headers = ["RUNNING JOB", "QUEUE", "KIND", "DONE", "STAGE", "REPORTED"]
+        parts.append(table(headers, progress_rows, cut_first=[4, 2]))
     return "\n\n".join(parts)
 
 
@@ -129,6 +143,11 @@ def queues(listing: Sequence[dict[str, Any]]) -> str:
     ]
     headers = ["QUEUE", "PAUSED", "CONFIG", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED"]
     return table(headers, rows, cut_first=[0])
+
+
+def percent(value: float | None) -> str:
+    """`42%`, `99.5%`, `-`."""
+    return "-" if value is None else f"{value:.3g}%"
 
 
 def job_list(jobs: Sequence[dict[str, Any]]) -> str:
@@ -176,6 +195,7 @@ def job(detail: dict[str, Any]) -> str:
         ("finished", when(d["finished_at"])),
         ("payload", json.dumps(d["payload"], ensure_ascii=False)),
         ("result", "-" if d["result"] is None else json.dumps(d["result"], ensure_ascii=False)),
+        ("progress", _progress(d)),
     ]
     label_width = max(len(label) for label, _ in fields) + 1
     out = [f"{(label + ':').ljust(label_width)} {value}" for label, value in fields]
@@ -190,6 +210,13 @@ def job(detail: dict[str, Any]) -> str:
 
 def _yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
+
+
+def _progress(d: dict[str, Any]) -> str:
+    if d.get("progress") is None:
+        return "-"
+    stage = f" ({d['progress_stage']})" if d.get("progress_stage") else ""
+    return f"{percent(d['progress'])}{stage} at {when(d['progress_at'])}"
 
 
 def _is_number(text: str) -> bool:

@@ -14,6 +14,8 @@ from pgworkerd.errors import InvalidJob
 
 ESCAPED_NUL = "\\u0000"  # what a NUL becomes in stored error texts and results
 MAX_ERROR_CHARS = 32_000  # last_error keeps this much of a message and traceback
+MAX_RESULT_BYTES = 1024 * 1024  # a result's JSON: as much as a payload may hold
+RESULT_OMITTED = "pgworkerd_result_omitted"  # the key of the marker of a dropped result
 
 
 # Built once: json.dumps with options builds a new encoder on every call.
@@ -57,14 +59,29 @@ def dump_payload(payload: Any, *, max_bytes: int, where: str = "payload") -> str
     return text
 
 
-def dump_result(value: Any) -> str | None:
-    """A handler's return value as JSON text; None when it is not JSON-serialisable."""
+def dump_result(value: Any, *, max_bytes: int = MAX_RESULT_BYTES) -> str | None:
+    """A handler's return value as JSON text (NULs escaped); None for None.
+
+    The job succeeded whatever it returned: a value that cannot be kept (not
+    JSON-serialisable, or over `max_bytes` of JSON) is replaced by a marker object
+    saying why, `{"pgworkerd_result_omitted": "..."}`, rather than failing the job and
+    running its work again."""
     if value is None:
         return None
     try:
-        return json.dumps(_without_nul(value), allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return None
+        text = json.dumps(_without_nul(value), allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return _omitted(f"not JSON-serialisable: {_one_line(exc)}")
+    # Characters first: a text within the limit in characters may still be over it in
+    # bytes, but one over it in characters is over it in bytes too.
+    if len(text) > max_bytes or len(text.encode("utf-8")) > max_bytes:
+        size = len(text.encode("utf-8"))
+        return _omitted(f"{size} bytes of JSON, over the limit of {max_bytes} bytes")
+    return text
+
+
+def _omitted(reason: str) -> str:
+    return json.dumps({RESULT_OMITTED: reason[:500]}, ensure_ascii=False)
 
 
 def clean_error(text: str) -> str:

@@ -13,3 +13,21 @@ class InvalidJob(PgworkerdError, ValueError):
 
 class SchemaError(PgworkerdError):
     """The database schema is missing, too old or newer than this pgworkerd."""
+
+
+class JobNotFound(PgworkerdError, LookupError):
+    """No job has this id (it never existed, or was pruned after its retention)."""
+
+
+class NoResult(PgworkerdError):
+    """`pgworkerd.result` of a job that did not succeed (yet): `state` says where it is."""
+
+    def __init__(self, job_id: int, state: str) -> None:
+        super().__init__(f"job {job_id} is {state}: only a succeeded job has a result")
+        self.job_id = job_id
+        self.state = state
+
+
+class WaitError(PgworkerdError, ValueError):
+    """`pgworkerd.wait` was given a connection inside a transaction, where a LISTEN
+    hears nothing until the transaction commits."""

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from pgworkerd import progress as _progress
+
 
 @dataclass(frozen=True, slots=True)
 class Job:
@@ -29,6 +31,14 @@ class Job:
     lease_token: uuid.UUID | None = field(default=None, repr=False)
     # Position of the job's queue in the claimer's queue list, for ordering a batch.
     queue_order: int = field(default=0, repr=False, compare=False)
+
+    def progress(self, percent: float, stage: str | None = None) -> None:
+        """Report how far the job got (0 to 100) and, optionally, in which stage; from
+        any thread or coroutine, as often as you like: it never waits for the database.
+        Shown by `pgworkerd jobs show` and `status`. Written at most every half second
+        (the latest value wins), only while this claim holds the job's lease. A percent
+        that is not a number from 0 to 100 raises ValueError."""
+        _progress.report(self, percent, stage)
 
     @property
     def lease(self) -> Lease:

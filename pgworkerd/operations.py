@@ -23,6 +23,9 @@ from pgworkerd.store import DEFAULT_SCHEMA, JobStore
 
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")
 FINISHED_WINDOW_MIN = 5  # `finished_per_minute` averages over this many minutes
+# `status` lists at most this many running jobs that reported progress (longest running
+# first): a glance, not a listing; `jobs show ID` has any one job's.
+STATUS_PROGRESS_JOBS = 10
 
 # The columns `jobs list` shows, in this order.
 SUMMARY_KEYS = (
@@ -72,6 +75,9 @@ class Operations:
         with conn.cursor(row_factory=dict_row) as cur:
             queue_rows = cur.execute(self._sql["jobs_status_by_queue"]).fetchall()
             daemon_rows = cur.execute(self._sql["daemons_list"]).fetchall()
+            progress_rows = cur.execute(
+                self._sql["jobs_running_progress"], {"limit": STATUS_PROGRESS_JOBS}
+            ).fetchall()
             now = cur.execute(self._sql["clock_read"]).fetchone()
         assert now is not None
         paused = QueuePauses(self.store.schema).paused(conn)
@@ -84,6 +90,7 @@ class Operations:
                 for row in sorted(queue_rows, key=lambda r: str(r["queue"]))
             ],
             "daemons": [_daemon_status(row) for row in daemon_rows],
+            "progress": [{key: json_value(row[key]) for key in row} for row in progress_rows],
         }
 
     def list_jobs(
@@ -144,6 +151,9 @@ def job_detail(row: dict[str, Any]) -> dict[str, Any]:
         "last_error": row["last_error"],
         "errors": row["errors"],
         "result": row["result"],
+        "progress": row["progress"],
+        "progress_stage": row["progress_stage"],
+        "progress_at": json_value(row["progress_at"]),
     }
 
 

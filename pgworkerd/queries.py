@@ -37,12 +37,24 @@ def statements(schema: str) -> dict[str, bytes]:
     server: psycopg then recognises a statement it has seen (and prepared) without
     composing it again on every call of the hot path."""
     source = _source_by_name()
-    schema_id = sql.Identifier(schema)
+    names = {
+        "schema": sql.Identifier(schema),
+        # A literal, not a parameter: the statements that make a job final announce it
+        # there (FINISHED) without their callers passing anything more.
+        "finished_channel": sql.Literal(finished_channel(schema)),
+        "finished_channel_name": sql.Identifier(finished_channel(schema)),
+    }
     fragments: dict[str, sql.Composed] = {}
     for name in _FRAGMENTS:
-        fragments[name] = sql.SQL(source[name]).format(schema=schema_id, **fragments)
+        fragments[name] = sql.SQL(source[name]).format(**names, **fragments)
     return {
-        name: sql.SQL(body).format(schema=schema_id, **fragments).as_bytes(None)
+        name: sql.SQL(body).format(**names, **fragments).as_bytes(None)
         for name, body in source.items()
         if name not in _FRAGMENTS
     }
+
+
+def finished_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel on which a job that pgworkerd.wait() waits for is
+    announced when it becomes final; the payload is its id."""
+    return f"{schema}.finished"

@@ -229,7 +229,7 @@ class JobStore:
         """Retry or dead-letter up to `limit` jobs whose lease expired."""
         params = {"limit": limit, **self._backoff_params()}
         rows = conn.execute(self._sql["jobs_rescue"], params).fetchall()
-        return [FailureOutcome(*row) for row in rows]
+        return [FailureOutcome(*row[:4]) for row in rows]
 
     def next_run_in(self, conn: psycopg.Connection[Any], queues: Sequence[str]) -> float | None:
         """Seconds until the earliest queued job of `queues` may run (<= 0: now), or
@@ -315,7 +315,7 @@ class JobStore:
             **self._backoff_params(),
         }
         row = conn.execute(self._sql["jobs_fail"], params).fetchone()
-        return FailureOutcome(*row) if row else None
+        return FailureOutcome(*row[:4]) if row else None
 
     def _by_leases(
         self, conn: psycopg.Connection[Any], statement: str, leases: Iterable[Lease], **extra: Any

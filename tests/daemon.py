@@ -53,6 +53,7 @@ BASE_CONFIG: dict[str, Any] = {
         "spin": "tests.handlers:spin",
         "until_cancelled": "tests.handlers:until_cancelled",
         "until_cancelled_async": "tests.handlers:until_cancelled_async",
+        "progress_steps": "tests.handlers:progress_steps",
     },
     "queues": {"default": {}},
     "workers": [{"queues": ["default"], "concurrency": 2}],

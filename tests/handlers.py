@@ -247,3 +247,17 @@ def orphan(job: pgworkerd.Job) -> str:
         os._exit(0)
     os.waitpid(middle, 0)
     return "left an orphan"
+
+
+def progress_steps(job: pgworkerd.Job) -> str:
+    """Reports progress from 0 to 100 in payload["steps"] steps, payload["pause"] seconds
+    apart, each report also kept in the history ("progress <percent>"); returns right
+    after reporting 100."""
+    steps, pause = job.payload["steps"], job.payload["pause"]
+    for step in range(steps + 1):
+        if step:
+            _pause(pause)
+        percent = round(100 * step / steps, 2)
+        job.progress(percent, f"step {step} of {steps}")
+        _record(job, f"progress {percent}")
+    return "all steps done"

@@ -12,6 +12,9 @@
 --   * SKIP LOCKED: claimers and rescuers never wait on each other's rows and never
 --     take the same row twice.
 --   * Every time that decides a lease or a schedule is the database's now().
+--   * FINISHED: every statement that makes a job final (succeeded, dead, cancelled)
+--     sends `pg_notify(<schema>.finished, id)` for a job that pgworkerd.wait() marked
+--     (waited_on), and only for those: a job nobody waits for costs no notification.
 
 
 -- name: jobs_insert
@@ -148,7 +151,10 @@ SET state            = 'running',
     lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s),
     worker           = %(worker)s,
     started_at       = now(),
-    max_attempts     = COALESCE(j.max_attempts, q.max_attempts)
+    max_attempts     = COALESCE(j.max_attempts, q.max_attempts),
+    progress         = NULL,                   -- each attempt reports its own
+    progress_stage   = NULL,
+    progress_at      = NULL
 FROM queues AS q
 -- By primary key, whatever the estimates: a plan made without the limit's value (a
 -- generic plan) would otherwise join the picks to a scan of the whole table.
@@ -232,7 +238,9 @@ CROSS JOIN LATERAL (
 
 
 -- name: complete_update
--- Fragment of jobs_complete and jobs_complete_and_claim.
+-- Fragment of jobs_complete and jobs_complete_and_claim. FINISHED: a job that
+-- pgworkerd.wait() marked is announced on the finished channel (at commit); the others
+-- cost a test of a boolean.
 UPDATE {schema}.jobs AS j
 SET state            = 'succeeded',
     result           = (%(results)s::text[])[array_position(%(ids)s::bigint[], j.id)]::jsonb,
@@ -240,7 +248,7 @@ SET state            = 'succeeded',
     lease_expires_at = NULL
 WHERE j.id = ANY(%(ids)s::bigint[])                      -- by primary key
   AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'running'  -- FENCE
-RETURNING j.id
+RETURNING j.id, CASE WHEN j.waited_on THEN pg_notify({finished_channel}, j.id::text) END
 
 
 -- name: jobs_completed_by_leases
@@ -314,7 +322,9 @@ SET state            = CASE WHEN t.dead THEN 'dead' ELSE 'queued' END,
     lease_expires_at = NULL
 FROM target AS t
 WHERE j.id = t.id
-RETURNING j.id, j.state, j.run_at, j.attempt
+RETURNING j.id, j.state, j.run_at, j.attempt,
+          -- FINISHED (as in complete_update)
+          CASE WHEN t.dead AND j.waited_on THEN pg_notify({finished_channel}, j.id::text) END
 
 
 -- name: jobs_release
@@ -352,7 +362,9 @@ WITH cancelled AS (
         finished_at      = now(),
         lease_expires_at = NULL
     WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'running')
-    RETURNING id, lease_token
+    RETURNING id, lease_token,
+              -- FINISHED (as in complete_update)
+              CASE WHEN waited_on THEN pg_notify({finished_channel}, id::text) END
 ),
 -- Tell the holders of the running ones now (delivered at commit), as "id:token" pairs,
 -- a hundred to a notification: NOTIFY payloads are limited to 8000 bytes.
@@ -604,3 +616,66 @@ FROM named AS n
 LEFT JOIN counts AS c ON c.queue = n.queue
 LEFT JOIN {schema}.paused_queues AS p ON p.queue = n.queue
 ORDER BY n.queue;
+
+
+-- name: jobs_progress
+-- Records what handlers reported through job.progress(): the latest value of each job,
+-- a batch at a time. FENCE: only the lease that runs the job writes, while the job
+-- runs, or onto the success that same lease wrote (a value reported just before the
+-- handler returned may reach the database after the success); a holder whose lease was
+-- rescued, cancelled or released writes nothing.
+UPDATE {schema}.jobs AS j
+SET progress       = p.percent,
+    progress_stage = p.stage,
+    progress_at    = now()
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(percents)s::float8[], %(stages)s::text[])
+     AS p(id, token, percent, stage)
+WHERE j.id = p.id                                        -- by primary key
+  AND j.lease_token = p.token AND j.state IN ('running', 'succeeded')  -- FENCE
+RETURNING j.id;
+
+
+-- name: jobs_wait_mark
+-- pgworkerd.wait(), after its LISTEN: marks a job that is not final yet, so the
+-- statement that makes it final announces it (FINISHED). No row: the job is final
+-- already, or does not exist; the caller then reads it.
+UPDATE {schema}.jobs
+SET waited_on = true
+WHERE id = %(id)s AND state IN ('queued', 'running')
+RETURNING state;
+
+
+-- name: jobs_outcome
+-- A job's state and result: what pgworkerd.wait() and pgworkerd.result() return.
+SELECT state, result FROM {schema}.jobs WHERE id = %(id)s;
+
+
+-- name: jobs_running_progress
+-- `status`: the running jobs that reported progress, longest running first (the
+-- rescuer's index holds exactly the running jobs).
+SELECT id, queue, kind, progress, progress_stage, progress_at, started_at
+FROM {schema}.jobs
+WHERE lease_expires_at IS NOT NULL AND state = 'running' AND progress IS NOT NULL
+ORDER BY started_at, id
+LIMIT %(limit)s;
+
+
+-- name: finished_listen
+-- pgworkerd.wait(): hear the FINISHED announcements (before marking the job, so none
+-- is missed between the two).
+LISTEN {finished_channel_name};
+
+
+-- name: finished_unlisten
+UNLISTEN {finished_channel_name};
+
+
+-- name: jobs_enqueued_matching
+-- pgworkerd.testing.assert_enqueued: jobs of a kind in the given states whose payload
+-- contains the given JSON (jsonb containment; NULL: any payload), newest first.
+SELECT id, queue, kind, state, payload, run_at, priority
+FROM {schema}.jobs
+WHERE kind = %(kind)s AND state = ANY(%(states)s::text[])
+  AND (%(subset)s::jsonb IS NULL OR payload @> %(subset)s::jsonb)
+ORDER BY id DESC
+LIMIT %(limit)s;

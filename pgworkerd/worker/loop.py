@@ -23,9 +23,10 @@ from types import FrameType
 from typing import Any
 
 import psutil
+import psycopg
 from setproctitle import setproctitle
 
-from pgworkerd import logs
+from pgworkerd import db, logs, progress
 from pgworkerd.execution import Executor, Outcome
 from pgworkerd.ipc import (
     Claimed,
@@ -41,6 +42,7 @@ from pgworkerd.ipc import (
 )
 from pgworkerd.job import Job, JobCancelled, JobTimeout
 from pgworkerd.outcomes import OutcomeBuffer, Success
+from pgworkerd.progress import ProgressWriter
 from pgworkerd.store import JobStore
 from pgworkerd.worker.connection import (
     CONNECTION_FAULTS,
@@ -96,8 +98,18 @@ class Worker:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGUSR1, self._on_interrupt)
         logs.setup(self.spec.log_format, role=f"worker {self.spec.name}", level=self.spec.log_level)
+        # Its thread and connection start on a handler's first job.progress() call.
+        progress.install(ProgressWriter(self._progress_connection, self.spec.schema))
         self.outcomes.log_jobs = log.isEnabledFor(logging.INFO)
         setproctitle(f"{self.title} idle")
+
+    def _progress_connection(self) -> psycopg.Connection[Any]:
+        spec = self.spec
+        return db.connect(
+            spec.database_url,
+            application_name=f"pgworkerd progress {spec.pool} #{spec.index}",
+            tcp_user_timeout=int(min(30.0, spec.lease_ttl_s) * 1000),
+        )
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         if self.stopping:

@@ -14,7 +14,7 @@ from pgworkerd.execution import Outcome
 from pgworkerd.ipc import Done, Finishing, StatusWriter
 from pgworkerd.job import Job
 from pgworkerd.outcomes import OutcomeBuffer, Success
-from pgworkerd.store import JobStore
+from pgworkerd.store import FailureOutcome, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 
 log = logging.getLogger("pgworkerd.worker")
@@ -111,12 +111,7 @@ class OutcomeWriter:
             "attempt": job.attempt,
             "duration_ms": duration_ms,
         }
-        lease = job.lease
-        if outcome.kind == "retry":
-            result = self.store.retry_after(conn, lease, outcome.delay_s or 0.0, outcome.error)
-        else:
-            discard = outcome.kind == "discarded"
-            result = self.store.fail(conn, lease, outcome.error or outcome.kind, discard=discard)
+        result = write_unsuccessful(self.store, conn, job, outcome)
         if result is None and outcome.kind == "cancelled":
             # The cancel ended the job (and its lease) before the handler returned.
             logs.event(log, logging.INFO, "job cancelled while running", **fields)
@@ -141,3 +136,14 @@ class OutcomeWriter:
             error=outcome.summary,
         )
         return "failed" if result.state == "queued" else "dead"
+
+
+def write_unsuccessful(
+    store: JobStore, conn: psycopg.Connection[Any], job: Job, outcome: Outcome
+) -> FailureOutcome | None:
+    """The write of an outcome other than success (also pgworkerd.testing's): retried
+    at the handler's delay, or with backoff, or dead. None when the lease was lost."""
+    if outcome.kind == "retry":
+        return store.retry_after(conn, job.lease, outcome.delay_s or 0.0, outcome.error)
+    discard = outcome.kind == "discarded"
+    return store.fail(conn, job.lease, outcome.error or outcome.kind, discard=discard)

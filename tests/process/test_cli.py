@@ -134,9 +134,8 @@ def test_check_reports_ok_or_what_is_missing(empty_db_dsn, tmp_path):
     assert pgworkerd("migrate", "-c", str(config), env=env, cwd=tmp_path).returncode == 0
     ok = pgworkerd("check", "-c", str(config), env=env, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
-    assert (
-        "1 handler(s)" in ok.stdout and f"schema version {migrations.latest_version()}" in ok.stdout
-    )
+    assert "1 handler(s)" in ok.stdout
+    assert f"schema version {migrations.latest_version()}" in ok.stdout
 
 
 @pytest.mark.parametrize(

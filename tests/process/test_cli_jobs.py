@@ -30,6 +30,9 @@ DETAIL_KEYS = JOB_KEYS | {
     "finished_at",
     "errors",
     "result",
+    "progress",
+    "progress_stage",
+    "progress_at",
 }
 QUEUE_KEYS = {"queue", "counts", "oldest_ready_age_s", "finished_per_minute", "paused", "paused_at"}
 DAEMON_KEYS = {
@@ -129,7 +132,7 @@ def test_enqueue_list_show_retry_cancel_and_status(cli, db_dsn):
 
     # status: the JSON and the human table agree
     status = ok_json(cli("status", "--json"))
-    assert set(status) == {"at", "queues", "daemons"}
+    assert set(status) == {"at", "queues", "daemons", "progress"}
     by_queue = {q["queue"]: q for q in status["queues"]}
     assert set(by_queue) == {"default", "images", "mail"}
     assert all(set(q) >= QUEUE_KEYS for q in status["queues"])

@@ -146,3 +146,62 @@ def test_job_list_keeps_times_whole_and_cuts_the_error() -> None:
     assert all(len(line) <= 80 for line in out)
     assert "2026-11-23 16:52:15" in out[1] and "resize_image" in out[1]
     assert out[1].endswith("…")
+
+
+def test_status_lists_running_jobs_progress_within_80_columns() -> None:
+    progress = [
+        {
+            "id": 123456789,
+            "queue": "reports-" + "x" * 30,
+            "kind": "nightly_" + "y" * 40,
+            "progress": 42.5,
+            "progress_stage": "rendering page 3 of 12 " + "z" * 40,
+            "progress_at": "2026-11-23T16:50:31+00:00",
+            "started_at": "2026-11-23T16:50:01+00:00",
+        },
+        {
+            "id": 8,
+            "queue": "default",
+            "kind": "k",
+            "progress": 100.0,
+            "progress_stage": None,
+            "progress_at": "2026-11-23T16:50:32+00:00",
+            "started_at": "2026-11-23T16:50:02+00:00",
+        },
+    ]
+    out = cli_format.status({"at": "x", "queues": [], "daemons": [], "progress": progress})
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    lines = out.splitlines()
+    assert lines[4].split()[:4] == ["RUNNING", "JOB", "QUEUE", "KIND"]
+    assert "123456789" in lines[5] and "42.5%" in lines[5] and "2026-11-23 16:50:31" in lines[5]
+    assert lines[6].split()[:4] == ["8", "default", "k", "100%"] and " - " in lines[6]
+
+
+def test_job_shows_progress() -> None:
+    base = {
+        "id": 7,
+        "queue": "default",
+        "kind": "k",
+        "state": "running",
+        "priority": 0,
+        "payload": {},
+        "attempt": 1,
+        "max_attempts": 5,
+        "max_runtime_s": None,
+        "unique_key": None,
+        "worker": None,
+        "lease_expires_at": None,
+        "created_at": None,
+        "run_at": None,
+        "started_at": None,
+        "finished_at": None,
+        "last_error": None,
+        "errors": [],
+        "result": None,
+        "progress": 12.0,
+        "progress_stage": "download",
+        "progress_at": "2026-11-23T16:50:31+00:00",
+    }
+    assert "progress:    12% (download) at 2026-11-23 16:50:31" in cli_format.job(base)
+    none = {**base, "progress": None, "progress_stage": None, "progress_at": None}
+    assert "progress:    -" in cli_format.job(none)

@@ -1,0 +1,170 @@
+"""`job.progress(percent, stage)`: what a handler reports, and how it reaches the job row.
+
+A handler may report from any thread or coroutine, as often as it likes: `report` only
+checks the value and leaves it, under a lock, as its job's latest. A writer thread of
+the worker process (started on the first report, after the fork, never in the
+supervisor) writes the latest value of each job in one statement, at most once per
+`interval_s`, on a small connection of its own: the handler never waits for the
+database, an event loop is never blocked, and a tight loop of reports costs one write
+per interval however many it makes. The last value reported is written too (after at
+most one interval), even when the handler returned meanwhile: the statement lets the
+lease that ran the job write onto its own success (sql/queries.sql, `jobs_progress`).
+
+Every write is fenced by the job's lease token: a holder that lost its lease (rescued,
+cancelled, released) writes nothing. A value the database could not take is dropped
+(progress is advice, never a reason to fail or retry the job); the next report of the
+job is written afresh.
+
+Outside a worker (a handler called directly in a unit test) no sink is installed and
+`job.progress` only checks its arguments. `pgworkerd.testing.drain` installs a sink
+that writes each report at once, on the test's connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import psycopg
+
+from pgworkerd import logs, queries
+from pgworkerd.encoding import ESCAPED_NUL
+
+if TYPE_CHECKING:
+    from pgworkerd.job import Job
+
+log = logging.getLogger("pgworkerd.worker")
+
+WRITE_INTERVAL_S = 0.5  # at most one progress write a process this often
+MAX_STAGE_CHARS = 200
+
+
+class ProgressSink(Protocol):
+    def report(self, job_id: int, token: uuid.UUID, percent: float, stage: str | None) -> None:
+        """Take a checked value; must not block on the database from an event loop."""
+
+
+_sink: ProgressSink | None = None
+
+
+def install(sink: ProgressSink | None) -> ProgressSink | None:
+    """Make `sink` this process's; returns the one it replaces."""
+    global _sink
+    previous, _sink = _sink, sink
+    return previous
+
+
+def report(job: Job, percent: object, stage: object = None) -> None:
+    """Check the value (ValueError in the handler when it is wrong) and hand it on."""
+    value = check(percent, stage)
+    sink = _sink
+    if sink is not None and job.lease_token is not None:
+        sink.report(job.id, job.lease_token, value, clean_stage(stage))
+
+
+def check(percent: object, stage: object) -> float:
+    if isinstance(percent, bool) or not isinstance(percent, int | float):
+        raise ValueError(f"progress needs a percent from 0 to 100, got {percent!r}")
+    if not (math.isfinite(percent) and 0 <= percent <= 100):
+        raise ValueError(f"progress needs a percent from 0 to 100, got {percent!r}")
+    if stage is not None and not isinstance(stage, str):
+        raise ValueError(f"progress stage must be a string or None, got {type(stage).__name__}")
+    return float(percent)
+
+
+def clean_stage(stage: object) -> str | None:
+    """A stage safe to store: NULs escaped, at most MAX_STAGE_CHARS characters."""
+    if not isinstance(stage, str):
+        return None
+    return stage.replace("\x00", ESCAPED_NUL)[:MAX_STAGE_CHARS]
+
+
+def write(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    values: dict[int, tuple[uuid.UUID, float, str | None]],
+) -> set[int]:
+    """Write the latest value of each job; returns the ids whose lease let it."""
+    params = {
+        "ids": list(values),
+        "tokens": [token for token, _, _ in values.values()],
+        "percents": [percent for _, percent, _ in values.values()],
+        "stages": [stage for _, _, stage in values.values()],
+    }
+    statement = queries.statements(schema)["jobs_progress"]
+    return {row[0] for row in conn.execute(statement, params)}
+
+
+class DirectProgress:
+    """Writes each report at once on the given connection: pgworkerd.testing's sink."""
+
+    def __init__(self, conn: psycopg.Connection[Any], schema: str) -> None:
+        self.conn = conn
+        self.schema = schema
+
+    def report(self, job_id: int, token: uuid.UUID, percent: float, stage: str | None) -> None:
+        write(self.conn, self.schema, {job_id: (token, percent, stage)})
+
+
+class ProgressWriter:
+    """The worker process's sink: the latest value per job, written by a thread."""
+
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        schema: str,
+        *,
+        interval_s: float = WRITE_INTERVAL_S,
+    ) -> None:
+        self._connect = connect
+        self._schema = schema
+        self._interval_s = interval_s
+        self._lock = threading.Lock()
+        self._pending: dict[int, tuple[uuid.UUID, float, str | None]] = {}
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def report(self, job_id: int, token: uuid.UUID, percent: float, stage: str | None) -> None:
+        with self._lock:
+            self._pending[job_id] = (token, percent, stage)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="pgworkerd-progress", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                values, self._pending = self._pending, {}
+            if values:
+                self._write(values)
+            # The throttle: whatever is reported meanwhile waits, and only the latest
+            # value of each job is written after.
+            time.sleep(self._interval_s)
+
+    def _write(self, values: dict[int, tuple[uuid.UUID, float, str | None]]) -> None:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = self._connect()
+            write(self._conn, self._schema, values)
+        except psycopg.Error as exc:
+            logs.event(log, logging.WARNING, "progress not written", error=_one_line(exc))
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    self._conn.close()
+            self._conn = None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -1,0 +1,179 @@
+"""`pgworkerd.result`, and `pgworkerd.wait` (with its async twin `wait_async`).
+
+`wait` costs a constant handful of statements however long it waits, and nothing on the
+hot path of jobs nobody waits for (sql/queries.sql, FINISHED):
+
+1. `LISTEN <schema>.finished`, first, so no announcement is missed;
+2. mark the job `waited_on`, in one UPDATE of a job that is not final yet; no row means
+   it is final already (or does not exist), and step 3 is skipped;
+3. sleep on the connection's socket until the job's id is announced: the statement that
+   makes a marked job final (success, dead-lettering, cancel) sends it at commit;
+4. read its state (and UNLISTEN). A job put back in its queue between the announcement
+   and the read (an operator's retry) is waited for again.
+
+LISTEN needs a connection outside a transaction: an autocommit connection is used as
+it is; an idle one that is not autocommit is switched to autocommit for the wait and
+back after; one inside a transaction raises WaitError (the LISTEN would hear nothing
+until it committed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from pgworkerd import queries
+from pgworkerd.errors import JobNotFound, NoResult, WaitError
+from pgworkerd.producer import default_producer
+from pgworkerd.store import FINAL_STATES
+
+
+def result(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = None) -> Any:
+    """The stored result of a succeeded job: its handler's return value as decoded JSON
+    (None when it returned None; a `{"pgworkerd_result_omitted": why}` marker when the
+    value could not be kept). JobNotFound for an unknown (or pruned) id, NoResult for a
+    job in any other state (its `state` says which)."""
+    row = conn.execute(_sql(schema)["jobs_outcome"], {"id": job_id}).fetchone()
+    return _result_of(job_id, row)
+
+
+def wait(
+    conn: psycopg.Connection[Any],
+    job_id: int,
+    timeout: float | None = None,
+    *,
+    schema: str | None = None,
+) -> str:
+    """Block until the job is final and return its state: "succeeded", "dead" or
+    "cancelled". TimeoutError after `timeout` seconds (None: no limit); JobNotFound for
+    an unknown id. See the module's text for the connection it needs."""
+    statements = _sql(schema)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with _outside_transaction(conn):
+        conn.execute(statements["finished_listen"])
+        try:
+            while True:
+                marked = conn.execute(statements["jobs_wait_mark"], {"id": job_id}).fetchone()
+                if marked is not None:
+                    _hear(conn, job_id, deadline, timeout)
+                state = _final_state(
+                    job_id, conn.execute(statements["jobs_outcome"], {"id": job_id}).fetchone()
+                )
+                if state is not None:
+                    return state
+        finally:
+            conn.execute(statements["finished_unlisten"])
+
+
+async def wait_async(
+    aconn: psycopg.AsyncConnection[Any],
+    job_id: int,
+    timeout: float | None = None,
+    *,
+    schema: str | None = None,
+) -> str:
+    """`wait` on an AsyncConnection: the event loop runs on while it waits."""
+    statements = _sql(schema)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    async with _outside_transaction_async(aconn):
+        await aconn.execute(statements["finished_listen"])
+        try:
+            while True:
+                cursor = await aconn.execute(statements["jobs_wait_mark"], {"id": job_id})
+                if await cursor.fetchone() is not None:
+                    await _hear_async(aconn, job_id, deadline, timeout)
+                cursor = await aconn.execute(statements["jobs_outcome"], {"id": job_id})
+                state = _final_state(job_id, await cursor.fetchone())
+                if state is not None:
+                    return state
+        finally:
+            await aconn.execute(statements["finished_unlisten"])
+
+
+def _hear(
+    conn: psycopg.Connection[Any], job_id: int, deadline: float | None, timeout: float | None
+) -> None:
+    """Until the job's id is announced; TimeoutError at the deadline."""
+    wanted = str(job_id)
+    while True:
+        for notify in conn.notifies(timeout=_remaining(deadline, job_id, timeout)):
+            if notify.payload == wanted:
+                return
+
+
+async def _hear_async(
+    aconn: psycopg.AsyncConnection[Any],
+    job_id: int,
+    deadline: float | None,
+    timeout: float | None,
+) -> None:
+    wanted = str(job_id)
+    while True:
+        async for notify in aconn.notifies(timeout=_remaining(deadline, job_id, timeout)):
+            if notify.payload == wanted:
+                return
+
+
+def _remaining(deadline: float | None, job_id: int, timeout: float | None) -> float | None:
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"job {job_id} is not final after {timeout:g}s")
+    return left
+
+
+def _final_state(job_id: int, row: Any) -> str | None:
+    if row is None:
+        raise JobNotFound(f"job {job_id} does not exist")
+    state = str(row[0])
+    return state if state in FINAL_STATES else None
+
+
+def _result_of(job_id: int, row: Any) -> Any:
+    if row is None:
+        raise JobNotFound(f"job {job_id} does not exist")
+    state, value = row
+    if state != "succeeded":
+        raise NoResult(job_id, state)
+    return value
+
+
+def _sql(schema: str | None) -> dict[str, bytes]:
+    return queries.statements(schema if schema is not None else default_producer().store.schema)
+
+
+_IN_TRANSACTION = "wait() needs a connection outside a transaction: commit or roll back first"
+
+
+@contextlib.contextmanager
+def _outside_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    if conn.autocommit:
+        yield
+        return
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise WaitError(_IN_TRANSACTION)
+    conn.autocommit = True
+    try:
+        yield
+    finally:
+        conn.autocommit = False
+
+
+@contextlib.asynccontextmanager
+async def _outside_transaction_async(aconn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    if aconn.autocommit:
+        yield
+        return
+    if aconn.info.transaction_status != TransactionStatus.IDLE:
+        raise WaitError(_IN_TRANSACTION)
+    await aconn.set_autocommit(True)
+    try:
+        yield
+    finally:
+        await aconn.set_autocommit(False)
