@@ -252,12 +252,19 @@ def orphan(job: pgworkerd.Job) -> str:
 def progress_steps(job: pgworkerd.Job) -> str:
     """Reports progress from 0 to 100 in payload["steps"] steps, payload["pause"] seconds
     apart, each report also kept in the history ("progress <percent>"); returns right
-    after reporting 100."""
+    after reporting 100. With payload["ignore_cancel"], a JobCancelled is swallowed and
+    the reports go on (until the kill after the grace)."""
     steps, pause = job.payload["steps"], job.payload["pause"]
-    for step in range(steps + 1):
-        if step:
-            _pause(pause)
-        percent = round(100 * step / steps, 2)
-        job.progress(percent, f"step {step} of {steps}")
-        _record(job, f"progress {percent}")
+    step = 0
+    while step <= steps:
+        try:
+            if step:
+                _pause(pause)
+            percent = round(100 * step / steps, 2)
+            job.progress(percent, f"step {step} of {steps}")
+            _record(job, f"progress {percent}")
+            step += 1
+        except pgworkerd.JobCancelled:
+            if not job.payload.get("ignore_cancel"):
+                raise
     return "all steps done"

@@ -56,7 +56,9 @@ def test_progress_moves_while_the_job_runs_and_wait_returns_at_its_end(
 
 
 def test_a_holder_that_lost_the_job_cannot_write_its_progress(start_daemon, history_conn):
-    job_id = pgworkerd.enqueue(history_conn, "progress_steps", {"steps": 400, "pause": 0.05})
+    job_id = pgworkerd.enqueue(
+        history_conn, "progress_steps", {"steps": 400, "pause": 0.05, "ignore_cancel": True}
+    )
     start_daemon()
     wait_until(
         lambda: (progress_row(history_conn, job_id)[1] or 0) > 1, 20, "progress while running"
@@ -73,7 +75,8 @@ def test_a_holder_that_lost_the_job_cannot_write_its_progress(start_daemon, hist
             if row[2].startswith("progress") and row[4] > cancelled_at
         )
 
-    # The handler goes on reporting until its worker is stopped; none of it lands.
+    # The handler swallows JobCancelled and goes on reporting until its worker is killed
+    # after the grace; none of it lands.
     wait_until(lambda: reported_after_cancel() >= 3, 20, "reports after the cancel")
     time.sleep(1.2)  # two throttle intervals: a write in flight would have landed
     assert progress_row(history_conn, job_id) == kept
