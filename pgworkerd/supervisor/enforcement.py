@@ -40,28 +40,28 @@ def enforce_runtimes(children: Iterable[ChildProcess], now: float) -> None:
             child.ledger.soft_timeout_sent(job, now)
             child.control.timeout(job.id)  # which job: the signal only wakes the child
             osutil.signal_process(child.pid, signal.SIGUSR1)
-        for job in verdict.kill:
-            logs.event(
-                log,
-                logging.ERROR,
-                "job past its max runtime; killing worker",
-                job=job.id,
-                kind=job.kind,
-                worker=child.name,
-            )
-        if verdict.kill:
-            child.kill(KillReason.TIMEOUT, verdict.kill)
-        for job in verdict.cancel_kill:
-            logs.event(
-                log,
-                logging.ERROR,
-                "cancelled job still running after the grace; killing worker",
-                job=job.id,
-                kind=job.kind,
-                worker=child.name,
-            )
-        if verdict.cancel_kill:
-            child.kill(KillReason.CANCELLED, verdict.cancel_kill)
+        _kill_for(child, verdict.kill, KillReason.TIMEOUT, "job past its max runtime")
+        _kill_for(
+            child,
+            verdict.cancel_kill,
+            KillReason.CANCELLED,
+            "cancelled job still running after the grace",
+        )
+
+
+def _kill_for(child: ChildProcess, jobs: list[LedgerJob], reason: KillReason, why: str) -> None:
+    """Kill the child for these jobs' sake (none: nothing to do), saying why for each."""
+    for job in jobs:
+        logs.event(
+            log,
+            logging.ERROR,
+            f"{why}; killing worker",
+            job=job.id,
+            kind=job.kind,
+            worker=child.name,
+        )
+    if jobs:
+        child.kill(reason, jobs)
 
 
 def stop_cancelled(children: Iterable[ChildProcess], leases: Iterable[Lease], now: float) -> None:
