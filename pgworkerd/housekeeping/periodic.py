@@ -1,0 +1,161 @@
+"""The periodic entries' duty: enqueue each slot's job when it comes (the slots are
+computed by pgworkerd/periodic.py; the once-only guarantee is periodic_enqueue's
+compare-and-set in sql/queries.sql).
+
+Every daemon runs every entry of its config; none is elected. Each wakes at a slot
+(the supervisor's loop sleeps until next_due_at), tries to enqueue it, and one
+transaction wins. Times are read on the database clock: the local clock is only used
+to count from the last reading of the database's (`clock_offset_s`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgworkerd import logs, periodic, queries
+from pgworkerd.config_periodic import PeriodicEntry
+from pgworkerd.housekeeping.session import DatabaseSession
+from pgworkerd.store import notify_channel
+
+log = logging.getLogger("pgworkerd.supervisor")
+
+RETRY_S = 1.0  # after the database did not answer, try again this soon
+# Read the database clock again at least this often (a cheap statement), so a local
+# clock that drifts or steps does not move the slots by more than its drift over it.
+CLOCK_REFRESH_S = 60.0
+
+
+@dataclass
+class _Tracked:
+    entry: PeriodicEntry
+    schedule: periodic.Schedule = field(init=False)
+    tried: datetime | None = None  # newest slot this daemon has settled (won or lost)
+
+    def __post_init__(self) -> None:
+        self.schedule = self.entry.schedule()
+
+
+@dataclass
+class PeriodicDuty:
+    schema: str
+    wall: Callable[[], float] = time.time  # seconds since the epoch; tests bring their own
+    tracked: list[_Tracked] = field(default_factory=list)
+    clock_offset_s: float | None = None  # database clock minus ours; None: not read yet
+    clock_read_at: float = -1e18  # our wall time of that reading
+    retry_at: float | None = None  # wall: after a failed round
+    entries: Sequence[PeriodicEntry] = ()
+
+    def configure(self, entries: Sequence[PeriodicEntry]) -> None:
+        """Take (a reloaded config's) entries. An entry unchanged keeps what this daemon
+        settled of it; a new or edited one is registered at the next round."""
+        if tuple(entries) == self.entries:
+            return
+        before = {t.entry.key: t for t in self.tracked}
+        self.entries = tuple(entries)
+        self.tracked = [
+            before[e.key] if e.key in before and before[e.key].entry == e else _Tracked(e)
+            for e in entries
+        ]
+        self.clock_offset_s = None  # a round at once: registers the new entries
+
+    # -- timing -------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The database's time, as our clock counts from its last reading."""
+        return datetime.fromtimestamp(self.wall() + (self.clock_offset_s or 0.0), UTC)
+
+    def next_due_in_s(self) -> float | None:
+        """Seconds until the next round is due (≤ 0: now); None: no entries."""
+        if not self.tracked:
+            return None
+        if self.clock_offset_s is None:
+            return 0.0 if self.retry_at is None else self.retry_at - self.wall()
+        now = self.now()
+        due_in = min(
+            (t.schedule.next_after(now) - now).total_seconds() if self._settled(t, now) else 0.0
+            for t in self.tracked
+        )
+        due_in = min(due_in, self.clock_read_at + CLOCK_REFRESH_S - self.wall())
+        if self.retry_at is not None:
+            due_in = max(due_in, self.retry_at - self.wall())
+        return due_in
+
+    def _settled(self, tracked: _Tracked, now: datetime) -> bool:
+        return tracked.tried is not None and tracked.schedule.latest(now) <= tracked.tried
+
+    # -- the round ----------------------------------------------------------------------
+
+    def run(self, session: DatabaseSession) -> int | None:
+        """Enqueue whatever slot is due; how many jobs this daemon enqueued (None: the
+        database did not answer; the round is tried again in RETRY_S)."""
+        result = session.attempt("periodic", self._round)
+        if not result.ok:
+            self.retry_at = self.wall() + RETRY_S
+            return None
+        self.retry_at = None
+        return result.value
+
+    def _round(self, conn: psycopg.Connection[Any]) -> int:
+        statements = queries.statements(self.schema)
+        keys = [t.entry.key for t in self.tracked]
+        row = conn.execute(statements["periodic_entries_register"], {"keys": keys}).fetchone()
+        assert row is not None
+        read_at = self.wall()
+        self.clock_offset_s, self.clock_read_at = row[0].timestamp() - read_at, read_at
+        now = self.now()
+        due = [t for t in self.tracked if not self._settled(t, now)]
+        if not due:
+            return 0
+        last = {
+            key: slot_at
+            for key, slot_at, _ in conn.execute(
+                statements["periodic_entries_last"], {"keys": [t.entry.key for t in due]}
+            )
+        }
+        enqueued = 0
+        for tracked in due:
+            entry = tracked.entry
+            slots = periodic.due_slots(
+                tracked.schedule, now=now, last=last.get(entry.key), missed=entry.missed
+            )
+            for slot in slots:
+                enqueued += self._enqueue(conn, statements["periodic_enqueue"], entry, slot)
+            tracked.tried = tracked.schedule.latest(now)
+        return enqueued
+
+    def _enqueue(
+        self, conn: psycopg.Connection[Any], statement: bytes, entry: PeriodicEntry, slot: datetime
+    ) -> int:
+        params = {
+            "key": entry.key,
+            "slot_at": slot,
+            "sequence": f"{sql.Identifier(self.schema).as_string(None)}.jobs_id_seq",
+            "queue": entry.queue,
+            "kind": entry.kind,
+            "payload": json.dumps(entry.payload),
+            "priority": entry.priority,
+            "channel": notify_channel(self.schema),
+        }
+        row = conn.execute(statement, params).fetchone()
+        if row is None:
+            return 0  # another daemon enqueued this slot (or a newer one) first
+        logs.event(
+            log,
+            logging.INFO,
+            "periodic job enqueued",
+            job=row[0],
+            kind=entry.kind,
+            slot=slot.isoformat(),
+            late_s=round(max(0.0, (self.now() - slot).total_seconds()), 3),
+        )
+        return 1
+
