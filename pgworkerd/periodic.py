@@ -103,7 +103,8 @@ class CronSchedule:
         while True:
             slot = it.get_next(datetime) if forwards else it.get_prev(datetime)
             # The second pass of a repeated hour (fold=1) is skipped by fixed-hour entries.
-            if self.hour_wild or not slot.astimezone(self.zone).fold:
+            # Read through UTC: croniter marks fold=1 on times that are not ambiguous.
+            if self.hour_wild or not slot.astimezone(UTC).astimezone(self.zone).fold:
                 return slot
 
     def __repr__(self) -> str:

@@ -128,34 +128,36 @@ class PeriodicDuty:
                 tracked.schedule, now=now, last=last.get(entry.key), missed=entry.missed
             )
             for slot in slots:
-                enqueued += self._enqueue(conn, statements["periodic_enqueue"], entry, slot)
+                job_id = enqueue_slot(conn, self.schema, entry, slot)
+                if job_id is not None:  # else another daemon enqueued it (or a newer one)
+                    enqueued += 1
+                    logs.event(
+                        log,
+                        logging.INFO,
+                        "periodic job enqueued",
+                        job=job_id,
+                        kind=entry.kind,
+                        slot=slot.isoformat(),
+                        late_s=round(max(0.0, (self.now() - slot).total_seconds()), 3),
+                    )
             tracked.tried = tracked.schedule.latest(now)
         return enqueued
 
-    def _enqueue(
-        self, conn: psycopg.Connection[Any], statement: bytes, entry: PeriodicEntry, slot: datetime
-    ) -> int:
-        params = {
-            "key": entry.key,
-            "slot_at": slot,
-            "sequence": f"{sql.Identifier(self.schema).as_string(None)}.jobs_id_seq",
-            "queue": entry.queue,
-            "kind": entry.kind,
-            "payload": json.dumps(entry.payload),
-            "priority": entry.priority,
-            "channel": notify_channel(self.schema),
-        }
-        row = conn.execute(statement, params).fetchone()
-        if row is None:
-            return 0  # another daemon enqueued this slot (or a newer one) first
-        logs.event(
-            log,
-            logging.INFO,
-            "periodic job enqueued",
-            job=row[0],
-            kind=entry.kind,
-            slot=slot.isoformat(),
-            late_s=round(max(0.0, (self.now() - slot).total_seconds()), 3),
-        )
-        return 1
 
+def enqueue_slot(
+    conn: psycopg.Connection[Any], schema: str, entry: PeriodicEntry, slot: datetime
+) -> int | None:
+    """The id of the job enqueued for `slot` of `entry`; None when this slot or a newer
+    one was enqueued already (by any daemon, however long ago its job finished)."""
+    params = {
+        "key": entry.key,
+        "slot_at": slot,
+        "sequence": f"{sql.Identifier(schema).as_string(None)}.jobs_id_seq",
+        "queue": entry.queue,
+        "kind": entry.kind,
+        "payload": json.dumps(entry.payload),
+        "priority": entry.priority,
+        "channel": notify_channel(schema),
+    }
+    row = conn.execute(queries.statements(schema)["periodic_enqueue"], params).fetchone()
+    return None if row is None else int(row[0])
