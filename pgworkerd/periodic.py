@@ -131,23 +131,44 @@ def entry_key(
 
 
 def due_slots(
-    schedule: Schedule, *, now: datetime, last: datetime | None, missed: Missed
+    schedule: Schedule,
+    *,
+    now: datetime,
+    last: datetime | None,
+    missed: Missed,
+    settled: datetime | None = None,
 ) -> list[datetime]:
     """The slots to enqueue at `now`, oldest first, for an entry whose newest enqueued
-    (or registered) slot is `last` (None: unknown, treated as nothing missed):
-    - latest: the newest slot after `last`, however many passed (a daemon back from a
-      day away runs a nightly job once, not a day's worth of a minutely one);
-    - none: that one only if it is on time (ON_TIME_S); a slot missed while no daemon
-      ran is skipped;
-    - all: every slot after `last`, at most the newest MAX_CATCH_UP."""
+    (or registered) slot is `last` (None: unknown), seen by a daemon that has settled
+    the slots up to `settled` (None: it just started).
+
+    A slot after `settled` at most ON_TIME_S old is *late*, not missed: the daemon was
+    up, its loop merely came late (or another daemon was first); each one is enqueued.
+    The others passed while no daemon ran (or reached the database): *missed*, and
+    - latest: the newest of them only, and only when no late slot follows it (a daemon
+      back from a day away runs a minutely job once, not a day's worth);
+    - none: not one (at a start, the newest slot still counts when on time);
+    - all: each, oldest first.
+    At most MAX_CATCH_UP slots, the newest ones, in any case."""
     newest = schedule.latest(now)
     if last is not None and newest <= last:
         return []
-    if missed == "none" and (now - newest).total_seconds() > ON_TIME_S:
-        return []
-    if missed != "all" or last is None:
-        return [newest]
-    return list(reversed(list(_back_from(schedule, newest, after=last))))
+    if last is None:
+        candidates = [newest]
+    else:
+        candidates = list(reversed(list(_back_from(schedule, newest, after=last))))
+
+    def on_time(slot: datetime) -> bool:
+        recent = (now - slot).total_seconds() <= ON_TIME_S
+        return recent and (slot > settled if settled is not None else slot == newest)
+
+    late = [slot for slot in candidates if on_time(slot)]
+    overdue = [slot for slot in candidates if not on_time(slot)]
+    if missed == "all":
+        return overdue + late
+    if missed == "latest" and overdue and not late:
+        return [overdue[-1]]
+    return late
 
 
 def _back_from(schedule: Schedule, newest: datetime, *, after: datetime) -> Iterator[datetime]:

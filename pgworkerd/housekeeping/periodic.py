@@ -125,7 +125,11 @@ class PeriodicDuty:
         for tracked in due:
             entry = tracked.entry
             slots = periodic.due_slots(
-                tracked.schedule, now=now, last=last.get(entry.key), missed=entry.missed
+                tracked.schedule,
+                now=now,
+                last=last.get(entry.key),
+                missed=entry.missed,
+                settled=tracked.tried,
             )
             for slot in slots:
                 job_id = enqueue_slot(conn, self.schema, entry, slot)
