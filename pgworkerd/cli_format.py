@@ -106,7 +106,19 @@ def status(report: dict[str, Any]) -> str:
     daemon_headers = ["DAEMON", "HOST", "PID", "STARTED", "HEARTBEAT", "RUNNING"]
     daemons = table(daemon_headers, daemon_rows, cut_first=[1, 0]) if daemon_rows else None
     parts.append(daemons or "no live daemons")
+    if report.get("periodic"):
+        parts.append(periodic(report["periodic"]))
     return "\n\n".join(parts)
+
+
+def periodic(entries: Sequence[dict[str, Any]]) -> str:
+    """The periodic entries of the config, with their last and next slots."""
+    rows = [
+        [e["kind"], e["schedule"], e["queue"], when(e["last_slot_at"]), when(e["next_slot_at"])]
+        for e in entries
+    ]
+    headers = ["PERIODIC", "SCHEDULE", "QUEUE", "LAST SLOT (UTC)", "NEXT SLOT (UTC)"]
+    return table(headers, rows, cut_first=[1, 0])
 
 
 def job_list(jobs: Sequence[dict[str, Any]]) -> str:

@@ -17,6 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgworkerd import queries
+from pgworkerd.config_periodic import PeriodicEntry
 from pgworkerd.producer import default_producer
 from pgworkerd.store import DEFAULT_SCHEMA, JobStore
 
@@ -67,16 +68,23 @@ class Operations:
         self.store = JobStore(schema)
         self._sql = queries.statements(schema)
 
-    def status(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    def status(
+        self, conn: psycopg.Connection[Any], periodic: Sequence[PeriodicEntry] = ()
+    ) -> dict[str, Any]:
+        """Queues, live daemons, and the `periodic` entries of the caller's config."""
         with conn.cursor(row_factory=dict_row) as cur:
             queue_rows = cur.execute(self._sql["jobs_status_by_queue"]).fetchall()
             daemon_rows = cur.execute(self._sql["daemons_list"]).fetchall()
             now = cur.execute(self._sql["clock_read"]).fetchone()
+            keys = [entry.key for entry in periodic]
+            slots = cur.execute(self._sql["periodic_entries_last"], {"keys": keys}).fetchall()
         assert now is not None
+        last = {row["entry_key"]: row for row in slots}
         return {
             "at": json_value(now["now"]),
             "queues": [_queue_status(row) for row in queue_rows],
             "daemons": [_daemon_status(row) for row in daemon_rows],
+            "periodic": [_periodic_status(e, last.get(e.key), now["now"]) for e in periodic],
         }
 
     def list_jobs(
@@ -155,6 +163,23 @@ def _queue_status(row: dict[str, Any]) -> dict[str, Any]:
         "counts": {state: int(row[state]) for state in STATES},
         "oldest_ready_age_s": row["oldest_ready_age_s"],
         "finished_per_minute": round(int(row["finished_5m"]) / FINISHED_WINDOW_MIN, 2),
+    }
+
+
+def _periodic_status(
+    entry: PeriodicEntry, row: dict[str, Any] | None, now: datetime
+) -> dict[str, Any]:
+    schedule = entry.schedule()
+    return {
+        "key": entry.key,
+        "kind": entry.kind,
+        "queue": entry.queue,
+        "schedule": schedule.describe(),
+        "missed": entry.missed,
+        # None: no daemon has run this entry yet (it is registered at its first round).
+        "last_slot_at": json_value(row["last_slot_at"]) if row else None,
+        "last_job_id": row["last_job_id"] if row else None,
+        "next_slot_at": json_value(schedule.next_after(now)),
     }
 
 

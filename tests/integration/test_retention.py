@@ -64,6 +64,7 @@ def landscape(conn) -> tuple[set[int], set[int]]:
 def test_each_state_is_pruned_by_its_own_retention_and_live_jobs_never(conn):
     gone, kept = landscape(conn)
     pruned = prune_round(conn, SCHEMA, POLICY)
+    assert not gone & ids(conn)
     assert pruned.counts == {"succeeded": 3, "dead": 2, "cancelled": 2}
     assert not pruned.backlog
     assert ids(conn) == kept
@@ -107,7 +108,7 @@ def test_a_round_stops_at_its_budget_and_says_rows_are_left(conn):
 
 @pytest.mark.timeout(30)
 def test_a_row_another_transaction_holds_is_skipped_not_waited_for(conn, db_dsn):
-    held, *others = add(conn, "succeeded", 2 * HOUR, 5)
+    held, *_ = add(conn, "succeeded", 2 * HOUR, 5)
     with psycopg.connect(db_dsn) as other:
         other.execute("SELECT 1 FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", (held,))
         conn.execute("SET lock_timeout = '2s'")  # a wait would fail the test, not hang it
