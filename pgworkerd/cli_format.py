@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 WIDTH = 80
@@ -114,11 +114,18 @@ def status(report: dict[str, Any]) -> str:
 def periodic(entries: Sequence[dict[str, Any]]) -> str:
     """The periodic entries of the config, with their last and next slots."""
     rows = [
-        [e["kind"], e["schedule"], e["queue"], when(e["last_slot_at"]), when(e["next_slot_at"])]
+        [e["kind"], e["schedule"], e["queue"], _short(e["last_slot_at"]), _short(e["next_slot_at"])]
         for e in entries
     ]
-    headers = ["PERIODIC", "SCHEDULE", "QUEUE", "LAST SLOT (UTC)", "NEXT SLOT (UTC)"]
-    return table(headers, rows, cut_first=[1, 0])
+    headers = ["PERIODIC", "SCHEDULE", "QUEUE", "LAST SLOT", "NEXT SLOT"]
+    return table(headers, rows, cut_first=[0, 2, 1])
+
+
+def _short(iso: str | None) -> str:
+    """`MM-DD HH:MM:SS` in UTC (the year is this one or the next), `-` for none."""
+    if iso is None:
+        return "-"
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%m-%d %H:%M:%SZ")
 
 
 def job_list(jobs: Sequence[dict[str, Any]]) -> str:

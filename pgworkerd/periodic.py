@@ -96,7 +96,7 @@ class CronSchedule:
         return self._step(moment.astimezone(self.zone), forwards=True).astimezone(UTC)
 
     def describe(self) -> str:
-        return f"cron {self.expression!r} {self.timezone}"
+        return f"{self.expression} {self.timezone}"
 
     def _step(self, start: datetime, *, forwards: bool) -> datetime:
         it = croniter(self.expression, start)
