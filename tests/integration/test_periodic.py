@@ -12,6 +12,7 @@ import psycopg
 from pgworkerd import config
 from pgworkerd.housekeeping import DatabaseSession
 from pgworkerd.housekeeping.periodic import PeriodicDuty, enqueue_slot
+from pgworkerd.periodic import due_slots
 
 SCHEMA = "pgworkerd"
 T = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -109,3 +110,61 @@ def test_a_new_entry_starts_from_now_and_slots_missed_in_a_gap_follow_its_policy
     assert steps == {timedelta(minutes=1)}
     _, again = run_duty(db_dsn, [latest, catch_up])
     assert again == 0, "a daemon that looks now finds nothing due"
+
+
+def step_through(conn, entries: list[config.PeriodicEntry], start: datetime, end: datetime):
+    """What a daemon does, on a clock stepped a minute at a time from `start` (when the
+    entries are registered) to `end`: the due slots, through the real statement."""
+    for e in entries:
+        register(conn, e.key, start)
+    settled: dict[str, datetime] = {}
+    moment = start
+    while moment <= end:
+        for e in entries:
+            (last,) = conn.execute(
+                "SELECT last_slot_at FROM pgworkerd.periodic_entries WHERE entry_key = %s",
+                (e.key,),
+            ).fetchone()
+            schedule = e.schedule()
+            due = due_slots(
+                schedule, now=moment, last=last, missed=e.missed, settled=settled.get(e.key)
+            )
+            for slot in due:
+                enqueue_slot(conn, SCHEMA, e, slot)
+            settled[e.key] = schedule.latest(moment)
+        moment += timedelta(minutes=1)
+
+
+def run_ats_by_entry(conn) -> dict[str, list[datetime]]:
+    found: dict[str, list[datetime]] = {}
+    for e, run_at in conn.execute(
+        "SELECT payload->>'e', run_at FROM pgworkerd.jobs ORDER BY run_at"
+    ).fetchall():
+        found.setdefault(e, []).append(run_at)
+    return found
+
+
+BERLIN = [
+    '{kind: k, cron: "30 2 * * *", timezone: Europe/Berlin, payload: {e: nightly}}',
+    '{kind: k, cron: "*/30 * * * *", timezone: Europe/Berlin, payload: {e: half-hourly}}',
+]
+
+
+def test_cron_in_berlin_on_spring_forward_day(conn):
+    # 2026-03-29 01:00 UTC: Berlin jumps from 02:00 CET to 03:00 CEST.
+    start = datetime(2026, 3, 28, 23, 0, tzinfo=UTC)
+    step_through(conn, [entry(line) for line in BERLIN], start, start + timedelta(hours=4))
+    found = run_ats_by_entry(conn)
+    assert found["nightly"] == [datetime(2026, 3, 29, 1, 0, tzinfo=UTC)], "02:30 ran at 03:00"
+    assert found["half-hourly"] == [start + timedelta(minutes=30 * i) for i in range(1, 9)]
+
+
+def test_cron_in_berlin_on_fall_back_day(conn):
+    # 2026-10-25 01:00 UTC: Berlin goes from 03:00 CEST back to 02:00 CET.
+    start = datetime(2026, 10, 24, 23, 0, tzinfo=UTC)
+    step_through(conn, [entry(line) for line in BERLIN], start, start + timedelta(hours=4))
+    found = run_ats_by_entry(conn)
+    assert found["nightly"] == [datetime(2026, 10, 25, 0, 30, tzinfo=UTC)], "02:30 ran once"
+    assert found["half-hourly"] == [start + timedelta(minutes=30 * i) for i in range(1, 9)], (
+        "a wildcard hour runs through the repeated hour"
+    )
