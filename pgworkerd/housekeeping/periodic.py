@@ -53,6 +53,9 @@ class PeriodicDuty:
     clock_read_at: float = -1e18  # our wall time of that reading
     retry_at: float | None = None  # wall: after a failed round
     entries: Sequence[PeriodicEntry] = ()
+    # Our wall time of the next round, worked out once after each round: the loop asks
+    # on every turn, and cron arithmetic is not free. None: work it out at the next ask.
+    due_at: float | None = None
 
     def configure(self, entries: Sequence[PeriodicEntry]) -> None:
         """Take (a reloaded config's) entries. An entry unchanged keeps what this daemon
@@ -66,6 +69,7 @@ class PeriodicDuty:
             for e in entries
         ]
         self.clock_offset_s = None  # a round at once: registers the new entries
+        self.due_at = None
 
     # -- timing -------------------------------------------------------------------------
 
@@ -77,17 +81,26 @@ class PeriodicDuty:
         """Seconds until the next round is due (≤ 0: now); None: no entries."""
         if not self.tracked:
             return None
+        if self.due_at is None:
+            self.due_at = self._next_round_at()
+        return self.due_at - self.wall()
+
+    def _next_round_at(self) -> float:
+        """Our wall time of the next round: at once when an entry has a slot not
+        settled; else at the nearest next slot, or to read the clock again; never
+        before a failed round's retry."""
+        wall = self.wall()
         if self.clock_offset_s is None:
-            return 0.0 if self.retry_at is None else self.retry_at - self.wall()
-        now = self.now()
-        due_in = min(
-            (t.schedule.next_after(now) - now).total_seconds() if self._settled(t, now) else 0.0
-            for t in self.tracked
-        )
-        due_in = min(due_in, self.clock_read_at + CLOCK_REFRESH_S - self.wall())
-        if self.retry_at is not None:
-            due_in = max(due_in, self.retry_at - self.wall())
-        return due_in
+            due_at = wall
+        else:
+            now = self.now()
+            nearest = min(
+                t.schedule.next_after(now) if self._settled(t, now) else now for t in self.tracked
+            )
+            due_at = min(
+                nearest.timestamp() - self.clock_offset_s, self.clock_read_at + CLOCK_REFRESH_S
+            )
+        return max(due_at, self.retry_at) if self.retry_at is not None else due_at
 
     def _settled(self, tracked: _Tracked, now: datetime) -> bool:
         return tracked.tried is not None and tracked.schedule.latest(now) <= tracked.tried
@@ -98,11 +111,9 @@ class PeriodicDuty:
         """Enqueue whatever slot is due; how many jobs this daemon enqueued (None: the
         database did not answer; the round is tried again in RETRY_S)."""
         result = session.attempt("periodic", self._round)
-        if not result.ok:
-            self.retry_at = self.wall() + RETRY_S
-            return None
-        self.retry_at = None
-        return result.value
+        self.retry_at = None if result.ok else self.wall() + RETRY_S
+        self.due_at = None
+        return result.value if result.ok else None
 
     def _round(self, conn: psycopg.Connection[Any]) -> int:
         statements = queries.statements(self.schema)

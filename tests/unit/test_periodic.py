@@ -9,7 +9,7 @@ import pytest
 
 from pgworkerd import config, periodic
 from pgworkerd.config_periodic import PeriodicEntry
-from pgworkerd.housekeeping.periodic import CLOCK_REFRESH_S, PeriodicDuty
+from pgworkerd.housekeeping.periodic import CLOCK_REFRESH_S, RETRY_S, PeriodicDuty
 from pgworkerd.periodic import CronSchedule, EverySchedule, due_slots, upcoming
 
 
@@ -158,22 +158,29 @@ def entries(text: str) -> list[PeriodicEntry]:
     return list(config.parse("handlers: {k: m:f}\nperiodic:\n" + text).periodic)
 
 
+def settle(duty: PeriodicDuty, indexes: list[int], offset_s: float = 0.0) -> None:
+    """What a round that answered leaves behind: the database clock read (`offset_s`
+    ahead of ours), the due slot of each entry at `indexes` settled."""
+    duty.clock_offset_s, duty.clock_read_at = offset_s, duty.wall()
+    for index in indexes:
+        tracked = duty.tracked[index]
+        tracked.tried = tracked.schedule.latest(duty.now())
+    duty.due_at = None
+
+
 def test_the_duty_is_due_at_once_then_at_each_slot() -> None:
     wall = FakeWall(utc(2026, 5, 1, 12) + timedelta(milliseconds=200))
     duty = PeriodicDuty("pgworkerd", wall=wall)
     assert duty.next_due_in_s() is None, "no entries"
     duty.configure(entries("  - {kind: k, every: 1s}\n  - {kind: k, every: 10s}"))
     assert duty.next_due_in_s() == 0.0, "first round at once: registers the entries"
-    # As a round does: the database clock read (no offset), the due slot settled.
-    duty.clock_offset_s, duty.clock_read_at = 0.0, wall.now
-    for tracked in duty.tracked:
-        tracked.tried = tracked.schedule.latest(duty.now())
+    settle(duty, [0, 1])
     assert duty.next_due_in_s() == pytest.approx(0.8), "the next 1 s slot"
     wall.now += 0.8
     assert duty.next_due_in_s() == pytest.approx(0.0)
-    duty.tracked[0].tried = duty.tracked[0].schedule.latest(duty.now())
+    settle(duty, [0])  # a round at 12:00:01 settled the 1 s entry's slot
     assert duty.next_due_in_s() == pytest.approx(1.0)
-    wall.now += CLOCK_REFRESH_S
+    wall.now += 10 * CLOCK_REFRESH_S
     assert (duty.next_due_in_s() or 1) <= 0, "slots passed (and the clock wants reading)"
 
 
@@ -181,9 +188,16 @@ def test_the_duty_counts_on_the_database_clock() -> None:
     wall = FakeWall(utc(2026, 5, 1, 12, 0, 0))
     duty = PeriodicDuty("pgworkerd", wall=wall)
     duty.configure(entries("  - {kind: k, every: 10s}"))
-    duty.clock_offset_s, duty.clock_read_at = 3.0, wall.now  # the database is 3 s ahead
-    duty.tracked[0].tried = utc(2026, 5, 1, 12, 0, 0)
-    assert duty.next_due_in_s() == pytest.approx(7.0)
+    settle(duty, [0], offset_s=3.0)  # the database is 3 s ahead: its 12:00:03
+    assert duty.next_due_in_s() == pytest.approx(7.0), "12:00:10 on its clock"
+
+
+def test_a_failed_round_is_tried_again_a_second_later() -> None:
+    wall = FakeWall(NOW)
+    duty = PeriodicDuty("pgworkerd", wall=wall)
+    duty.configure(entries("  - {kind: k, every: 1m}"))
+    duty.retry_at, duty.due_at = wall.now + RETRY_S, None  # as run() leaves a failure
+    assert duty.next_due_in_s() == pytest.approx(RETRY_S)
 
 
 def test_reconfiguring_keeps_what_an_unchanged_entry_settled() -> None:
