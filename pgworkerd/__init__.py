@@ -5,7 +5,7 @@ AsyncConnection), and the values a handler receives and raises.
 """
 
 from pgworkerd.errors import InvalidJob, PgworkerdError
-from pgworkerd.job import Discard, Job, JobTimeout, Retry
+from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, Retry
 from pgworkerd.operations import cancel, retry
 from pgworkerd.producer import (
     EnqueueOptions,
@@ -21,6 +21,7 @@ __all__ = [
     "EnqueueOptions",
     "InvalidJob",
     "Job",
+    "JobCancelled",
     "JobTimeout",
     "PgworkerdError",
     "Producer",

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pgworkerd.encoding import dump_result
-from pgworkerd.job import Discard, Job, JobTimeout, Retry
+from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, Retry
 
-OutcomeKind = Literal["succeeded", "retry", "discarded", "failed", "timed_out"]
+OutcomeKind = Literal["succeeded", "retry", "discarded", "failed", "timed_out", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,10 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
     if isinstance(exc, JobTimeout):
         detail = f": {exc}" if str(exc) else ""
         return Outcome("timed_out", error=f"JobTimeout{detail}\n{text}")
+    if isinstance(exc, JobCancelled):
+        # Written as a failure, fenced: a real cancel already ended the job, so the
+        # write matches no row; a handler that raised it on its own fails like any.
+        return Outcome("cancelled", error=f"JobCancelled\n{text}")
     if isinstance(exc, KeyboardInterrupt):
         raise exc
     return Outcome("failed", error=text)
@@ -57,8 +61,8 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
 class Executor:
     """Calls handlers in this process; owns the event loop that coroutines run on.
 
-    `in_handler` is True exactly while user code runs: the soft-timeout signal handler
-    raises JobTimeout only then, never inside pgworkerd's own bookkeeping.
+    `in_handler` is True exactly while user code runs: the SIGUSR1 handler raises
+    JobTimeout or JobCancelled only then, never inside pgworkerd's own bookkeeping.
     """
 
     def __init__(self) -> None:

@@ -74,3 +74,14 @@ class JobTimeout(BaseException):
     A BaseException so a handler's `except Exception` does not swallow it; the hard
     limit (SIGKILL) follows anyway.
     """
+
+
+class JobCancelled(BaseException):
+    """Raised inside a handler whose job was cancelled while it ran (`pgworkerd jobs
+    cancel`, `pgworkerd.cancel`). The job is already `cancelled` in the database: what
+    the handler does next changes nothing there. It may clean up; if it has not ended
+    after the grace, its process is killed (its neighbours are not charged).
+
+    A BaseException, like JobTimeout, so a handler's `except Exception` does not
+    swallow it.
+    """

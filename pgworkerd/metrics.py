@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from pgworkerd.ipc import Claimed, Done
 
 # Outcome kinds a child reports in `Done` (see pgworkerd/ipc/messages.py).
-SUCCEEDED, FAILED, DEAD, LOST = "succeeded", "failed", "dead", "lost"
+SUCCEEDED, FAILED, DEAD, CANCELLED, LOST = "succeeded", "failed", "dead", "cancelled", "lost"
 
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 _BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
@@ -35,6 +35,9 @@ class SupervisorMetrics:
             "pgworkerd_jobs_failed", "Jobs failed (to be retried)", qk, registry=r
         )
         self.dead = Counter("pgworkerd_jobs_dead", "Jobs failed for good", qk, registry=r)
+        self.cancelled = Counter(
+            "pgworkerd_jobs_cancelled", "Running jobs ended by a cancel", qk, registry=r
+        )
         self.killed = Counter(
             "pgworkerd_jobs_killed", "Jobs killed at their max runtime", qk, registry=r
         )
@@ -66,7 +69,12 @@ class SupervisorMetrics:
         self.children_alive = Gauge("pgworkerd_children_alive", "Worker children alive", registry=r)
         self.slots_busy = Gauge("pgworkerd_slots_busy", "Slots running a job", registry=r)
         self.slots_free = Gauge("pgworkerd_slots_free", "Slots not running a job", registry=r)
-        self._outcomes = {SUCCEEDED: self.succeeded, FAILED: self.failed, DEAD: self.dead}
+        self._outcomes = {
+            SUCCEEDED: self.succeeded,
+            FAILED: self.failed,
+            DEAD: self.dead,
+            CANCELLED: self.cancelled,
+        }
         # (metric, queue, kind) -> its labelled child: .labels() costs a lock and a
         # tuple per call, paid per job otherwise.
         self._children: dict[tuple[object, str, str], Any] = {}
@@ -103,6 +111,11 @@ class SupervisorMetrics:
     def jobs_killed(self, jobs: Iterable[Labelled]) -> None:
         for labels in jobs:
             self._labelled(self.killed, labels).inc()
+
+    def jobs_cancelled(self, jobs: Iterable[Labelled]) -> None:
+        """Cancelled jobs whose handlers did not end in the grace (no `done` for them)."""
+        for labels in jobs:
+            self._labelled(self.cancelled, labels).inc()
 
     def _labelled(self, metric: Counter | Histogram, labels: Labelled) -> Any:
         key = (metric, *labels)

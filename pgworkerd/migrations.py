@@ -50,7 +50,9 @@ def migrate(
     statements = queries.statements(schema)
     with conn.transaction():
         conn.execute(statements["migrations_lock"], {"schema_name": schema})
-        conn.execute(statements["migrations_create_schema"])
+        schema_exists = _check_may_migrate(conn, schema)
+        if not schema_exists:
+            conn.execute(statements["migrations_create_schema"])
         conn.execute(statements["migrations_create_table"])
         applied = {row[0] for row in conn.execute(statements["migrations_applied"])}
         missing = [
@@ -72,6 +74,24 @@ def migrate(
                 {"version": migration.version, "name": migration.name},
             )
     return missing
+
+
+def _check_may_migrate(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether `schema` exists already; SchemaError when this role may not migrate it
+    (the runtime role of docs/deploy.md: no CREATE), before anything is changed."""
+    row = conn.execute(
+        queries.statements(schema)["migrations_privileges"], {"schema_name": schema}
+    ).fetchone()
+    assert row is not None
+    role, exists, may_create = row
+    if not may_create:
+        where = f"schema {schema!r}" if exists else "the database"
+        raise SchemaError(
+            f"role {role!r} may not migrate schema {schema!r}: it has no CREATE privilege "
+            f"on {where}; run `pgworkerd migrate` as the schema's owner role "
+            "(see docs/deploy.md)"
+        )
+    return bool(exists)
 
 
 def current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:

@@ -25,6 +25,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgworkerd import queries
+from pgworkerd.channels import cancel_channel, notify_channel
 from pgworkerd.encoding import clean_error
 from pgworkerd.job import Job, Lease
 
@@ -239,8 +240,9 @@ class JobStore:
     # -- operator actions -----------------------------------------------------------------
 
     def cancel(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[int]:
-        """Cancel queued or running jobs; returns the ids that were cancelled."""
-        rows = conn.execute(self._sql["jobs_cancel"], {"ids": list(ids)}).fetchall()
+        """Cancel queued or running jobs (their holders notified); returns their ids."""
+        params = {"ids": list(ids), "channel": cancel_channel(self.schema)}
+        rows = conn.execute(self._sql["jobs_cancel"], params).fetchall()
         return sorted(row[0] for row in rows)
 
     def retry_finished(
@@ -322,11 +324,6 @@ class JobStore:
 
     def _backoff_params(self) -> dict[str, float]:
         return {"backoff_base_s": self.backoff.base_s, "backoff_max_s": self.backoff.max_s}
-
-
-def notify_channel(schema: str) -> str:
-    """The LISTEN/NOTIFY channel on which enqueues announce their queue's name."""
-    return f"{schema}.jobs"
 
 
 def _quote_ident(name: str) -> str:

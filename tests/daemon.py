@@ -51,6 +51,8 @@ BASE_CONFIG: dict[str, Any] = {
         "spawn_then_die": "tests.handlers:spawn_then_die",
         "sleep_async": "tests.handlers:sleep_async",
         "spin": "tests.handlers:spin",
+        "until_cancelled": "tests.handlers:until_cancelled",
+        "until_cancelled_async": "tests.handlers:until_cancelled_async",
     },
     "queues": {"default": {}},
     "workers": [{"queues": ["default"], "concurrency": 2}],

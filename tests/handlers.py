@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 import pgworkerd
+from pgworkerd import osutil
 
 
 def _record(job: pgworkerd.Job, event: str) -> None:
@@ -190,3 +191,59 @@ def spawn_then_die(job: pgworkerd.Job) -> str:
         ctypes.CDLL(None).sleep(3600)
     _record(job, "end")
     return "no grandchild this time"
+
+
+def until_cancelled(job: pgworkerd.Job) -> str:
+    """Runs Python in short sleeps for payload["seconds"] (default an hour); records
+    "cancelled" when JobCancelled reaches it. With payload["stubborn"], it records that
+    and goes on as if nothing happened: only the SIGKILL after the grace ends it."""
+    _record(job, "start")
+    deadline = time.monotonic() + job.payload.get("seconds", 3600)
+    while time.monotonic() < deadline:
+        try:
+            _pause(0.02)
+        except pgworkerd.JobCancelled:
+            _record(job, "cancelled")
+            if not job.payload.get("stubborn"):
+                raise
+    _record(job, "end")
+    return "never cancelled"
+
+
+async def until_cancelled_async(job: pgworkerd.Job) -> str:
+    """Awaits payload["seconds"]; records "cancelled" when its task is interrupted."""
+    await asyncio.to_thread(_record, job, "start")
+    try:
+        await asyncio.sleep(job.payload.get("seconds", 3600))
+    except asyncio.CancelledError:
+        await asyncio.shield(asyncio.to_thread(_record, job, "cancelled"))
+        raise
+    return "never cancelled"
+
+
+def orphan(job: pgworkerd.Job) -> str:
+    """Leaves an orphan behind: a double fork whose middle process exits at once, so
+    the grandchild is re-parented to whoever reaps orphans (PID 1 of its namespace).
+    The grandchild writes "<its pid> <its new parent's pid>" to payload["path"] once
+    re-parented, waits for the file <path>.exit (at most 30 s), then exits: someone
+    must reap it."""
+    path = job.payload["path"]
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()  # out of the worker's process group: nothing kills it with the worker
+        osutil.close_inherited_fds(set())  # not the worker's connection nor its pipes
+        middle_pid = os.getpid()
+        if os.fork() == 0:
+            deadline = time.monotonic() + 10
+            while os.getppid() == middle_pid and time.monotonic() < deadline:
+                _pause(0.01)
+            with open(path + ".tmp", "w") as out:
+                out.write(f"{os.getpid()} {os.getppid()}")
+            os.rename(path + ".tmp", path)
+            deadline = time.monotonic() + 30
+            while not os.path.exists(path + ".exit") and time.monotonic() < deadline:
+                _pause(0.02)
+            os._exit(0)
+        os._exit(0)
+    os.waitpid(middle, 0)
+    return "left an orphan"

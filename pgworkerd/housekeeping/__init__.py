@@ -1,6 +1,6 @@
 """The supervisor's database work, behind one facade: renew its children's leases and
 heartbeat, rescue expired leases (of any daemon), prune old rows, settle the jobs of
-children that died, and listen for enqueue notifications.
+children that died, and listen for enqueue and cancel notifications.
 
     session.py        the one connection: short timeouts, reconnects, typed results
     deadline.py       the client-side deadline every round trip runs under
@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from pgworkerd.channels import cancel_channel
 from pgworkerd.config import Config
 from pgworkerd.housekeeping import duties, retention
 from pgworkerd.housekeeping.duties import Renewal
-from pgworkerd.housekeeping.notifications import ALL_QUEUES, Notifications
+from pgworkerd.housekeeping.notifications import ALL_QUEUES, Notifications, Notified
 from pgworkerd.housekeeping.periodic import PeriodicDuty
 from pgworkerd.housekeeping.schedule import Every
 from pgworkerd.housekeeping.session import Answer, DatabaseSession, Failure, Result
@@ -37,6 +38,7 @@ __all__ = [
     "DatabaseSession",
     "Failure",
     "Housekeeper",
+    "Notified",
     "Renewal",
     "Result",
     "Settlement",
@@ -67,11 +69,13 @@ class Housekeeper:
         self.session = session or DatabaseSession(
             database_url=database_url,
             lease_ttl_s=lease_ttl_s,
-            listen_channel=(lambda: self.store.notify_channel) if listen else None,
+            listen_channels=(lambda: self._channels()) if listen else None,
             on_disconnect=on_disconnect,
             answer_by=answer_by,
         )
-        self.notifications = Notifications(self.session, enabled=listen)
+        self.notifications = Notifications(
+            self.session, enabled=listen, cancel_channel=cancel_channel(store.schema)
+        )
         self.settlements = PendingSettlements()
         # Each due at once (the supervisor's first loop turn), then at its interval.
         self.renewal_schedule = Every(duties.renewal_interval_s(lease_ttl_s))
@@ -172,12 +176,15 @@ class Housekeeper:
     def listen_fd(self) -> int | None:
         return self.notifications.listen_fd()
 
-    def notified_queues(self) -> set[str]:
-        return self.notifications.notified_queues()
+    def notified(self) -> Notified:
+        return self.notifications.received()
+
+    def _channels(self) -> tuple[str, str]:
+        return self.store.notify_channel, cancel_channel(self.store.schema)
 
     @property
     def queried_since_drain(self) -> bool:
-        """A query ran since notified_queues() last looked: its answer may have brought
+        """A query ran since notified() last looked: its answer may have brought
         notifications with it, which the socket will not announce again."""
         return self.session.queried_since_drain
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from pgworkerd import logs, queries
+from pgworkerd import cancelling, logs, queries
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.job import Lease
 from pgworkerd.store import JobStore
@@ -37,6 +37,9 @@ class Renewal:
 
     renewed: frozenset[int]  # ids of the leases still ours
     sent_at: float  # monotonic time the renewal was sent: the new expiries are later
+    # Of the leases not renewed, the ids of jobs cancelled under them (the others were
+    # rescued, released or ended by their holder).
+    cancelled: frozenset[int] = frozenset()
 
 
 def renew(
@@ -50,9 +53,10 @@ def renew(
     sent_at: float,
 ) -> Renewal | None:
     """Renew `leases` and refresh our heartbeat, in one transaction; None when the
-    database did not answer."""
+    database did not answer. A lease not renewed is looked up (cancelled?) in the same
+    round of statements: the usual renewal finds every lease and pays nothing more."""
 
-    def work(conn: psycopg.Connection[Any]) -> set[int]:
+    def work(conn: psycopg.Connection[Any]) -> tuple[set[int], set[int]]:
         with conn.transaction():
             store.heartbeat(
                 conn,
@@ -61,10 +65,15 @@ def renew(
                 pid=os.getpid(),
                 info=json.dumps(info),
             )
-            return store.renew(conn, leases, lease_ttl_s)
+            renewed = store.renew(conn, leases, lease_ttl_s)
+            missing = [lease for lease in leases if lease.job_id not in renewed]
+            return renewed, cancelling.cancelled_among(conn, store.schema, missing)
 
     result = session.attempt("renew leases", work)
-    return Renewal(frozenset(result.value), sent_at) if result.ok else None
+    if not result.ok:
+        return None
+    renewed, cancelled = result.value
+    return Renewal(frozenset(renewed), sent_at, frozenset(cancelled))
 
 
 def rescue(session: DatabaseSession, store: JobStore) -> Result[int]:

@@ -1,20 +1,34 @@
-"""Enqueue notifications, received on the session's connection (the daemon's one
-listening connection)."""
+"""Notifications received on the session's connection (the daemon's one listening
+connection): enqueues, which name their queue, and cancels of running jobs, which
+name their leases (pgworkerd/cancelling.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import psycopg
 
+from pgworkerd.cancelling import leases_in
 from pgworkerd.housekeeping.session import DatabaseSession
+from pgworkerd.job import Lease
 
 # Stands for every queue: notifications may have been missed while not connected.
 ALL_QUEUES = "*"
 
 
+@dataclass
+class Notified:
+    """What the notifications received since the last look said."""
+
+    queues: set[str] = field(default_factory=set)  # got a job (ALL_QUEUES: maybe any)
+    cancelled: list[Lease] = field(default_factory=list)  # running jobs cancelled
+
+
 class Notifications:
-    def __init__(self, session: DatabaseSession, *, enabled: bool) -> None:
+    def __init__(self, session: DatabaseSession, *, enabled: bool, cancel_channel: str) -> None:
         self.session = session
-        self.enabled = enabled  # LISTEN on the enqueue channel (off behind PgBouncer)
+        self.enabled = enabled  # LISTEN on the channels (off behind PgBouncer)
+        self.cancel_channel = cancel_channel
 
     def listen_fd(self) -> int | None:
         """The socket to watch for notifications, connecting if it is time to."""
@@ -23,18 +37,23 @@ class Notifications:
         result = self.session.attempt("listen", lambda conn: conn.fileno())
         return result.value if result.ok else None
 
-    def notified_queues(self) -> set[str]:
-        """The queues named by notifications received so far (ALL_QUEUES after a new
-        connection, whose LISTEN missed whatever was enqueued before it)."""
-        queues: set[str] = set()
+    def received(self) -> Notified:
+        """The queues named by enqueue notifications received so far (ALL_QUEUES after
+        a new connection, whose LISTEN missed whatever was enqueued before it), and the
+        leases named by cancel notifications (one missed is caught by the renewal)."""
+        notified = Notified()
         self.session.queried_since_drain = False
         if self.session.take_fresh_listen():
-            queues.add(ALL_QUEUES)
+            notified.queues.add(ALL_QUEUES)
         conn = self.session.conn
         if conn is None or conn.closed:
-            return queues
+            return notified
         try:
-            queues.update(n.payload for n in conn.notifies(timeout=0))
+            for n in conn.notifies(timeout=0):
+                if n.channel == self.cancel_channel:
+                    notified.cancelled.extend(leases_in(n.payload))
+                else:
+                    notified.queues.add(n.payload)
         except psycopg.Error as exc:
             self.session.failed("receive notifications", exc)
-        return queues
+        return notified

@@ -22,9 +22,9 @@ import psycopg
 from psycopg import sql
 
 from pgworkerd import logs, periodic, queries
+from pgworkerd.channels import notify_channel
 from pgworkerd.config_periodic import PeriodicEntry
 from pgworkerd.housekeeping.session import DatabaseSession
-from pgworkerd.store import notify_channel
 
 log = logging.getLogger("pgworkerd.supervisor")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
@@ -63,14 +63,14 @@ class DatabaseSession:
         *,
         database_url: str,
         lease_ttl_s: float,
-        listen_channel: Callable[[], str] | None = None,
+        listen_channels: Callable[[], Sequence[str]] | None = None,
         on_disconnect: Callable[[], None] | None = None,
         answer_by: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.database_url = database_url
         self.lease_ttl_s = lease_ttl_s
-        # LISTEN on this channel after each connect; None: no LISTEN (behind PgBouncer).
-        self.listen_channel = listen_channel
+        # LISTEN on these channels after each connect; None: no LISTEN (PgBouncer).
+        self.listen_channels = listen_channels
         # Called before our connection closes: its socket may sit in a selector, which
         # must forget it before the descriptor number can be reused.
         self.on_disconnect = on_disconnect
@@ -166,8 +166,8 @@ class DatabaseSession:
             tcp_user_timeout=timeout_ms,
             options=f"-c statement_timeout={timeout_ms}",
         )
-        if self.listen_channel is not None:
-            channel = self.listen_channel()
-            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        if self.listen_channels is not None:
+            for channel in self.listen_channels():
+                self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             self._listening_since_connect = True
         return self.conn

@@ -24,8 +24,9 @@ Three channels, each with one writer and one reader:
 
 3. **Control pipe**, supervisor -> child (`control.py`): `skip <id> <token>` (the
    lease of that unstarted job is gone: do not start it), `wake` (a job it can run
-   was enqueued) and `timeout <id>` (that running job passed its max runtime: raise
-   JobTimeout in it; SIGUSR1 follows the line, so the child is woken to read it).
+   was enqueued), `timeout <id>` (that running job passed its max runtime: raise
+   JobTimeout in it; SIGUSR1 follows the line, so the child is woken to read it) and
+   `cancel <id>` (that running job was cancelled: JobCancelled, SIGUSR1 likewise).
    The supervisor counts the lines it wrote on the start board, so the child reads
    the pipe only when that count moved.
 

@@ -1,5 +1,5 @@
-"""The control pipe, supervisor -> child: `skip <id> <token>`, `wake` and `timeout <id>`
-lines.
+"""The control pipe, supervisor -> child: `skip <id> <token>`, `wake`, `timeout <id>`
+and `cancel <id>` lines.
 
 The writer counts each line on the start board after writing it; the reader looks at
 that count before reading, and reads the pipe only when it moved (a read per job
@@ -50,6 +50,11 @@ class ControlWriter:
         jobs learns which from this line; SIGUSR1, sent after it, wakes the child."""
         self._write(f"timeout {job_id}\n".encode())
 
+    def cancel(self, job_id: int) -> None:
+        """The running job was cancelled: JobCancelled in it. SIGUSR1 follows, as for
+        `timeout`."""
+        self._write(f"cancel {job_id}\n".encode())
+
     def _write(self, line: bytes) -> None:
         with contextlib.suppress(OSError):
             os.write(self.fd, line)
@@ -63,12 +68,14 @@ class ControlWriter:
 @dataclass
 class ControlReader:
     """The child's end. `skipped` gathers the (job id, token) pairs not to start,
-    `timeouts` the ids of running jobs past their max runtime (taken by the reader)."""
+    `timeouts` the ids of running jobs past their max runtime, `cancels` those of
+    running jobs cancelled (both taken by the reader)."""
 
     fd: int
     board: StartBoard
     skipped: set[tuple[int, str]] = field(default_factory=set)
     timeouts: set[int] = field(default_factory=set)
+    cancels: set[int] = field(default_factory=set)
     woken: bool = False  # a `wake` was read; the reader that acts on it resets this
     _lines_read: int = 0  # the board's count of control lines when last read
     _buffer: bytes = b""
@@ -99,6 +106,8 @@ class ControlReader:
             self.skipped.add((int(job_id), token))
         elif verb == "timeout" and job_id.isdigit():
             self.timeouts.add(int(job_id))
+        elif verb == "cancel" and job_id.isdigit():
+            self.cancels.add(int(job_id))
         if verb == "wake":
             self.woken = True
             return True

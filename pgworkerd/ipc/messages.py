@@ -43,7 +43,8 @@ class Finishing:
 @dataclass(frozen=True, slots=True)
 class Done:
     """Their outcomes are written, or their leases were found lost. `outcomes`, when
-    given, is parallel to `ids`: (succeeded | failed | dead | lost, handler seconds);
+    given, is parallel to `ids`: (succeeded | failed | dead | cancelled | lost, handler
+    seconds);
     a child that sends none is understood too (encoded as the key "o", absent)."""
 
     ids: tuple[int, ...]

@@ -336,13 +336,36 @@ RETURNING j.id;
 
 -- name: jobs_cancel
 -- Cancels waiting or running jobs. A running job's holder loses its lease: its outcome
--- will match no row.
-UPDATE {schema}.jobs
-SET state            = 'cancelled',
-    finished_at      = now(),
-    lease_expires_at = NULL
-WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'running')
-RETURNING id;
+-- will match no row. The token stays on the row (only a running job has one: every
+-- way back to queued clears it), so the holder's renewal can tell a cancel from a
+-- rescue (jobs_cancelled_among).
+WITH cancelled AS (
+    UPDATE {schema}.jobs
+    SET state            = 'cancelled',
+        finished_at      = now(),
+        lease_expires_at = NULL
+    WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'running')
+    RETURNING id, lease_token
+),
+-- Tell the holders of the running ones now (delivered at commit), as "id:token" pairs,
+-- a hundred to a notification: NOTIFY payloads are limited to 8000 bytes.
+told AS (
+    SELECT pg_notify(%(channel)s, string_agg(c.id || ':' || c.lease_token, ' '))
+    FROM (SELECT id, lease_token, (row_number() OVER ()) / 100 AS chunk
+          FROM cancelled WHERE lease_token IS NOT NULL) AS c
+    GROUP BY c.chunk
+)
+SELECT id FROM cancelled
+CROSS JOIN (SELECT count(*) FROM told) AS force_notify;  -- an unreferenced CTE never runs
+
+
+-- name: jobs_cancelled_among
+-- Of the leases a renewal did not find, those whose job was cancelled while they held
+-- it: the holder is told to stop its handler, not killed as after a rescue.
+SELECT j.id
+FROM {schema}.jobs AS j
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'cancelled';
 
 
 -- name: jobs_retry_finished
@@ -481,7 +504,21 @@ WHERE heartbeat_at < now() - make_interval(secs => %(stale_after_s)s);
 SELECT pg_advisory_xact_lock(hashtextextended('pgworkerd.migrate:' || %(schema_name)s, 0));
 
 
+-- name: migrations_privileges
+-- May the current role migrate? It must be able to create in the schema (its owner
+-- can), or, when the schema does not exist yet, to create schemas in the database.
+-- Asked before any DDL, so that a runtime role (USAGE only) is refused in one line.
+SELECT current_user AS role,
+       n.oid IS NOT NULL AS schema_exists,
+       coalesce(has_schema_privilege(n.oid, 'CREATE'),
+                has_database_privilege(current_database(), 'CREATE')) AS may_create
+FROM (VALUES (1)) AS one (x)
+LEFT JOIN pg_namespace AS n ON n.nspname = %(schema_name)s;
+
+
 -- name: migrations_create_schema
+-- Only run when the schema is missing: CREATE SCHEMA IF NOT EXISTS checks the
+-- database's CREATE privilege first, which a schema's owner need not have.
 CREATE SCHEMA IF NOT EXISTS {schema};
 
 

@@ -31,7 +31,7 @@ from pgworkerd.ipc import (
     StatusReader,
 )
 from pgworkerd.metrics import METRICS
-from pgworkerd.supervisor.ledger import ChildLedger, KillReason, LedgerJob
+from pgworkerd.supervisor.ledger import ChildLedger, JobState, KillReason, LedgerJob
 from pgworkerd.worker import WorkerSpec, child_main
 
 
@@ -67,9 +67,13 @@ class ChildProcess:
         if complete:
             self.ledger.starts_seen = posted
         self._count_starts()
-        if forbidden:
+        for job in forbidden:
+            if job.state is JobState.CANCELLING:  # a cancel caught it starting
+                self.interrupt_cancelled(job)
+        lost = [job for job in forbidden if job.state is JobState.LOST]
+        if lost:
             # Given up before the child read our `skip`: it runs without a lease.
-            self.kill(KillReason.LEASE_LOST, forbidden)
+            self.kill(KillReason.LEASE_LOST, lost)
 
     def read_messages(self, runtime_for: Callable[[str, float | None], float]) -> list[Message]:
         """Read what the child said and enter it in the ledger; the starts it posted are
@@ -107,9 +111,11 @@ class ChildProcess:
         """SIGKILL the child's process group (its handlers' own children too)."""
         if self.kill_reason is None:
             self.kill_reason = reason
+        blamed = list(blamed)
         if reason is KillReason.TIMEOUT:
-            blamed = list(blamed)
             METRICS.jobs_killed((job.queue, job.kind) for job in blamed)
+        elif reason is KillReason.CANCELLED:
+            METRICS.jobs_cancelled((job.queue, job.kind) for job in blamed)
         self.ledger.blame(blamed)
         osutil.kill_group(self.pid, signal.SIGKILL)
 
@@ -122,12 +128,19 @@ class ChildProcess:
         job = self.ledger.jobs.get(job_id)
         return None if job is None else (job.queue, job.kind)
 
-    def give_up(self, jobs: Iterable[LedgerJob]) -> None:
-        """Tell the child not to start these jobs: their leases are gone. By lease, not
-        id: the same job may come back to this child, claimed anew."""
+    def give_up(self, jobs: Iterable[LedgerJob], *, cancelled_at: float | None = None) -> None:
+        """Tell the child not to start these jobs: their leases are gone (cancelled at
+        `cancelled_at`, if that is why). By lease, not id: the same job may come back to
+        this child, claimed anew."""
         for job in jobs:
-            self.ledger.give_up(job)
+            self.ledger.give_up(job, cancelled_at)
             self.control.skip(Skip(job.id, str(job.lease.token)))
+
+    def interrupt_cancelled(self, job: LedgerJob) -> None:
+        """JobCancelled in the job (the ledger has it CANCELLING): the control line says
+        which job, the signal wakes the child."""
+        self.control.cancel(job.id)
+        osutil.signal_process(self.pid, signal.SIGUSR1)
 
     def wake(self) -> None:
         """Tell an idle child to claim now: a job it can run was enqueued."""

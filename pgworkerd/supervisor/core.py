@@ -126,6 +126,7 @@ class Supervisor:
             self.children.values(), time.monotonic(), self.config.lease_ttl
         )
         self._manage_children()
+        self.notifier.turned(time.monotonic(), lambda: operating.status_line(self))
 
     def _finish(self) -> None:
         self.workforce.kill_all(KillReason.SHUTDOWN)
@@ -356,8 +357,9 @@ class Supervisor:
     def _on_notifications(self) -> None:
         assert self.housekeeper is not None
         accepting = self.state is State.RUNNING
-        queues = self.housekeeper.notified_queues()
-        self.wakeups.notified(queues, list(self.children.values()), accepting=accepting)
+        notified = self.housekeeper.notified()
+        self.wakeups.notified(notified.queues, list(self.children.values()), accepting=accepting)
+        enforcement.stop_cancelled(self.children.values(), notified.cancelled, time.monotonic())
 
     # -- timing and construction ----------------------------------------------------------
 
@@ -372,6 +374,7 @@ class Supervisor:
             enforcement.next_runtime_moment(self.children.values()),
             self.workforce.next_respawn_at(),
             self.drain_deadline,
+            self.notifier.next_due_at(),  # the watchdog's next ping
         ]
         return max(0.0, min(m for m in moments if m is not None) - now)
 

@@ -1,11 +1,12 @@
 """The supervisor acting on its children's limits: runtime kills, leases about to
-lapse, and what a renewal that answered says. The checks are pure (limits.py, the
-ledger); this module logs and signals."""
+lapse, cancels of running jobs, and what a renewal that answered says. The checks are
+pure (limits.py, the ledger); this module logs and signals."""
 
 from __future__ import annotations
 
 import logging
 import signal
+import time
 from collections.abc import Collection, Iterable
 
 from pgworkerd import logs, osutil
@@ -13,7 +14,7 @@ from pgworkerd.housekeeping import Renewal
 from pgworkerd.job import Lease
 from pgworkerd.supervisor import limits
 from pgworkerd.supervisor.children import ChildProcess
-from pgworkerd.supervisor.ledger import KillReason
+from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
 
 log = logging.getLogger("pgworkerd.supervisor")
 
@@ -50,6 +51,47 @@ def enforce_runtimes(children: Iterable[ChildProcess], now: float) -> None:
             )
         if verdict.kill:
             child.kill(KillReason.TIMEOUT, verdict.kill)
+        for job in verdict.cancel_kill:
+            logs.event(
+                log,
+                logging.ERROR,
+                "cancelled job still running after the grace; killing worker",
+                job=job.id,
+                kind=job.kind,
+                worker=child.name,
+            )
+        if verdict.cancel_kill:
+            child.kill(KillReason.CANCELLED, verdict.cancel_kill)
+
+
+def stop_cancelled(children: Iterable[ChildProcess], leases: Iterable[Lease], now: float) -> None:
+    """Running jobs cancelled under these leases: JobCancelled in their handlers (their
+    process killed after the grace). An unstarted one is skipped; a lease we do not
+    hold is another daemon's."""
+    wanted = set(leases)
+    if not wanted:
+        return
+    for child in _unkilled(children):
+        child.sync_starts()  # a job started since the last look is interrupted, not skipped
+        jobs = [job for job in child.ledger.jobs.values() if job.lease in wanted]
+        _stop(child, [job for job in jobs if job.state is JobState.RUNNING], now)
+        unstarted = [job for job in jobs if job.state is JobState.CLAIMED]
+        child.give_up(unstarted, cancelled_at=now)
+
+
+def _stop(child: ChildProcess, jobs: Iterable[LedgerJob], now: float) -> None:
+    for job in jobs:
+        if not child.ledger.cancelling(job, now):
+            continue
+        logs.event(
+            log,
+            logging.INFO,
+            "job cancelled while running; JobCancelled sent",
+            job=job.id,
+            kind=job.kind,
+            worker=child.name,
+        )
+        child.interrupt_cancelled(job)
 
 
 def next_runtime_moment(children: Iterable[ChildProcess]) -> float | None:
@@ -89,15 +131,16 @@ def next_lapse(children: Iterable[ChildProcess], lease_ttl_s: float) -> float | 
 
 
 def judge_renewal(child: ChildProcess, sent: Collection[Lease], renewal: Renewal) -> None:
-    """Act on what a renewal of `sent` found: a running job whose lease is gone
-    (cancelled, or rescued by another daemon) has its process killed; an unstarted
-    one is skipped."""
-    verdict = child.ledger.renewal(sent, renewal.renewed, renewal.sent_at)
+    """Act on what a renewal of `sent` found: a running job whose lease is gone has
+    JobCancelled raised in it if it was cancelled, else (rescued by another daemon)
+    its process killed; an unstarted one is skipped."""
+    verdict = child.ledger.renewal(sent, renewal.renewed, renewal.sent_at, renewal.cancelled)
+    _stop(child, verdict.cancelled, time.monotonic())  # a cancel notification missed
     for job in verdict.lost_running:
         logs.event(
             log,
             logging.WARNING,
-            "job lease lost (cancelled or rescued); stopping its worker",
+            "job lease lost (rescued elsewhere); stopping its worker",
             job=job.id,
             worker=child.name,
         )

@@ -7,10 +7,12 @@ child says its outcome is written (`done`) or that it gave it back (`released`),
 when the supervisor releases it itself. In between:
 
     CLAIMED --start posted--> RUNNING --returned--> FINISHING --done--> (gone)
-       |                         |
-       |  renewal lost it        |  renewal lost it: the child is killed
-       v                         v
-    GIVEN_UP (told to skip)    LOST (not ours to settle)
+       |                         |   |                    ^
+       |  renewal lost it        |   | cancelled          | returned
+       v                         v   v                    |
+    GIVEN_UP (told to skip)    LOST  CANCELLING ----------+
+                                     (JobCancelled asked for; killed after the grace)
+    LOST and CANCELLING: the lease is gone, so never renewed nor settled by us.
 
 A child runs several jobs at once when it has several execution slots: the ledger
 holds any number of RUNNING jobs, each with its own start, deadline and blame.
@@ -35,6 +37,7 @@ class JobState(Enum):
     FINISHING = "finishing"  # its handler returned: only its fenced outcome write is left
     GIVEN_UP = "given_up"  # lease lost before it started: the child was told to skip it
     LOST = "lost"  # lease lost while it ran: its child is killed; never settled by us
+    CANCELLING = "cancelling"  # cancelled while it ran: JobCancelled asked for in it
 
 
 class KillReason(Enum):
@@ -44,12 +47,18 @@ class KillReason(Enum):
     SHUTDOWN = "shutdown"  # drain timed out, or QUIT: everything released uncharged
     LEASE_LOST = "lease_lost"  # a running job is no longer ours: that job is not touched
     UNFENCED = "unfenced"  # renewals failed: its running jobs cannot go on unfenced
+    CANCELLED = "cancelled"  # a cancelled job outlived its grace: the others released
 
 
 SOFT_TIMEOUT_GRACE_S = 3.0  # from the soft timeout (JobTimeout) to SIGKILL
+CANCEL_GRACE_S = 3.0  # from JobCancelled to SIGKILL
 
 # States whose lease the supervisor renews and must settle if the child dies.
 HELD = frozenset({JobState.CLAIMED, JobState.RUNNING, JobState.FINISHING})
+# States of a job whose handler runs.
+_IN_HANDLER = (JobState.RUNNING, JobState.CANCELLING)
+# Kills for the sake of named jobs: the child's other jobs are not to blame.
+_FOR_ONE_JOB = frozenset({KillReason.TIMEOUT, KillReason.LEASE_LOST, KillReason.CANCELLED})
 
 
 @dataclass(slots=True)
@@ -66,6 +75,7 @@ class LedgerJob:
     started_at: float | None = None  # None: not seen started
     slot: int | None = None  # the child's execution slot running it
     soft_timeout_at: float | None = None  # when JobTimeout was asked for
+    cancelled_at: float | None = None  # when JobCancelled was asked for
 
     @property
     def id(self) -> int:
@@ -84,6 +94,7 @@ class RenewalVerdict:
 
     lost_running: list[LedgerJob]  # their child must be killed (LEASE_LOST)
     given_up: list[LedgerJob]  # unstarted: the child must be told to skip them
+    cancelled: list[LedgerJob]  # running, cancelled: JobCancelled must be asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +104,8 @@ class Moments:
 
     held: bool  # any job whose lease we renew
     earliest_renewal: float | None  # of the jobs that need us if their lease lapses
-    next_runtime: float | None  # the next runtime deadline, or end of a grace
+    next_runtime: float | None  # the next runtime deadline, or end of a grace (a
+    # timeout's or a cancel's)
 
 
 @dataclass
@@ -124,8 +136,9 @@ class ChildLedger:
 
     def observe_starts(self, records: Iterable[StartRecord]) -> tuple[list[LedgerJob], bool]:
         """Take in the start board's records. Returns the jobs found started although
-        their lease is gone (their child must be killed), and whether every record was
-        understood (False: one names a claim whose message is still unread)."""
+        their lease is gone (LOST: their child must be killed; CANCELLING: JobCancelled
+        must be asked for), and whether every record was understood (False: one names
+        a claim whose message is still unread)."""
         forbidden: list[LedgerJob] = []
         complete = True
         # In claim order: a job's start says every job claimed before it has started.
@@ -140,7 +153,7 @@ class ChildLedger:
             if previous is job:
                 continue  # seen already
             self._moments = None
-            if previous is not None and previous.state is JobState.RUNNING:
+            if previous is not None and previous.state in _IN_HANDLER:
                 previous.state = JobState.FINISHING  # its slot started another job since
             self._in_slot[record.slot] = job
             if job.state is JobState.CLAIMED:
@@ -150,6 +163,15 @@ class ChildLedger:
                     record.started_at,
                     record.slot,
                 )
+            elif job.state is JobState.GIVEN_UP and job.cancelled_at is not None:
+                # Cancelled as it started: JobCancelled for it, its grace from now on.
+                job.state, job.started_at, job.slot = (
+                    JobState.CANCELLING,
+                    record.started_at,
+                    record.slot,
+                )
+                job.cancelled_at = max(job.cancelled_at, record.started_at)
+                forbidden.append(job)
             elif job.state is JobState.GIVEN_UP:
                 job.state = JobState.LOST
                 forbidden.append(job)
@@ -170,7 +192,7 @@ class ChildLedger:
     def finishing(self, ids: Iterable[int]) -> None:
         for job_id in ids:
             job = self.jobs.get(job_id)
-            if job is not None and job.state in (JobState.CLAIMED, JobState.RUNNING):
+            if job is not None and job.state in (JobState.CLAIMED, *_IN_HANDLER):
                 if job.state is JobState.CLAIMED:
                     self.fresh_starts.append(job)  # started and returned unseen
                 job.state = JobState.FINISHING
@@ -200,31 +222,52 @@ class ChildLedger:
     # -- what the supervisor learnt -------------------------------------------------------
 
     def renewal(
-        self, sent: Collection[Lease], renewed: Collection[int], sent_at: float
+        self,
+        sent: Collection[Lease],
+        renewed: Collection[int],
+        sent_at: float,
+        cancelled: Collection[int] = (),
     ) -> RenewalVerdict:
         """A renewal of the `sent` leases, sent at `sent_at`, answered with the ids of
-        the `renewed` ones. A held job it did not find was ended by its own holder
-        (FINISHING: let be), or is no longer ours. Jobs claimed after the send (the
-        same job claimed anew included: another lease) are not judged."""
-        lost, given_up = [], []
+        the `renewed` ones (and, of the others, those `cancelled` under our lease). A
+        held job it did not find was ended by its own holder (FINISHING: let be), was
+        cancelled, or is no longer ours. Jobs claimed after the send (the same job
+        claimed anew included: another lease) are not judged."""
+        lost, given_up, stopping = [], [], []
         self._moments = None
         for job in self.held():
             if job.lease not in sent:
                 continue
             if job.id in renewed:
                 job.renewed_at = sent_at  # the new expiry is later still
+            elif job.state is JobState.RUNNING and job.id in cancelled:
+                stopping.append(job)  # the caller asks for JobCancelled: cancelling()
             elif job.state is JobState.RUNNING:
                 job.state = JobState.LOST
                 lost.append(job)
             elif job.state is JobState.CLAIMED:
                 job.state = JobState.GIVEN_UP
+                if job.id in cancelled:
+                    job.cancelled_at = sent_at  # if it started meanwhile: interrupt it
                 given_up.append(job)
-        return RenewalVerdict(lost, given_up)
+        return RenewalVerdict(lost, given_up, stopping)
 
-    def give_up(self, job: LedgerJob) -> None:
-        """An unstarted job whose lease is about to lapse or is gone: left to a rescue."""
+    def cancelling(self, job: LedgerJob, at: float) -> bool:
+        """The running job was cancelled (its lease is gone): JobCancelled is asked
+        for at `at`, its grace runs from there. False when it is not running (any
+        more): nothing to interrupt."""
+        if job.state is not JobState.RUNNING:
+            return False
+        job.state, job.cancelled_at = JobState.CANCELLING, at
+        self._moments = None
+        return True
+
+    def give_up(self, job: LedgerJob, cancelled_at: float | None = None) -> None:
+        """An unstarted job whose lease is about to lapse or is gone: left to a rescue,
+        or, `cancelled_at` that moment, cancelled (if it turns out to have started
+        meanwhile, it is interrupted, not killed: see observe_starts)."""
         if job.state is JobState.CLAIMED:
-            job.state = JobState.GIVEN_UP
+            job.state, job.cancelled_at = JobState.GIVEN_UP, cancelled_at
             self._moments = None
 
     def soft_timeout_sent(self, job: LedgerJob, at: float) -> None:
@@ -269,6 +312,8 @@ class ChildLedger:
                         else job.soft_timeout_at + SOFT_TIMEOUT_GRACE_S
                     )
                     next_runtime = min(next_runtime, moment)
+            elif state is JobState.CANCELLING and job.cancelled_at is not None:
+                next_runtime = min(next_runtime, job.cancelled_at + CANCEL_GRACE_S)
         self._moments = Moments(
             held,
             None if earliest_renewal == math.inf else earliest_renewal,
@@ -291,6 +336,8 @@ class ChildLedger:
         """The error to charge a started job with, or None to release it uncharged."""
         if reason is KillReason.SHUTDOWN:
             return None  # shutdown is not the job's fault: back to queued, uncharged
+        if reason in _FOR_ONE_JOB and job.id not in self.blamed:
+            return None  # killed for a neighbour's sake: not this job's fault
         if job.state is JobState.FINISHING:
             # Its handler returned but its outcome was not written yet (successes are
             # written in batches): it runs again, and this start counts.
@@ -300,8 +347,6 @@ class ChildLedger:
             )
         if reason is KillReason.UNFENCED:
             return "worker killed: its supervisor could not renew the job's lease"
-        if reason is not None and job.id not in self.blamed:
-            return None  # killed for a neighbour's sake: not this job's fault
         if reason is KillReason.TIMEOUT:
             return f"exceeded its max runtime of {job.max_runtime_s:g}s: worker killed (SIGKILL)"
         return f"worker process {how} while running the job"

@@ -3,7 +3,8 @@ and the time (host's CLOCK_MONOTONIC), they say what to do; the supervisor does 
 
 Runtime: a job past its max runtime first gets a soft timeout (JobTimeout raised in
 its handler, which may clean up); SOFT_TIMEOUT_GRACE_S later its process is killed.
-The kill is the only authority on runtime.
+The kill is the only authority on runtime. A cancelled running job likewise: its
+process is killed CANCEL_GRACE_S after JobCancelled was asked for, if it still runs.
 
 Lease lapse: a lease is renewed every lease_ttl / 3. When renewals keep failing and a
 job's last good renewal is UNFENCED_FRACTION of lease_ttl old, its lease is about to
@@ -13,9 +14,15 @@ jobs not started are given up (their child told to skip them) and left for a res
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pgworkerd.supervisor.ledger import SOFT_TIMEOUT_GRACE_S, ChildLedger, JobState, LedgerJob
+from pgworkerd.supervisor.ledger import (
+    CANCEL_GRACE_S,
+    SOFT_TIMEOUT_GRACE_S,
+    ChildLedger,
+    JobState,
+    LedgerJob,
+)
 
 UNFENCED_FRACTION = 0.8  # of lease_ttl without a renewal: stop the jobs ourselves
 
@@ -24,6 +31,8 @@ UNFENCED_FRACTION = 0.8  # of lease_ttl without a renewal: stop the jobs ourselv
 class RuntimeVerdict:
     soft_timeout: list[LedgerJob]  # past max runtime: raise JobTimeout in them now
     kill: list[LedgerJob]  # past the grace too: kill their process (KillReason.TIMEOUT)
+    # cancelled, still running at the end of the grace: kill (KillReason.CANCELLED)
+    cancel_kill: list[LedgerJob] = field(default_factory=list)
 
 
 def check_runtimes(ledger: ChildLedger, now: float) -> RuntimeVerdict:
@@ -39,7 +48,12 @@ def check_runtimes(ledger: ChildLedger, now: float) -> RuntimeVerdict:
             soft.append(job)
         elif now >= job.soft_timeout_at + SOFT_TIMEOUT_GRACE_S:
             kill.append(job)
-    return RuntimeVerdict(soft, kill)
+    cancel_kill = [
+        job
+        for job in ledger.in_state(JobState.CANCELLING)
+        if job.cancelled_at is not None and now >= job.cancelled_at + CANCEL_GRACE_S
+    ]
+    return RuntimeVerdict(soft, kill, cancel_kill)
 
 
 def next_runtime_moment(ledger: ChildLedger) -> float | None:

@@ -78,3 +78,17 @@ def _view(supervisor: Supervisor) -> tuple[int, int, int]:
     busy = supervisor.jobs_running()
     slots = sum(child.board.slots for child in supervisor.children.values())
     return len(supervisor.children), busy, max(0, slots - busy)
+
+
+def status_line(supervisor: Supervisor) -> str:
+    """The one line `systemctl status` shows (STATUS=): workers, running jobs, state."""
+    workers, running = len(supervisor.children), supervisor.jobs_running()
+    line = f"{workers} worker{'s' * (workers != 1)}, {running} job{'s' * (running != 1)} running"
+    if supervisor.state.value != "running":
+        line += f", {supervisor.state.value}"
+    keeper = supervisor.housekeeper
+    # Only once a renewal has answered: before that, the daemon is starting, not failing.
+    answered = keeper is not None and keeper.last_renewal_at is not None
+    if answered and _readyz(supervisor)[0] != 200:
+        line += ", database not answering"
+    return line

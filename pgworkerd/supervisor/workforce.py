@@ -115,9 +115,11 @@ class Workforce:
             child.kill(reason)
 
     def reaped(self, *, block: bool = False) -> Iterator[tuple[ChildProcess, int]]:
-        """(child, wait status) of each of our children that ended."""
-        if not self.children:
-            return
+        """(child, wait status) of each of our children that ended. Any other process
+        reaped on the way is not ours to report: as PID 1 of a container (or a
+        subreaper), orphans re-parent to us, handlers' double-forked grandchildren
+        among them, and waiting for every pid is what keeps them from staying zombies;
+        so this waits even with no child left."""
         for pid, status in reaped(block=block):
             child = self.children.pop(pid, None)
             if child is not None:

@@ -20,7 +20,7 @@ from collections import deque
 from setproctitle import setproctitle
 
 from pgworkerd.ipc import ControlReader, ExitCode, Idle, StartBoard, StatusWriter
-from pgworkerd.job import Job
+from pgworkerd.job import Job, JobCancelled, JobTimeout
 from pgworkerd.outcomes import Success
 from pgworkerd.worker.connection import CONNECTION_FAULTS, drain_pipe
 from pgworkerd.worker.loop import Worker, unknown_kind
@@ -114,10 +114,15 @@ class ConcurrentWorker(Worker):
         self._title()
 
     def _collect(self) -> None:
-        """Record the outcomes of the jobs that ended, and act on runtime timeouts."""
-        for job_id in list(self.control.timeouts):
-            self.control.timeouts.discard(job_id)
-            self.slots.interrupt(job_id)
+        """Record the outcomes of the jobs that ended, and act on runtime timeouts and
+        cancels."""
+        if self.control.timeouts or self.control.cancels:
+            for job_id in list(self.control.timeouts):
+                self.control.timeouts.discard(job_id)
+                self.slots.interrupt(job_id, JobTimeout)
+            for job_id in list(self.control.cancels):
+                self.control.cancels.discard(job_id)
+                self.slots.interrupt(job_id, JobCancelled)
         finished = self.slots.finished()
         for item in finished:
             duration_ms = round(item.ran_s * 1000, 1)
@@ -134,7 +139,7 @@ class ConcurrentWorker(Worker):
             self.outcomes.flush()
 
     def _wait(self) -> None:
-        """Until a job ends, the supervisor writes (wake, skip, timeout), a signal, or a
+        """Until a job ends, the supervisor writes (wake, skip, timeout, cancel), a signal, or a
         moment to act: the successes' deadline, the next scheduled job, the poll."""
         if self.backlog and self.slots.free and not self.stopping:
             return  # more to start at once

@@ -5,8 +5,9 @@ what it claimed, started and finished (pgworkerd/ipc), so the supervisor can ren
 leases, enforce max runtime and settle its jobs if it dies.
 
 Signals: TERM = finish the running job, start no other (the supervisor releases the
-rest of the batch when it reads `stopping`); USR1 = the job passed its max runtime,
-raise JobTimeout in the handler; the supervisor's SIGKILL is the hard limit.
+rest of the batch when it reads `stopping`); USR1 = the control pipe says the job
+passed its max runtime or was cancelled: raise JobTimeout or JobCancelled in the
+handler; the supervisor's SIGKILL is the hard limit.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pgworkerd.ipc import (
     StatusWriter,
     Stopping,
 )
-from pgworkerd.job import Job, JobTimeout
+from pgworkerd.job import Job, JobCancelled, JobTimeout
 from pgworkerd.outcomes import OutcomeBuffer, Success
 from pgworkerd.store import JobStore
 from pgworkerd.worker.connection import (
@@ -93,7 +94,7 @@ class Worker:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
         signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGUSR1, self._on_soft_timeout)
+        signal.signal(signal.SIGUSR1, self._on_interrupt)
         logs.setup(self.spec.log_format, role=f"worker {self.spec.name}", level=self.spec.log_level)
         self.outcomes.log_jobs = log.isEnabledFor(logging.INFO)
         setproctitle(f"{self.title} idle")
@@ -107,10 +108,18 @@ class Worker:
         else:
             self.status.send(Stopping())
 
-    def _on_soft_timeout(self, signum: int, frame: FrameType | None) -> None:
+    def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
         job = self._running
-        if job is not None and self.executor.in_handler:
-            raise JobTimeout(f"job {job.id} ({job.kind}) passed its max runtime")
+        if job is None or not self.executor.in_handler:
+            return  # the handler returned: nothing left to interrupt
+        # The main thread runs the handler, so it is not inside a read of the pipe.
+        control = self.control
+        control.read()
+        if job.id in control.cancels:
+            control.cancels.discard(job.id)
+            raise JobCancelled(f"job {job.id} ({job.kind}) was cancelled")
+        control.timeouts.discard(job.id)  # the supervisor sends USR1 for nothing else
+        raise JobTimeout(f"job {job.id} ({job.kind}) passed its max runtime")
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -219,6 +228,10 @@ class Worker:
                 self._running = None
         ran_s = time.monotonic() - started
         duration_ms = round(ran_s * 1000, 1)
+        control = self.control
+        if control.cancels or control.timeouts:  # came as the handler returned: moot now
+            control.cancels.discard(job.id)
+            control.timeouts.discard(job.id)
         self.outcomes.successes.ran(job, ran_s)
         if outcome.kind == "succeeded":
             # Written with the next claim, or sooner (see outcomes.py).

@@ -104,7 +104,7 @@ class OutcomeWriter:
     def _write(
         self, conn: psycopg.Connection[Any], job: Job, outcome: Outcome, duration_ms: float
     ) -> str:
-        """Write it; returns the outcome kind for `done`: failed, dead or lost."""
+        """Write it; returns the outcome kind for `done`: failed, dead, cancelled or lost."""
         fields = {
             "job": job.id,
             "kind": job.kind,
@@ -117,6 +117,10 @@ class OutcomeWriter:
         else:
             discard = outcome.kind == "discarded"
             result = self.store.fail(conn, lease, outcome.error or outcome.kind, discard=discard)
+        if result is None and outcome.kind == "cancelled":
+            # The cancel ended the job (and its lease) before the handler returned.
+            logs.event(log, logging.INFO, "job cancelled while running", **fields)
+            return "cancelled"
         if result is None:
             logs.event(
                 log,

@@ -13,7 +13,8 @@ select watches. The main thread alone touches the database.
 A job past its max runtime gets JobTimeout raised in its own thread (an asynchronous
 exception: delivered at the handler's next Python instruction, never inside C code,
 which is what the supervisor's SIGKILL after the grace is for) or in its task (the
-task is cancelled, and the cancellation becomes JobTimeout).
+task is cancelled, and the cancellation becomes JobTimeout). A cancelled job gets
+JobCancelled the same way.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from queue import SimpleQueue
 from typing import Any
 
 from pgworkerd.execution import Outcome, outcome_of_exception, outcome_of_value
-from pgworkerd.job import Job, JobTimeout
+from pgworkerd.job import Job, JobCancelled, JobTimeout
+
+Interruption = type[JobTimeout] | type[JobCancelled]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,7 @@ class _Running:
     slot: int
     thread: int | None = None  # ident of the thread running a plain handler
     task: asyncio.Task[Any] | None = None  # the task of a coroutine handler
-    timed_out: bool = False
+    interrupted_by: Interruption | None = None
 
 
 class SlotPool:
@@ -62,6 +65,10 @@ class SlotPool:
         # interruption one step against the job's end.
         self._lock = threading.Lock()
         self._running: dict[int, _Running] = {}
+        # Jobs handed to a thread or the loop and not finished (the main thread's), and
+        # the interruptions for those of them not registered yet: raised on registering.
+        self._started: set[int] = set()
+        self._pending: dict[int, Interruption] = {}
         self._threads: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -80,6 +87,7 @@ class SlotPool:
 
     def start(self, job: Job, handler: Callable[..., Any], slot: int) -> None:
         started = time.monotonic()
+        self._started.add(job.id)
         if inspect.iscoroutinefunction(handler):
             coroutine = self._run_task(job, handler, slot, started)
             asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
@@ -92,19 +100,28 @@ class SlotPool:
         while not self._finished.empty():
             item = self._finished.get()
             self._free.append(item.slot)
+            self._started.discard(item.job.id)
+            if self._pending:
+                with self._lock:
+                    self._pending.pop(item.job.id, None)
             done.append(item)
         self._free.sort(reverse=True)
         return done
 
-    def interrupt(self, job_id: int) -> bool:
-        """Raise JobTimeout in a running job; False if it is not running (any more)."""
+    def interrupt(self, job_id: int, exception: Interruption = JobTimeout) -> bool:
+        """Raise JobTimeout (or JobCancelled) in a running job; False if it is not
+        running (any more). A job handed to its thread or task but not yet running its
+        handler gets it as it begins."""
         with self._lock:
             running = self._running.get(job_id)
             if running is None:
-                return False
-            running.timed_out = True
+                if job_id not in self._started:
+                    return False
+                self._pending[job_id] = exception
+                return True
+            running.interrupted_by = exception
             if running.thread is not None:
-                _set_async_exception(running.thread, JobTimeout)
+                _set_async_exception(running.thread, exception)
             elif running.task is not None and self._loop is not None:
                 self._loop.call_soon_threadsafe(running.task.cancel)
             return True
@@ -129,7 +146,10 @@ class SlotPool:
         try:
             with self._lock:  # before it, no JobTimeout can be on its way to this thread
                 self._running[job.id] = _Running(slot, thread=ident)
+                early = self._pending.pop(job.id, None)
             try:
+                if early is not None:
+                    raise _interruption(early, job)
                 value = handler(job)
                 if inspect.isawaitable(value):  # a plain function that returned one
                     value = asyncio.run(_awaited(value))
@@ -138,7 +158,7 @@ class SlotPool:
                 outcome = outcome_of_exception(exc)
             finally:
                 self._unregister(job.id, ident)
-        except JobTimeout as exc:  # arrived just as the handler ended
+        except (JobTimeout, JobCancelled) as exc:  # arrived just as the handler ended
             self._unregister(job.id, ident)
             outcome = outcome_of_exception(exc)
         self.hand_back(Finished(job, slot, outcome, time.monotonic() - t0))
@@ -152,20 +172,22 @@ class SlotPool:
                     self._running.pop(job_id, None)
                     _set_async_exception(ident, None)
                 return
-            except JobTimeout:
+            except (JobTimeout, JobCancelled):
                 continue  # delivered inside the lock's block: forget it again
 
     async def _run_task(self, job: Job, handler: Callable[..., Any], slot: int, t0: float) -> None:
         running = _Running(slot, task=asyncio.current_task())
         with self._lock:
             self._running[job.id] = running
+            running.interrupted_by = self._pending.pop(job.id, None)
         try:
+            if running.interrupted_by is not None:
+                raise asyncio.CancelledError  # interrupted before it began
             outcome = outcome_of_value(await handler(job))
         except asyncio.CancelledError:
-            if not running.timed_out:
+            if running.interrupted_by is None:
                 raise  # the loop is closing: the process is ending
-            timeout = JobTimeout(f"job {job.id} ({job.kind}) passed its max runtime")
-            outcome = outcome_of_exception(timeout)
+            outcome = outcome_of_exception(_interruption(running.interrupted_by, job))
         except BaseException as exc:
             outcome = outcome_of_exception(exc)
         finally:
@@ -193,6 +215,12 @@ class SlotPool:
             thread.start()
             self._loop, self._loop_thread = loop, thread
         return self._loop
+
+
+def _interruption(exception: Interruption, job: Job) -> BaseException:
+    if exception is JobCancelled:
+        return JobCancelled(f"job {job.id} ({job.kind}) was cancelled")
+    return JobTimeout(f"job {job.id} ({job.kind}) passed its max runtime")
 
 
 async def _awaited(awaitable: Any) -> Any:

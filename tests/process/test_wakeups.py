@@ -116,13 +116,13 @@ def test_a_notification_read_with_another_answer_is_still_found(db_dsn, conn):
     try:
         fd = keeper.listen_fd()
         assert fd is not None
-        assert keeper.notified_queues() == {ALL_QUEUES}, "listening afresh: wake everyone"
+        assert keeper.notified().queues == {ALL_QUEUES}, "listening afresh: wake everyone"
         pgworkerd.enqueue(conn, "record", {}, queue="mail")
         conn.commit()
         # A housekeeping query (renewal, rescue, prune): reads the notification too.
         renewal = keeper.run_due(time.monotonic(), list, dict)
         assert renewal is not None and renewal.renewed == frozenset()
         assert select.select([fd], [], [], 0.2)[0] == [], "the socket has nothing more"
-        assert keeper.notified_queues() == {"mail"}
+        assert keeper.notified().queues == {"mail"}
     finally:
         keeper.close()

@@ -50,8 +50,8 @@ def test_a_schedule_can_start_later_and_refuses_a_useless_interval() -> None:
 
 
 class FakeStore:
-    notify_channel = "pgworkerd.jobs"
     schema = "pgworkerd"
+    notify_channel = "pgworkerd.jobs"
 
     def __init__(self, calls: list[str]) -> None:
         self.calls = calls
@@ -90,9 +90,11 @@ class FakeConnection:
     def transaction(self) -> nullcontext[None]:
         return nullcontext()
 
-    def execute(self, statement: bytes, params: dict[str, Any]) -> FakeConnection:
-        self.calls.append(f"prune {params['state']}")
-        return self
+    def execute(self, statement: bytes, params: dict[str, Any]) -> Any:
+        if "state" in params:  # a batch of pruning
+            self.calls.append(f"prune {params['state']}")
+            return self
+        return []  # the lookup of leases a renewal missed: none was cancelled
 
 
 class FakeSession:

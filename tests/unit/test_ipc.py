@@ -134,6 +134,18 @@ def test_control_lines_are_read_only_when_the_board_counts_news(pipe: tuple[int,
     board.close()
 
 
+def test_timeout_and_cancel_lines_name_their_job(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    board = StartBoard()
+    writer, reader = ControlWriter(w, board), ControlReader(r, board)
+    writer.timeout(7)
+    writer.cancel(8)
+    writer.cancel(9)
+    assert reader.has_news() and reader.read() is False  # neither is a wake
+    assert (reader.timeouts, reader.cancels) == ({7}, {8, 9})
+    board.close()
+
+
 def test_a_snapshot_is_one_moment_across_slots() -> None:
     board = StartBoard(slots=2)
     board.post_start(1, slot=0)

@@ -6,7 +6,12 @@ import uuid
 
 from pgworkerd.ipc import Claimed, ClaimedJob, StartRecord
 from pgworkerd.supervisor import limits
-from pgworkerd.supervisor.ledger import SOFT_TIMEOUT_GRACE_S, ChildLedger, JobState
+from pgworkerd.supervisor.ledger import (
+    CANCEL_GRACE_S,
+    SOFT_TIMEOUT_GRACE_S,
+    ChildLedger,
+    JobState,
+)
 
 T0 = 500.0
 TTL = 30.0
@@ -76,3 +81,23 @@ def test_given_up_and_lost_jobs_need_nothing_more() -> None:
     ledger.renewal(set(ledger.leases()), renewed=set(), sent_at=T0)
     assert {j.state for j in ledger.jobs.values()} == {JobState.LOST, JobState.GIVEN_UP}
     assert limits.next_lapse(ledger, TTL) is None
+
+
+def test_a_cancelled_job_still_running_after_the_grace_is_killed() -> None:
+    ledger = ledger_with([10.0, 3600.0], started=2)
+    ledger.cancelling(ledger.jobs[2], T0 + 1)
+    grace_ends = T0 + 1 + CANCEL_GRACE_S
+    assert limits.next_runtime_moment(ledger) == grace_ends
+    early = limits.check_runtimes(ledger, grace_ends - 0.01)
+    assert early.cancel_kill == [] and early.kill == []
+    verdict = limits.check_runtimes(ledger, grace_ends)
+    assert [job.id for job in verdict.cancel_kill] == [2] and verdict.kill == []
+    # Its max runtime no longer applies; the neighbour's still does.
+    assert [job.id for job in limits.check_runtimes(ledger, T0 + 10).soft_timeout] == [1]
+
+
+def test_a_cancelled_job_is_past_the_lease_lapse_checks() -> None:
+    ledger = ledger_with([3600.0], started=1)
+    ledger.cancelling(ledger.jobs[1], T0)
+    assert limits.next_lapse(ledger, TTL) is None  # no lease left to lapse
+    assert limits.check_lapses(ledger, T0 + 10 * TTL, TTL).running == []

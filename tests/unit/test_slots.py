@@ -89,6 +89,49 @@ def test_jobtimeout_reaches_a_thread_and_a_task_not_their_neighbours(pool: SlotP
     assert not pool.interrupt(3), "a job that ended is not interrupted"
 
 
+def test_jobcancelled_reaches_a_thread_and_a_task_not_their_neighbours(pool: SlotPool) -> None:
+    seen: list[str] = []
+
+    def catches(job: Job) -> None:
+        try:
+            spinner(job)
+        except pgworkerd.JobCancelled:
+            seen.append("thread")
+            raise
+
+    async def catches_async(job: Job) -> None:
+        try:
+            await forever(job)
+        except asyncio.CancelledError:  # how asyncio delivers any interruption
+            seen.append("task")
+            raise
+
+    pool.start(job(1), catches, pool.take_slot())
+    pool.start(job(2), catches_async, pool.take_slot())
+    pool.start(job(3), sleeper, pool.take_slot())
+    time.sleep(0.05)
+    assert pool.interrupt(1, pgworkerd.JobCancelled)
+    assert pool.interrupt(2, pgworkerd.JobCancelled)
+    done = {f.job.id: f.outcome for f in wait_finished(pool, 3)}
+    assert done[1].kind == done[2].kind == "cancelled"
+    assert "was cancelled" in (done[2].error or "")
+    assert done[3].kind == "succeeded"
+    assert sorted(seen) == ["task", "thread"]
+
+
+def test_an_interruption_before_the_handler_begins_is_not_lost(pool: SlotPool) -> None:
+    """Asked for between the job's start and its registration by its thread or task:
+    raised as it begins (here: before the pool's thread or loop even exists)."""
+    pool.start(job(1), spinner, pool.take_slot())
+    pool.start(job(2), forever, pool.take_slot())
+    # The registration is a few instructions away in another thread: interrupt at once.
+    assert pool.interrupt(1, pgworkerd.JobCancelled)
+    assert pool.interrupt(2, pgworkerd.JobCancelled)
+    done = {f.job.id: f.outcome.kind for f in wait_finished(pool, 2)}
+    assert done == {1: "cancelled", 2: "cancelled"}
+    assert not pool.interrupt(1, pgworkerd.JobCancelled)
+
+
 def test_a_handlers_exceptions_become_outcomes(pool: SlotPool) -> None:
     def discard(job: Job) -> None:
         raise pgworkerd.Discard("no")

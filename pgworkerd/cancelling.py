@@ -1,0 +1,51 @@
+"""How the holder of a running job learns it was cancelled.
+
+`jobs_cancel` (sql/queries.sql) ends the job `cancelled` and, in the same statement,
+notifies the cancel channel with the job's id and the lease token it was running
+under. The supervisor that holds that lease (it LISTENs on the channel beside the
+enqueue one) tells the worker, which raises `pgworkerd.JobCancelled` in the handler;
+after the grace the process is killed. Behind PgBouncer in transaction mode (no
+LISTEN) or when a notification is missed, the next lease renewal is the fallback: a
+lease it does not find is looked up with `cancelled_among`, and a cancelled job is
+stopped the same way, not treated as rescued.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+
+from pgworkerd import queries
+from pgworkerd.job import Lease
+
+
+def leases_in(payload: str) -> list[Lease]:
+    """The leases a cancel notification names ("id:token" pairs, space-separated);
+    a malformed pair is skipped (the renewal still catches its job)."""
+    leases = []
+    for pair in payload.split():
+        job_id, _, token = pair.partition(":")
+        try:
+            leases.append(Lease(int(job_id), uuid.UUID(token)))
+        except ValueError:
+            continue
+    return leases
+
+
+def cancelled_among(
+    conn: psycopg.Connection[Any], schema: str, leases: Iterable[Lease]
+) -> set[int]:
+    """Ids of the jobs among `leases` that were cancelled while held under them. Only
+    asked about leases a renewal did not find: never on the usual path."""
+    leases = list(leases)
+    if not leases:
+        return set()
+    params = {
+        "ids": [lease.job_id for lease in leases],
+        "tokens": [lease.token for lease in leases],
+    }
+    rows = conn.execute(queries.statements(schema)["jobs_cancelled_among"], params)
+    return {row[0] for row in rows}

@@ -1,0 +1,15 @@
+"""The LISTEN/NOTIFY channels of one schema (their names are quoted identifiers, so a
+schema name of any spelling is fine)."""
+
+from __future__ import annotations
+
+
+def notify_channel(schema: str) -> str:
+    """The channel on which enqueues announce their queue's name."""
+    return f"{schema}.jobs"
+
+
+def cancel_channel(schema: str) -> str:
+    """The channel that names the leases of running jobs just cancelled (see
+    pgworkerd/cancelling.py)."""
+    return f"{schema}.cancel"
