@@ -117,15 +117,15 @@ def periodic(entries: Sequence[dict[str, Any]]) -> str:
         [e["kind"], e["schedule"], e["queue"], _short(e["last_slot_at"]), _short(e["next_slot_at"])]
         for e in entries
     ]
-    headers = ["PERIODIC", "SCHEDULE", "QUEUE", "LAST SLOT", "NEXT SLOT"]
-    return table(headers, rows, cut_first=[0, 2, 1])
+    headers = ["PERIODIC", "SCHEDULE", "QUEUE", "LAST (UTC)", "NEXT (UTC)"]
+    return table(headers, rows, cut_first=[1, 2, 0])
 
 
 def _short(iso: str | None) -> str:
-    """`MM-DD HH:MM:SS` in UTC (the year is this one or the next), `-` for none."""
+    """`MM-DD HH:MM:SS` in UTC (the year is the current one or the next), `-` for none."""
     if iso is None:
         return "-"
-    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%m-%d %H:%M:%SZ")
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%m-%d %H:%M:%S")
 
 
 def job_list(jobs: Sequence[dict[str, Any]]) -> str:
