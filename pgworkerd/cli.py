@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import psycopg
 
 from pgworkerd import config as config_module
-from pgworkerd import db, handlers, health, logs, migrations
+from pgworkerd import db, handlers, health, logs, migrations, periodic, queries
 from pgworkerd.config import Config, ConfigError, parse_duration
 from pgworkerd.embedded import EmbeddedError
 from pgworkerd.errors import InvalidJob, SchemaError
@@ -25,6 +25,7 @@ from pgworkerd.handlers import HandlerError
 from pgworkerd.producer import Producer
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+CHECK_SLOTS = 3  # `check` prints this many next run times of each periodic entry
 
 
 class UsageError(Exception):
@@ -105,10 +106,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     url = db.database_url(config)
     with db.connect(url, application_name="pgworkerd check") as conn:
         version = migrations.check_version(conn, config.database.schema_name)
+        clock = queries.statements(config.database.schema_name)["clock_read"]
+        now = conn.execute(clock).fetchone()[0]  # type: ignore[index]
     print(
         f"ok: {len(config.handlers)} handler(s) import, {len(config.pools())} pool(s), "
         f"database reachable at {db.redact(url)}, schema version {version}"
     )
+    for entry in config.periodic:
+        schedule = entry.schedule()
+        slots = ", ".join(s.isoformat() for s in periodic.upcoming(schedule, now, CHECK_SLOTS))
+        print(f"periodic {entry.kind} ({schedule.describe()}): next at {slots}")
     return EXIT_OK
 
 
@@ -147,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     command(
         "check",
         cmd_check,
-        "validate the config, import every handler, reach the database, check the schema",
+        "validate the config, import every handler, reach the database, check the schema; "
+        "print the next run times of each periodic entry",
     )
     command("health", lambda a: health.cmd_health(a, _load_config), health.HELP)
     enqueue = command("enqueue", cmd_enqueue, "enqueue one job and print its id")

@@ -20,7 +20,9 @@ CommandAdder = Callable[[str, Callable[[argparse.Namespace], int], str], argpars
 
 
 def register(command: CommandAdder, common: cli._Parser) -> None:
-    status = command("status", cmd_status, "queues, their jobs by state, and the live daemons")
+    status = command(
+        "status", cmd_status, "queues, their jobs by state, live daemons, periodic entries"
+    )
     status.add_argument("--json", action="store_true", help="one JSON object")
     jobs = command("jobs", _no_subcommand, "list, show, retry or cancel jobs")
     subs = jobs.add_subparsers(dest="jobs_command", required=True, parser_class=cli._Parser)
@@ -48,8 +50,9 @@ def register(command: CommandAdder, common: cli._Parser) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    periodic = cli._load_config(args).periodic  # what this config schedules, and when
     with _connect(args, "status") as (conn, ops):
-        report = ops.status(conn)
+        report = ops.status(conn, periodic)
     print(_json(report) if args.json else cli_format.status(report))
     return cli.EXIT_OK
 

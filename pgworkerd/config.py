@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from pgworkerd.config_periodic import PeriodicEntry, Retention, check_entries
 from pgworkerd.errors import PgworkerdError
 
 DEFAULT_CONFIG_PATH = Path("config/pgworkerd.yaml")
@@ -162,7 +163,9 @@ class Defaults(_Section):
     batch_size: Count = Field(10, ge=1, le=1000)
     backoff_base: Seconds = Field(30.0, description="first retry waits up to this long")
     backoff_max: Seconds = Field(3600.0, description="no retry waits longer")
-    retention: Seconds = Field(7 * 86400.0, description="finished jobs are pruned after this")
+    retention: Seconds | None = Field(
+        None, description="the older form: for each state that `retention:` leaves out"
+    )
 
 
 class Config(BaseSettings):
@@ -204,6 +207,8 @@ class Config(BaseSettings):
     http: HttpConfig | None = Field(None, description="absent: no HTTP listener")
     max_jobs_per_child: Count | None = Field(None, ge=1)
     max_memory_per_child: Bytes | None = None
+    periodic: list[PeriodicEntry] = Field([], description="jobs enqueued on a schedule")
+    retention: Retention = Retention()
 
     @classmethod
     def settings_customise_sources(
@@ -235,6 +240,7 @@ class Config(BaseSettings):
                     raise ValueError(
                         f"workers[{index}].queues: {name!r} is not declared under queues"
                     )
+        check_entries(self.periodic, self.queues, self.handlers)
         return self
 
     # -- derived settings ---------------------------------------------------------------

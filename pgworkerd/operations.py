@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 
 from pgworkerd import queries
 from pgworkerd.pausing import QueuePauses
+from pgworkerd.config_periodic import PeriodicEntry
 from pgworkerd.producer import default_producer
 from pgworkerd.store import DEFAULT_SCHEMA, JobStore
 
@@ -71,7 +72,10 @@ class Operations:
         self.store = JobStore(schema)
         self._sql = queries.statements(schema)
 
-    def status(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    def status(
+        self, conn: psycopg.Connection[Any], periodic: Sequence[PeriodicEntry] = ()
+    ) -> dict[str, Any]:
+        """Queues, live daemons, and the `periodic` entries of the caller's config."""
         with conn.cursor(row_factory=dict_row) as cur:
             queue_rows = cur.execute(self._sql["jobs_status_by_queue"]).fetchall()
             daemon_rows = cur.execute(self._sql["daemons_list"]).fetchall()
@@ -79,10 +83,13 @@ class Operations:
                 self._sql["jobs_running_progress"], {"limit": STATUS_PROGRESS_JOBS}
             ).fetchall()
             now = cur.execute(self._sql["clock_read"]).fetchone()
+            keys = [entry.key for entry in periodic]
+            slots = cur.execute(self._sql["periodic_entries_last"], {"keys": keys}).fetchall()
         assert now is not None
         paused = QueuePauses(self.store.schema).paused(conn)
         # A paused queue without jobs is shown too: the pause is what the operator looks for.
         queue_rows += [_no_jobs(name) for name in paused.keys() - {r["queue"] for r in queue_rows}]
+        last = {row["entry_key"]: row for row in slots}
         return {
             "at": json_value(now["now"]),
             "queues": [
@@ -91,6 +98,7 @@ class Operations:
             ],
             "daemons": [_daemon_status(row) for row in daemon_rows],
             "progress": [{key: json_value(row[key]) for key in row} for row in progress_rows],
+            "periodic": [_periodic_status(e, last.get(e.key), now["now"]) for e in periodic],
         }
 
     def list_jobs(
@@ -184,6 +192,23 @@ def _no_jobs(queue: str) -> dict[str, Any]:
         **dict.fromkeys(STATES, 0),
         "oldest_ready_age_s": None,
         "finished_5m": 0,
+    }
+
+
+def _periodic_status(
+    entry: PeriodicEntry, row: dict[str, Any] | None, now: datetime
+) -> dict[str, Any]:
+    schedule = entry.schedule()
+    return {
+        "key": entry.key,
+        "kind": entry.kind,
+        "queue": entry.queue,
+        "schedule": schedule.describe(),
+        "missed": entry.missed,
+        # None: no daemon has run this entry yet (it is registered at its first round).
+        "last_slot_at": json_value(row["last_slot_at"]) if row else None,
+        "last_job_id": row["last_job_id"] if row else None,
+        "next_slot_at": json_value(schedule.next_after(now)),
     }
 
 

@@ -259,14 +259,6 @@ class JobStore:
         rows = conn.execute(self._sql["jobs_retry_finished"], params).fetchall()
         return sorted(row[0] for row in rows)
 
-    def prune(self, conn: psycopg.Connection[Any], *, retention_s: float, batch: int = 1000) -> int:
-        """Delete at most `batch` finished jobs older than `retention_s`; returns how
-        many. Call again while it returns `batch`."""
-        cur = conn.execute(
-            self._sql["jobs_prune"], {"retention_s": float(retention_s), "limit": batch}
-        )
-        return cur.rowcount
-
     def get(self, conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any] | None:
         with conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(self._sql["jobs_get"], {"id": job_id}).fetchone()

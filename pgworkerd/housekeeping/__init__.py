@@ -5,7 +5,9 @@ children that died, and listen for enqueue and cancel notifications.
     session.py        the one connection: short timeouts, reconnects, typed results
     deadline.py       the client-side deadline every round trip runs under
     schedule.py       when a periodic duty is due (pure: the caller brings the time)
-    duties.py         renewal + heartbeat, rescue, prune, unregister
+    duties.py         renewal + heartbeat, rescue, unregister
+    retention.py      pruning finished jobs by state (or archiving them)
+    periodic.py       enqueuing the slots of the periodic entries
     settlements.py    the queue of writes for the jobs of dead children
     notifications.py  LISTEN and what it brought
 """
@@ -13,13 +15,16 @@ children that died, and listen for enqueue and cancel notifications.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pgworkerd.channels import cancel_channel
-from pgworkerd.housekeeping import duties
-from pgworkerd.housekeeping.duties import PRUNE_INTERVAL_S, Renewal
+from pgworkerd.config import Config
+from pgworkerd.housekeeping import duties, retention
+from pgworkerd.housekeeping.duties import Renewal
 from pgworkerd.housekeeping.notifications import ALL_QUEUES, Notifications, Notified
+from pgworkerd.housekeeping.periodic import PeriodicDuty
 from pgworkerd.housekeeping.schedule import Every
 from pgworkerd.housekeeping.session import Answer, DatabaseSession, Failure, Result
 from pgworkerd.housekeeping.settlements import PendingSettlements, Settlement
@@ -47,7 +52,7 @@ class Housekeeper:
         store: JobStore,
         database_url: str,
         lease_ttl_s: float,
-        retention_s: float,
+        config: Callable[[], Config],  # the running config: the supervisor swaps it on HUP
         daemon_id: str,
         listen: bool = True,
         on_disconnect: Callable[[], None] | None = None,
@@ -56,7 +61,10 @@ class Housekeeper:
     ) -> None:
         self.store = store  # assignable: the supervisor swaps it on reload
         self.lease_ttl_s = lease_ttl_s
-        self.retention_s = retention_s
+        self.config = config
+        self._configured: Config | None = None  # the config the duties below follow
+        self.retention = retention.Policy.from_config(config())
+        self.periodic = PeriodicDuty(store.schema)
         self.daemon_id = daemon_id
         self.session = session or DatabaseSession(
             database_url=database_url,
@@ -72,7 +80,7 @@ class Housekeeper:
         # Each due at once (the supervisor's first loop turn), then at its interval.
         self.renewal_schedule = Every(duties.renewal_interval_s(lease_ttl_s))
         self.rescue_schedule = Every(duties.rescue_interval_s(lease_ttl_s))
-        self.prune_schedule = Every(PRUNE_INTERVAL_S)
+        self.prune_schedule = Every(retention.PRUNE_INTERVAL_S)
         self.sample_schedule = Every(duties.SAMPLE_INTERVAL_S)
         self.sampled_queues: Sequence[str] = ()  # set when the metrics are served
         self.last_renewal_at: float | None = None  # monotonic: the last one that answered
@@ -86,7 +94,19 @@ class Housekeeper:
             self.rescue_schedule.next_at,
             self.prune_schedule.next_at,
             self.sample_schedule.next_at if self.sampled_queues else math.inf,
+            self._periodic_due_at(),
         )
+
+    def _periodic_due_at(self) -> float:
+        due_in_s = self.periodic.next_due_in_s()
+        return math.inf if due_in_s is None else time.monotonic() + due_in_s
+
+    def _follow_config(self) -> None:
+        config = self.config()
+        if config is not self._configured:
+            self._configured = config
+            self.retention = retention.Policy.from_config(config)
+            self.periodic.configure(config.periodic)
 
     def run_due(
         self,
@@ -95,9 +115,11 @@ class Housekeeper:
         info: Callable[[], dict[str, Any]],
     ) -> Renewal | None:
         """Run each duty due at `now` (monotonic), in this order: renewal (of `leases()`,
-        with `info()` in the heartbeat), rescue, prune; then write pending settlements.
+        with `info()` in the heartbeat), rescue, periodic slots, prune; then write
+        pending settlements.
         The Renewal when a renewal ran and answered, else None."""
         renewal = None
+        self._follow_config()
         if self.renewal_schedule.due(now):
             self.renewal_schedule.done(now)
             renewal = duties.renew(
@@ -121,14 +143,16 @@ class Housekeeper:
             sample = duties.sample_queues(self.session, self.store, self.sampled_queues)
             if sample.ok:
                 METRICS.queues_sampled(sample.value)
+        due_in_s = self.periodic.next_due_in_s()
+        if due_in_s is not None and due_in_s <= 0:
+            self.periodic.run(self.session)
         if self.prune_schedule.due(now):
             self.prune_schedule.done(now)
-            duties.prune(
-                self.session,
-                self.store,
-                retention_s=self.retention_s,
-                lease_ttl_s=self.lease_ttl_s,
+            pruned = retention.prune(
+                self.session, self.store, self.retention, lease_ttl_s=self.lease_ttl_s
             )
+            if pruned.ok and pruned.value.backlog:
+                self.prune_schedule.next_at = now + retention.PRUNE_BACKLOG_INTERVAL_S
         self.flush_settlements()
         return renewal
 

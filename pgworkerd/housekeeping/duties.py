@@ -1,5 +1,6 @@
 """The supervisor's periodic maintenance: renew its children's leases and heartbeat,
-rescue expired leases (of any daemon), prune old rows. Each is one function over a
+rescue expired leases (of any daemon); pruning is retention.py, periodic jobs
+periodic.py. Each is one function over a
 session and the store; when they run is the schedules' business (see __init__.py)."""
 
 from __future__ import annotations
@@ -20,10 +21,6 @@ from pgworkerd.job import Lease
 from pgworkerd.store import JobStore
 
 log = logging.getLogger("pgworkerd.supervisor")
-
-PRUNE_INTERVAL_S = 60.0
-PRUNE_BATCHES_PER_TICK = 10
-PRUNE_BATCH = 1000
 
 
 def renewal_interval_s(lease_ttl_s: float) -> float:
@@ -96,28 +93,6 @@ def rescue(session: DatabaseSession, store: JobStore) -> Result[int]:
         return len(outcomes)
 
     return session.attempt("rescue", work)
-
-
-def prune(
-    session: DatabaseSession, store: JobStore, *, retention_s: float, lease_ttl_s: float
-) -> Result[int]:
-    """Delete finished jobs past retention (a bounded amount per call) and daemons long
-    silent; how many jobs."""
-
-    def work(conn: psycopg.Connection[Any]) -> int:
-        total = 0
-        for _ in range(PRUNE_BATCHES_PER_TICK):
-            deleted = store.prune(conn, retention_s=retention_s, batch=PRUNE_BATCH)
-            total += deleted
-            if deleted < PRUNE_BATCH:
-                break
-        store.prune_stale_daemons(conn, stale_after_s=max(300.0, 10 * lease_ttl_s))
-        return total
-
-    result = session.attempt("prune", work)
-    if result.ok and result.value:
-        logs.event(log, logging.INFO, "pruned finished jobs", count=result.value)
-    return result
 
 
 def unregister(session: DatabaseSession, store: JobStore, daemon_id: str) -> Result[None]:

@@ -13,3 +13,8 @@ ALTER TABLE jobs ADD CONSTRAINT jobs_progress_valid
 -- Set by pgworkerd.wait() on a job that is not final yet: only the statements that make
 -- such a job final send a notification, so a job nobody waits for costs no NOTIFY.
 ALTER TABLE jobs ADD COLUMN waited_on boolean NOT NULL DEFAULT false;
+
+-- Archived jobs (retention.archive, 0003) keep the last progress their handler reported.
+ALTER TABLE jobs_archive ADD COLUMN progress       double precision;
+ALTER TABLE jobs_archive ADD COLUMN progress_stage text;
+ALTER TABLE jobs_archive ADD COLUMN progress_at    timestamptz;

@@ -407,17 +407,94 @@ RETURNING j.id;
 
 
 -- name: jobs_prune
--- Deletes up to `limit` finished jobs older than the retention, oldest first, by the
--- finished-rows index; callers loop so no single statement holds many locks.
+-- Deletes up to `limit` jobs of one finished state older than its retention, oldest
+-- first, by jobs_finished_idx. A short statement of its own (autocommit) that skips a
+-- row another transaction holds: pruning never waits on a lock, nor holds one long.
+-- The state is one of the three finished ones: a queued or running job never matches.
 DELETE FROM {schema}.jobs
 WHERE id IN (
     SELECT id FROM {schema}.jobs
-    WHERE state IN ('succeeded', 'dead', 'cancelled')
+    WHERE state = %(state)s
+      AND state IN ('succeeded', 'dead', 'cancelled')
       AND finished_at < now() - make_interval(secs => %(retention_s)s)
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );
+
+
+-- name: jobs_archive_move
+-- jobs_prune for `retention.archive`: the same rows, moved to jobs_archive in the same
+-- statement (a row is in exactly one of the two tables at any commit). The state is
+-- checked again on the deleted row: a row re-queued by `retry` between the pick and
+-- the delete is left alone.
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE state = %(state)s
+      AND state IN ('succeeded', 'dead', 'cancelled')
+      AND finished_at < now() - make_interval(secs => %(retention_s)s)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+moved AS (
+    DELETE FROM {schema}.jobs AS j
+    USING picked
+    WHERE j.id = picked.id AND j.state IN ('succeeded', 'dead', 'cancelled')
+    RETURNING j.*
+)
+INSERT INTO {schema}.jobs_archive
+    (id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
+     run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
+     finished_at, progress, progress_stage, progress_at)
+SELECT id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
+       run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
+       finished_at, progress, progress_stage, progress_at
+FROM moved;
+
+
+-- name: periodic_entries_register
+-- Entries seen for the first time start from now: the slots before they existed are
+-- not missed slots. Returns the database clock, which the caller's slots are read on.
+WITH registered AS (
+    INSERT INTO {schema}.periodic_entries (entry_key, last_slot_at)
+    SELECT k, now() FROM unnest(%(keys)s::text[]) AS k
+    ON CONFLICT (entry_key) DO NOTHING
+    RETURNING entry_key
+)
+SELECT clock_timestamp() AS now, (SELECT count(*) FROM registered) AS new_entries;
+
+
+-- name: periodic_entries_last
+-- The newest slot enqueued (or the first sight) of each of these entries.
+SELECT entry_key, last_slot_at, last_job_id
+FROM {schema}.periodic_entries
+WHERE entry_key = ANY(%(keys)s::text[]);
+
+
+-- name: periodic_enqueue
+-- Enqueues the job of one slot, once: the UPDATE moves the entry's last slot forwards
+-- only if this slot is newer (a concurrent daemon's UPDATE of the same slot waits for
+-- ours, then sees the new value and matches nothing), and the INSERT runs only on the
+-- row the UPDATE returned. run_at is the slot: a daemon whose clock runs ahead enqueues
+-- early, and the job still waits for its time on the database clock.
+WITH advanced AS (
+    UPDATE {schema}.periodic_entries
+    SET last_slot_at = %(slot_at)s, last_job_id = nextval(%(sequence)s::regclass),
+        updated_at = now()
+    WHERE entry_key = %(key)s AND last_slot_at < %(slot_at)s
+    RETURNING last_job_id
+),
+inserted AS (
+    INSERT INTO {schema}.jobs (id, queue, kind, payload, priority, run_at)
+    SELECT last_job_id, %(queue)s, %(kind)s, %(payload)s::jsonb, %(priority)s, %(slot_at)s
+    FROM advanced
+    RETURNING id, queue
+),
+notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM inserted
+)
+SELECT id FROM inserted CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
 
 
 -- name: jobs_get

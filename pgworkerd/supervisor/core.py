@@ -388,7 +388,7 @@ class Supervisor:
             store=self.store,
             database_url=self.database_url,
             lease_ttl_s=self.config.lease_ttl,
-            retention_s=self.config.defaults.retention,
+            config=lambda: self.config,
             daemon_id=self.daemon_id,
             listen=self.config.notifications,
             on_disconnect=self._forget_listener,

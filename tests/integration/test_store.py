@@ -220,7 +220,7 @@ def test_rescue_skips_a_row_locked_by_a_completion_in_flight(conn, store, db_dsn
     assert store.get(conn, job_id)["state"] == "succeeded"
 
 
-# -- cancel, retry, prune ------------------------------------------------------------------
+# -- cancel, retry (pruning: test_retention.py) ------------------------------------------
 
 
 def test_cancel_queued_and_running_but_not_finished_jobs(conn, store):
@@ -265,22 +265,6 @@ def test_retry_finished_leaves_a_job_whose_unique_key_is_live_again(conn, store)
     assert store.get(conn, first)["state"] == "dead"
 
 
-def test_prune_deletes_only_old_finished_jobs(conn, store):
-    ids = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 6)
-    jobs = claim(store, conn, limit=4)
-    store.complete(conn, [(j.lease, None) for j in jobs[:3]])
-    store.cancel(conn, [jobs[3].id])
-    conn.execute(
-        "UPDATE pgworkerd.jobs SET finished_at = now() - interval '2 days' WHERE id = ANY(%s)",
-        ([ids[0], ids[1], ids[3]],),
-    )
-    assert store.prune(conn, retention_s=86400, batch=2) == 2
-    assert store.prune(conn, retention_s=86400, batch=2) == 1
-    assert store.prune(conn, retention_s=86400, batch=2) == 0
-    left = {r[0] for r in conn.execute("SELECT id FROM pgworkerd.jobs")}
-    assert left == {ids[2], ids[4], ids[5]}
-
-
 def test_run_at_far_past_and_far_future_are_accepted(conn, store):
     past = pgworkerd.enqueue(conn, "k", {}, run_at=datetime(1970, 1, 1, tzinfo=UTC))
     future = pgworkerd.enqueue(conn, "k", {}, run_at=datetime(9999, 1, 1, tzinfo=UTC))
@@ -306,4 +290,11 @@ def test_a_custom_schema_is_used_as_data(empty_db_dsn, schema):
                 "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
             )
         }
-        assert tables >= {"jobs", "daemons", "migrations", "paused_queues"}
+        assert tables >= {
+            "jobs",
+            "daemons",
+            "migrations",
+            "paused_queues",
+            "periodic_entries",
+            "jobs_archive",
+        }

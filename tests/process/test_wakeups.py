@@ -13,6 +13,7 @@ import time
 from datetime import UTC, datetime
 
 import pgworkerd
+from pgworkerd.config import Config
 from pgworkerd.housekeeping import ALL_QUEUES, Housekeeper
 from pgworkerd.store import JobStore
 from tests.daemon import job_in_state, wait_until
@@ -110,7 +111,7 @@ def test_a_notification_read_with_another_answer_is_still_found(db_dsn, conn):
     while it waits for an answer is read with it, and its socket will never wake the
     loop for it. The supervisor drains after every turn; this is what it relies on."""
     keeper = Housekeeper(
-        store=JobStore(), database_url=db_dsn, lease_ttl_s=30, retention_s=3600, daemon_id="test"
+        store=JobStore(), database_url=db_dsn, lease_ttl_s=30, config=Config, daemon_id="test"
     )
     try:
         fd = keeper.listen_fd()

@@ -88,6 +88,25 @@ def test_queues_fit_80_columns_and_say_paused_and_configured() -> None:
     assert cli_format.queues([]) == "no queues"
 
 
+def test_periodic_entries_fit_80_columns_the_schedule_cut_first() -> None:
+    entry = {
+        "kind": "nightly_inventory_report",
+        "schedule": "0 8 * * mon-fri America/Argentina/Buenos_Aires",
+        "queue": "reports",
+        "last_slot_at": "2026-11-23T08:00:00+01:00",
+        "next_slot_at": "2026-11-24T07:00:00+00:00",
+    }
+    never = {**entry, "kind": "sync", "schedule": "every 30s", "last_slot_at": None}
+    out = cli_format.status({"at": "x", "queues": [], "daemons": [], "periodic": [entry, never]})
+    lines = out.splitlines()
+    assert lines[-3].split() == ["PERIODIC", "SCHEDULE", "QUEUE", "LAST", "(UTC)", "NEXT", "(UTC)"]
+    assert all(len(line) <= 80 for line in lines), out
+    assert lines[-2].startswith("nightly_inventory_report  0 8 * * mon"), "the kind kept whole"
+    assert "…" in lines[-2].split("  ")[1], "the schedule cut"
+    assert "11-23 07:00:00  11-24 07:00:00" in lines[-2], "in UTC"
+    assert lines[-1].split()[:4] == ["sync", "every", "30s", "reports"] and " - " in lines[-1]
+
+
 def test_status_and_lists_when_empty() -> None:
     out = cli_format.status({"at": "x", "queues": [], "daemons": []})
     assert out == "no jobs\n\nno live daemons"

@@ -12,12 +12,15 @@ from typing import Any
 
 import pytest
 
+from pgworkerd.config import Config
 from pgworkerd.housekeeping import Answer, Failure, Housekeeper, Renewal, Settlement
 from pgworkerd.housekeeping.schedule import Every
 from pgworkerd.job import Lease
 
 LEASE_TTL_S = 30.0  # renewal every 10 s, rescue every 5 s, prune every 60 s
 T0 = 1000.0  # the fake clock's first reading
+CONFIG = Config()  # no periodic entries: those are tests/unit/test_periodic.py's
+PRUNED = ["prune succeeded", "prune dead", "prune cancelled", "prune daemons"]
 
 
 # -- Every ------------------------------------------------------------------------------
@@ -64,10 +67,6 @@ class FakeStore:
         self.calls.append("rescue")
         return []
 
-    def prune(self, conn: Any, *, retention_s: float, batch: int) -> int:
-        self.calls.append("prune")
-        return 0
-
     def prune_stale_daemons(self, conn: Any, stale_after_s: float) -> int:
         self.calls.append("prune daemons")
         return 0
@@ -81,10 +80,20 @@ class FakeStore:
 
 
 class FakeConnection:
+    """Runs what the duties send as plain statements (pruning): counts them, finds
+    nothing."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+        self.rowcount = 0
+
     def transaction(self) -> nullcontext[None]:
         return nullcontext()
 
-    def execute(self, statement: bytes, params: dict[str, Any]) -> list[tuple[int]]:
+    def execute(self, statement: bytes, params: dict[str, Any]) -> Any:
+        if "state" in params:  # a batch of pruning
+            self.calls.append(f"prune {params['state']}")
+            return self
         return []  # the lookup of leases a renewal missed: none was cancelled
 
 
@@ -92,7 +101,8 @@ class FakeSession:
     """DatabaseSession's round trips without a database: the work runs on a fake
     connection, or fails when `down`."""
 
-    def __init__(self) -> None:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
         self.down = False
         self.queried_since_drain = False
         self.conn = None
@@ -101,7 +111,7 @@ class FakeSession:
         if self.down:
             return Failure(what, "database down")
         self.queried_since_drain = True
-        return Answer(work(FakeConnection()))
+        return Answer(work(FakeConnection(self.calls)))
 
     def close(self) -> None:
         pass
@@ -128,8 +138,8 @@ def calls() -> list[str]:
 
 
 @pytest.fixture
-def session() -> FakeSession:
-    return FakeSession()
+def session(calls: list[str]) -> FakeSession:
+    return FakeSession(calls)
 
 
 @pytest.fixture
@@ -138,7 +148,7 @@ def keeper(calls: list[str], session: FakeSession) -> Housekeeper:
         store=FakeStore(calls),  # type: ignore[arg-type]
         database_url="postgresql://unused",
         lease_ttl_s=LEASE_TTL_S,
-        retention_s=3600,
+        config=lambda: CONFIG,
         daemon_id="test",
         session=session,  # type: ignore[arg-type]
     )
@@ -159,7 +169,7 @@ def test_every_duty_runs_at_the_first_turn_renewal_first(
     assert keeper.next_due_at() == -math.inf, "due at once"
     loop = Loop([lease(1), lease(2), lease(3)])
     renewal = run(keeper, calls, T0, loop)
-    assert calls == ["heartbeat", "renew", "rescue", "prune", "prune daemons"]
+    assert calls == ["heartbeat", "renew", "rescue", *PRUNED]
     assert renewal == Renewal(renewed=frozenset({1, 3}), sent_at=T0)
     assert loop.asked == 1
     assert keeper.next_due_at() == T0 + 5, "the rescue, every min(5, lease_ttl / 2) s"
@@ -185,9 +195,9 @@ def test_only_what_is_due_runs(keeper: Housekeeper, calls: list[str]) -> None:
     for now in (T0 + 15.2, T0 + 20.2, T0 + 25.2, T0 + 30.2, T0 + 35.2, T0 + 40.2):
         run(keeper, calls, now, loop)
     run(keeper, calls, T0 + 59.9, loop)
-    assert "prune" not in calls, "pruning waits its 60 s"
+    assert not any(c.startswith("prune") for c in calls), "pruning waits its 60 s"
     run(keeper, calls, T0 + 60, loop)
-    assert calls == ["prune", "prune daemons"]
+    assert calls == PRUNED, "each finished state, then the silent daemons"
 
 
 def test_intervals_follow_the_lease_ttl(calls: list[str], session: FakeSession) -> None:
@@ -195,7 +205,7 @@ def test_intervals_follow_the_lease_ttl(calls: list[str], session: FakeSession) 
         store=FakeStore(calls),  # type: ignore[arg-type]
         database_url="postgresql://unused",
         lease_ttl_s=3.0,
-        retention_s=3600,
+        config=lambda: CONFIG,
         daemon_id="test",
         session=session,  # type: ignore[arg-type]
     )

@@ -1,0 +1,111 @@
+"""Pruning: finished jobs past their state's retention are deleted, or moved to
+jobs_archive with `retention.archive: true`, in small batches.
+
+Each batch is one short autocommit statement that locks only the rows it removes and
+skips any row another transaction holds (FOR UPDATE SKIP LOCKED): it never waits on a
+lock, and nothing waits long on it. A round stops after PRUNE_BUDGET_S, since the
+supervisor's loop (which also renews leases) waits for it; with rows left over, the
+next round comes after PRUNE_BACKLOG_INTERVAL_S instead of PRUNE_INTERVAL_S.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from pgworkerd import logs, queries
+from pgworkerd.config import Config
+from pgworkerd.config_periodic import FinishedState, retention_s
+from pgworkerd.housekeeping.session import DatabaseSession, Result
+from pgworkerd.store import JobStore
+
+log = logging.getLogger("pgworkerd.supervisor")
+
+PRUNE_INTERVAL_S = 60.0
+PRUNE_BACKLOG_INTERVAL_S = 1.0
+PRUNE_BATCH = 1000
+PRUNE_BUDGET_S = 0.5
+FINISHED_STATES: tuple[FinishedState, ...] = ("succeeded", "dead", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Seconds each finished state is kept, and whether pruned rows are archived."""
+
+    keep_s: dict[FinishedState, float]
+    archive: bool = False
+
+    @classmethod
+    def from_config(cls, config: Config) -> Policy:
+        fallback = config.defaults.retention
+        keep = {s: retention_s(config.retention, fallback, s) for s in FINISHED_STATES}
+        return cls(keep, config.retention.archive)
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    counts: dict[FinishedState, int]  # rows removed, by state
+    backlog: bool  # a round stopped with rows past retention left: come back soon
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def prune_batch(
+    conn: psycopg.Connection[Any], schema: str, policy: Policy, state: FinishedState, batch: int
+) -> int:
+    """One batch of one state; how many rows it removed."""
+    name = "jobs_archive_move" if policy.archive else "jobs_prune"
+    params = {"state": state, "retention_s": policy.keep_s[state], "limit": batch}
+    return conn.execute(queries.statements(schema)[name], params).rowcount
+
+
+def prune_round(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    policy: Policy,
+    *,
+    batch: int = PRUNE_BATCH,
+    budget_s: float = PRUNE_BUDGET_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> Pruned:
+    """Batches of each state in turn until each is done or the budget is spent."""
+    stop_at = clock() + budget_s
+    counts: dict[FinishedState, int] = dict.fromkeys(FINISHED_STATES, 0)
+    backlog = False
+    for state in FINISHED_STATES:
+        while True:
+            if clock() >= stop_at:
+                return Pruned(counts, backlog=True)
+            removed = prune_batch(conn, schema, policy, state, batch)
+            counts[state] += removed
+            if removed < batch:
+                break
+    return Pruned(counts, backlog)
+
+
+def prune(
+    session: DatabaseSession, store: JobStore, policy: Policy, *, lease_ttl_s: float
+) -> Result[Pruned]:
+    """A round of pruning, then the daemons long silent."""
+
+    def work(conn: psycopg.Connection[Any]) -> Pruned:
+        pruned = prune_round(conn, store.schema, policy)
+        store.prune_stale_daemons(conn, stale_after_s=max(300.0, 10 * lease_ttl_s))
+        return pruned
+
+    result = session.attempt("prune", work)
+    if result.ok and result.value.total:
+        logs.event(
+            log,
+            logging.INFO,
+            "archived finished jobs" if policy.archive else "pruned finished jobs",
+            **{state: n for state, n in result.value.counts.items() if n},
+        )
+    return result
