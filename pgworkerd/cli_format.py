@@ -1,0 +1,246 @@
+"""Human output of the operator's commands: aligned tables that fit 80 columns, and the
+long form of one job. Pure functions of the JSON values `operations` returns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+WIDTH = 80
+ELLIPSIS = "…"
+
+
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    width: int = WIDTH,
+    cut_first: Sequence[int] = (),
+) -> str:
+    """Columns separated by two spaces, numbers right-aligned (a column whose cells are
+    all numbers or `-`); when too wide, text is cut (with `…`) until the table fits
+    `width`: the columns `cut_first` in that order, then the widest text column, no
+    column narrower than its header or 4 characters."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    numeric = [bool(cells) and all(_is_number(row[i]) for row in cells) for i in range(len(widths))]
+    floors = [max(len(h), 4) for h in headers]
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        shrinkable = [i for i in range(len(widths)) if not numeric[i] and widths[i] > floors[i]]
+        if not shrinkable:
+            break
+        first = [i for i in cut_first if i in shrinkable]
+        widths[first[0] if first else max(shrinkable, key=lambda i: widths[i])] -= 1
+
+    def line(row: Sequence[str]) -> str:
+        parts = []
+        for i, cell in enumerate(row):
+            cell = cut(cell, widths[i])
+            parts.append(cell.rjust(widths[i]) if numeric[i] else cell.ljust(widths[i]))
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(row) for row in cells)])
+
+
+def cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + ELLIPSIS
+
+
+def age(seconds: float | None) -> str:
+    """`-`, `42s`, `3m05s`, `2h07m`, `3d04h`."""
+    if seconds is None:
+        return "-"
+    s = max(int(seconds), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def when(iso: str | None) -> str:
+    """An ISO 8601 time as `YYYY-MM-DD HH:MM:SS` in its own offset, `-` for none."""
+    if iso is None:
+        return "-"
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def first_line(text: str | None) -> str:
+    if not text:
+        return ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    # A traceback's last line names the exception; a plain message has one line.
+    return lines[-1].strip() if lines else ""
+
+
+def status(report: dict[str, Any]) -> str:
+    queue_rows = [
+        [
+            q["queue"],
+            *(str(q["counts"][s]) for s in ("queued", "running", "succeeded", "dead", "cancelled")),
+            age(q["oldest_ready_age_s"]),
+            f"{q['finished_per_minute']:.1f}",
+            _yes_no(q["paused"]),
+        ]
+        for q in report["queues"]
+    ]
+    headers = [
+        *("QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED", "OLDEST", "DONE/MIN"),
+        "PAUSED",
+    ]
+    parts = [table(headers, queue_rows) if queue_rows else "no jobs"]
+    daemon_rows = [
+        [
+            d["id"],
+            d["hostname"],
+            str(d["pid"]),
+            when(d["started_at"]),
+            age(d["heartbeat_age_s"]) + " ago",
+            "-" if d["jobs_running"] is None else str(d["jobs_running"]),
+        ]
+        for d in report["daemons"]
+    ]
+    daemon_headers = ["DAEMON", "HOST", "PID", "STARTED", "HEARTBEAT", "RUNNING"]
+    daemons = table(daemon_headers, daemon_rows, cut_first=[1, 0]) if daemon_rows else None
+    parts.append(daemons or "no live daemons")
+    progress_rows = [
+        [
+            str(p["id"]),
+            p["queue"],
+            p["kind"],
+            percent(p["progress"]),
+            p["progress_stage"] or "-",
+            when(p["progress_at"]),
+        ]
+        for p in report.get("progress", [])
+    ]
+    if progress_rows:
+        headers = ["RUNNING JOB", "QUEUE", "KIND", "DONE", "STAGE", "REPORTED"]
+        parts.append(table(headers, progress_rows, cut_first=[4, 2]))
+    if report.get("periodic"):
+        parts.append(periodic(report["periodic"]))
+    return "\n\n".join(parts)
+
+
+def queues(listing: Sequence[dict[str, Any]]) -> str:
+    """`pgworkerd queues`: each queue, whether it is paused, whether the config names
+    it, and its jobs by state (since when a queue is paused: `--json`)."""
+    if not listing:
+        return "no queues"
+    rows = [
+        [
+            q["queue"],
+            _yes_no(q["paused"]),
+            _yes_no(q["configured"]),
+            *(str(q["counts"][s]) for s in ("queued", "running", "succeeded", "dead", "cancelled")),
+        ]
+        for q in listing
+    ]
+    headers = ["QUEUE", "PAUSED", "CONFIG", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED"]
+    return table(headers, rows, cut_first=[0])
+
+
+def percent(value: float | None) -> str:
+    """`42%`, `99.5%`, `-`."""
+    return "-" if value is None else f"{value:.3g}%"
+
+
+def periodic(entries: Sequence[dict[str, Any]]) -> str:
+    """The periodic entries of the config, with their last and next slots."""
+    rows = [
+        [e["kind"], e["schedule"], e["queue"], _short(e["last_slot_at"]), _short(e["next_slot_at"])]
+        for e in entries
+    ]
+    headers = ["PERIODIC", "SCHEDULE", "QUEUE", "LAST (UTC)", "NEXT (UTC)"]
+    return table(headers, rows, cut_first=[1, 2, 0])
+
+
+def _short(iso: str | None) -> str:
+    """`MM-DD HH:MM:SS` in UTC (the year is the current one or the next), `-` for none."""
+    if iso is None:
+        return "-"
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%m-%d %H:%M:%S")
+
+
+def job_list(jobs: Sequence[dict[str, Any]]) -> str:
+    if not jobs:
+        return "no jobs"
+    rows = [
+        [
+            str(j["id"]),
+            j["queue"],
+            j["kind"],
+            j["state"],
+            f"{j['attempt']}/{j['max_attempts'] if j['max_attempts'] is not None else '-'}",
+            when(j["run_at"]),
+            first_line(j["last_error"]),
+        ]
+        for j in jobs
+    ]
+    headers = ["ID", "QUEUE", "KIND", "STATE", "TRIES", "RUN AT", "LAST ERROR"]
+    return table(headers, rows, cut_first=[6])
+
+
+def job(detail: dict[str, Any]) -> str:
+    d = detail
+    max_attempts = "-" if d["max_attempts"] is None else d["max_attempts"]
+    held = (
+        f"{d['worker']} until {when(d['lease_expires_at'])}"
+        if d["lease_expires_at"] is not None
+        else f"no one (last: {d['worker']})"
+        if d["worker"]
+        else "no one"
+    )
+    fields = [
+        ("id", str(d["id"])),
+        ("queue", d["queue"]),
+        ("kind", d["kind"]),
+        ("state", d["state"]),
+        ("priority", str(d["priority"])),
+        ("attempt", f"{d['attempt']} of {max_attempts}"),
+        ("max runtime", "-" if d["max_runtime_s"] is None else f"{d['max_runtime_s']:g}s"),
+        ("unique key", d["unique_key"] or "-"),
+        ("held by", held),
+        ("created", when(d["created_at"])),
+        ("run at", when(d["run_at"])),
+        ("started", when(d["started_at"])),
+        ("finished", when(d["finished_at"])),
+        ("payload", json.dumps(d["payload"], ensure_ascii=False)),
+        ("result", "-" if d["result"] is None else json.dumps(d["result"], ensure_ascii=False)),
+        ("progress", _progress(d)),
+    ]
+    label_width = max(len(label) for label, _ in fields) + 1
+    out = [f"{(label + ':').ljust(label_width)} {value}" for label, value in fields]
+    errors = d["errors"] or []
+    out.append(f"errors: {len(errors)} kept" if errors else "errors: none")
+    for error in errors:
+        out.append("")
+        out.append(f"--- attempt {error.get('attempt')} at {when(error.get('at'))}")
+        out.extend("    " + line for line in str(error.get("error", "")).rstrip().splitlines())
+    return "\n".join(out)
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _progress(d: dict[str, Any]) -> str:
+    if d.get("progress") is None:
+        return "-"
+    stage = f" ({d['progress_stage']})" if d.get("progress_stage") else ""
+    return f"{percent(d['progress'])}{stage} at {when(d['progress_at'])}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return text == "-"
+    return True

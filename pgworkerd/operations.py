@@ -17,8 +17,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgworkerd import queries
-from pgworkerd.pausing import QueuePauses
 from pgworkerd.config_periodic import PeriodicEntry
+from pgworkerd.pausing import QueuePauses
 from pgworkerd.producer import default_producer
 from pgworkerd.store import DEFAULT_SCHEMA, JobStore
 
