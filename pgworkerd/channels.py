@@ -13,3 +13,9 @@ def cancel_channel(schema: str) -> str:
     """The channel that names the leases of running jobs just cancelled (see
     pgworkerd/cancelling.py)."""
     return f"{schema}.cancel"
+
+
+def finished_channel(schema: str) -> str:
+    """The channel on which a job that pgworkerd.wait() waits for is announced when it
+    becomes final; the payload is its id."""
+    return f"{schema}.finished"

@@ -12,10 +12,19 @@ from importlib import resources
 
 from psycopg import sql
 
+from pgworkerd.channels import finished_channel
+
 _NAME_MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # Fragments spliced into other statements rather than run on their own; a fragment may
 # use the ones before it.
-_FRAGMENTS = ("apply_failure", "queue_levels", "claim_picks", "claim_update", "complete_update")
+_FRAGMENTS = (
+    "apply_failure",
+    "queue_levels",
+    "claim_picks",
+    "claim_update",
+    "complete_update",
+    "prune_picks",
+)
 
 
 @functools.cache
@@ -52,9 +61,3 @@ def statements(schema: str) -> dict[str, bytes]:
         for name, body in source.items()
         if name not in _FRAGMENTS
     }
-
-
-def finished_channel(schema: str) -> str:
-    """The LISTEN/NOTIFY channel on which a job that pgworkerd.wait() waits for is
-    announced when it becomes final; the payload is its id."""
-    return f"{schema}.finished"

@@ -406,21 +406,25 @@ WHERE j.state = ANY(%(states)s::text[])
 RETURNING j.id;
 
 
+-- name: prune_picks
+-- Fragment of jobs_prune and jobs_archive_move: up to `limit` jobs of one finished state
+-- older than its retention, oldest first, by jobs_finished_idx, locked; a row another
+-- transaction holds is skipped: pruning never waits on a lock. The state is one of the
+-- three finished ones: a queued or running job never matches.
+SELECT id FROM {schema}.jobs
+WHERE state = %(state)s
+  AND state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at < now() - make_interval(secs => %(retention_s)s)
+ORDER BY finished_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+
 -- name: jobs_prune
--- Deletes up to `limit` jobs of one finished state older than its retention, oldest
--- first, by jobs_finished_idx. A short statement of its own (autocommit) that skips a
--- row another transaction holds: pruning never waits on a lock, nor holds one long.
--- The state is one of the three finished ones: a queued or running job never matches.
+-- Deletes the prune_picks. A short statement of its own (autocommit): pruning never
+-- holds a lock long.
 DELETE FROM {schema}.jobs
-WHERE id IN (
-    SELECT id FROM {schema}.jobs
-    WHERE state = %(state)s
-      AND state IN ('succeeded', 'dead', 'cancelled')
-      AND finished_at < now() - make_interval(secs => %(retention_s)s)
-    ORDER BY finished_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-);
+WHERE id IN ({prune_picks});
 
 
 -- name: jobs_archive_move
@@ -428,15 +432,7 @@ WHERE id IN (
 -- statement (a row is in exactly one of the two tables at any commit). The state is
 -- checked again on the deleted row: a row re-queued by `retry` between the pick and
 -- the delete is left alone.
-WITH picked AS (
-    SELECT id FROM {schema}.jobs
-    WHERE state = %(state)s
-      AND state IN ('succeeded', 'dead', 'cancelled')
-      AND finished_at < now() - make_interval(secs => %(retention_s)s)
-    ORDER BY finished_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-),
+WITH picked AS ({prune_picks}),
 moved AS (
     DELETE FROM {schema}.jobs AS j
     USING picked
