@@ -155,7 +155,13 @@ def percent(value: float | None) -> str:
 def periodic(entries: Sequence[dict[str, Any]]) -> str:
     """The periodic entries of the config, with their last and next slots."""
     rows = [
-        [e["kind"], e["schedule"], e["queue"], _short(e["last_slot_at"]), _short(e["next_slot_at"])]
+        [
+            e.get("name") or e["kind"],  # the entry's own name when it has one
+            e["schedule"],
+            e["queue"],
+            _short(e["last_slot_at"]),
+            _short(e["next_slot_at"]),
+        ]
         for e in entries
     ]
     headers = ["PERIODIC", "SCHEDULE", "QUEUE", "LAST (UTC)", "NEXT (UTC)"]

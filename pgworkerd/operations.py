@@ -201,6 +201,7 @@ def _periodic_status(
     schedule = entry.schedule()
     return {
         "key": entry.key,
+        "name": entry.name,
         "kind": entry.kind,
         "queue": entry.queue,
         "schedule": schedule.describe(),

@@ -97,14 +97,17 @@ def test_periodic_entries_fit_80_columns_the_schedule_cut_first() -> None:
         "next_slot_at": "2026-11-24T07:00:00+00:00",
     }
     never = {**entry, "kind": "sync", "schedule": "every 30s", "last_slot_at": None}
-    out = cli_format.status({"at": "x", "queues": [], "daemons": [], "periodic": [entry, never]})
+    named = {**never, "name": "morning_sync"}
+    report = {"at": "x", "queues": [], "daemons": [], "periodic": [entry, never, named]}
+    out = cli_format.status(report)
     lines = out.splitlines()
-    assert lines[-3].split() == ["PERIODIC", "SCHEDULE", "QUEUE", "LAST", "(UTC)", "NEXT", "(UTC)"]
+    assert lines[-4].split() == ["PERIODIC", "SCHEDULE", "QUEUE", "LAST", "(UTC)", "NEXT", "(UTC)"]
     assert all(len(line) <= 80 for line in lines), out
-    assert lines[-2].startswith("nightly_inventory_report  0 8 * * mon"), "the kind kept whole"
-    assert "…" in lines[-2].split("  ")[1], "the schedule cut"
-    assert "11-23 07:00:00  11-24 07:00:00" in lines[-2], "in UTC"
-    assert lines[-1].split()[:4] == ["sync", "every", "30s", "reports"] and " - " in lines[-1]
+    assert lines[-3].startswith("nightly_inventory_report  0 8 * * mon"), "the kind kept whole"
+    assert "…" in lines[-3].split("  ")[1], "the schedule cut"
+    assert "11-23 07:00:00  11-24 07:00:00" in lines[-3], "in UTC"
+    assert lines[-2].split()[:4] == ["sync", "every", "30s", "reports"] and " - " in lines[-2]
+    assert lines[-1].split()[0] == "morning_sync", "an entry's name rather than its kind"
 
 
 def test_status_and_lists_when_empty() -> None:
