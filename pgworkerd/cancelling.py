@@ -6,19 +6,14 @@ under. The supervisor that holds that lease (it LISTENs on the channel beside th
 enqueue one) tells the worker, which raises `pgworkerd.JobCancelled` in the handler;
 after the grace the process is killed. Behind PgBouncer in transaction mode (no
 LISTEN) or when a notification is missed, the next lease renewal is the fallback: a
-lease it does not find is looked up with `cancelled_among`, and a cancelled job is
+lease it does not find is looked up with `JobStore.cancelled_among`, and a cancelled job is
 stopped the same way, not treated as rescued.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from typing import Any
 
-import psycopg
-
-from pgworkerd import queries
 from pgworkerd.job import Lease
 
 
@@ -33,19 +28,3 @@ def leases_in(payload: str) -> list[Lease]:
         except ValueError:
             continue
     return leases
-
-
-def cancelled_among(
-    conn: psycopg.Connection[Any], schema: str, leases: Iterable[Lease]
-) -> set[int]:
-    """Ids of the jobs among `leases` that were cancelled while held under them. Only
-    asked about leases a renewal did not find: never on the usual path."""
-    leases = list(leases)
-    if not leases:
-        return set()
-    params = {
-        "ids": [lease.job_id for lease in leases],
-        "tokens": [lease.token for lease in leases],
-    }
-    rows = conn.execute(queries.statements(schema)["jobs_cancelled_among"], params)
-    return {row[0] for row in rows}

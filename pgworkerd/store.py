@@ -225,6 +225,11 @@ class JobStore:
         """Extend leases to now() + lease_ttl_s; returns the ids whose lease held."""
         return self._by_leases(conn, "jobs_renew", leases, lease_ttl_s=float(lease_ttl_s))
 
+    def cancelled_among(self, conn: psycopg.Connection[Any], leases: Iterable[Lease]) -> set[int]:
+        """Ids of the jobs among `leases` cancelled while held under them (asked only
+        about leases a renewal did not find: see pgworkerd/cancelling.py)."""
+        return self._by_leases(conn, "jobs_cancelled_among", leases)
+
     def rescue(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[FailureOutcome]:
         """Retry or dead-letter up to `limit` jobs whose lease expired."""
         params = {"limit": limit, **self._backoff_params()}

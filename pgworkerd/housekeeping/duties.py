@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from pgworkerd import cancelling, logs, queries
+from pgworkerd import logs, queries
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.job import Lease
 from pgworkerd.store import JobStore
@@ -67,7 +67,7 @@ def renew(
             )
             renewed = store.renew(conn, leases, lease_ttl_s)
             missing = [lease for lease in leases if lease.job_id not in renewed]
-            return renewed, cancelling.cancelled_among(conn, store.schema, missing)
+            return renewed, store.cancelled_among(conn, missing)
 
     result = session.attempt("renew leases", work)
     if not result.ok:

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 import pgworkerd
-from pgworkerd.cancelling import cancelled_among, leases_in
+from pgworkerd.cancelling import leases_in
 from pgworkerd.channels import cancel_channel
 from pgworkerd.store import JobStore
 from tests.integration.store_helpers import claim, expire_leases
@@ -72,11 +72,11 @@ def test_a_renewal_miss_is_a_cancel_only_if_cancelled_under_that_lease(conn: Con
     assert store.renew(conn, leases, 30) == {rescued.id, held.id}
     expire_leases(conn)
     store.rescue(conn)  # `rescued` and `held` go back to queued: not cancels
-    assert cancelled_among(conn, "pgworkerd", leases) == {cancelled.id}
+    assert store.cancelled_among(conn, leases) == {cancelled.id}
     # A job retried by hand and cancelled again is not a cancel of the old lease.
     store.retry_finished(conn, ids=[cancelled.id])
     (again,) = [job for job in claim(store, conn, limit=3) if job.id == cancelled.id]
     store.cancel(conn, [again.id])
-    assert cancelled_among(conn, "pgworkerd", [cancelled.lease]) == set()
-    assert cancelled_among(conn, "pgworkerd", [again.lease]) == {again.id}
-    assert cancelled_among(conn, "pgworkerd", []) == set()
+    assert store.cancelled_among(conn, [cancelled.lease]) == set()
+    assert store.cancelled_among(conn, [again.lease]) == {again.id}
+    assert store.cancelled_among(conn, []) == set()

@@ -63,6 +63,9 @@ class FakeStore:
         self.calls.append("renew")
         return {lease.job_id for lease in leases if lease.job_id % 2}  # odd ids still ours
 
+    def cancelled_among(self, conn: Any, leases: list[Lease]) -> set[int]:
+        return set()  # of the leases a renewal missed, none was cancelled
+
     def rescue(self, conn: Any) -> list[Any]:
         self.calls.append("rescue")
         return []
@@ -91,10 +94,9 @@ class FakeConnection:
         return nullcontext()
 
     def execute(self, statement: bytes, params: dict[str, Any]) -> Any:
-        if "state" in params:  # a batch of pruning
-            self.calls.append(f"prune {params['state']}")
-            return self
-        return []  # the lookup of leases a renewal missed: none was cancelled
+        assert "state" in params, "pruning is the only statement run on this connection"
+        self.calls.append(f"prune {params['state']}")
+        return self
 
 
 class FakeSession:
