@@ -116,13 +116,10 @@ class ConcurrentWorker(Worker):
     def _collect(self) -> None:
         """Record the outcomes of the jobs that ended, and act on runtime timeouts and
         cancels."""
-        if self.control.timeouts or self.control.cancels:
-            for job_id in list(self.control.timeouts):
-                self.control.timeouts.discard(job_id)
-                self.slots.interrupt(job_id, JobTimeout)
-            for job_id in list(self.control.cancels):
-                self.control.cancels.discard(job_id)
-                self.slots.interrupt(job_id, JobCancelled)
+        control = self.control
+        for asked, exception in ((control.timeouts, JobTimeout), (control.cancels, JobCancelled)):
+            while asked:
+                self.slots.interrupt(asked.pop(), exception)
         finished = self.slots.finished()
         for item in finished:
             duration_ms = round(item.ran_s * 1000, 1)
