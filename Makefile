@@ -60,7 +60,7 @@ demo: $(STAMP)
 
 # Stops the embedded cluster that `make demo` left running.
 stop-db: $(STAMP)
-	$(BIN)/python -c "from pgworkerd.embedded import local_cluster; local_cluster().stop()"
+	$(BIN)/python -c "from pgworkerd.storage.embedded import local_cluster; local_cluster().stop()"
 
 # pgworkerd beside its peers on a throwaway durable cluster (~3 min; `--peers all`,
 # `--reps 3`, `--scale` via BENCH_ARGS). Prints the table, writes bench/results/.

@@ -40,7 +40,7 @@ from bench.cluster import (
     throwaway_cluster,
 )
 from bench.daemon import REPO
-from pgworkerd.embedded import EmbeddedCluster
+from pgworkerd.storage.embedded import EmbeddedCluster
 
 RESULTS = REPO / "bench" / "results"
 MODES = ("throughput", "latency")

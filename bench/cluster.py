@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from pgworkerd.embedded import EmbeddedCluster, free_port
+from pgworkerd.storage.embedded import EmbeddedCluster, free_port
 
 T = TypeVar("T")
 

@@ -37,7 +37,7 @@ from bench.cluster import in_fresh_database
 from bench.daemon import QUEUE, Daemon, migrate, write_config
 from bench.measure import UNFINISHED
 from bench.peers import Peer
-from pgworkerd.embedded import EmbeddedCluster
+from pgworkerd.storage.embedded import EmbeddedCluster
 
 POLL_S = 0.02
 RUN_TIMEOUT_S = 180.0  # per row, as the peers' harness runs

@@ -30,8 +30,8 @@ import pgworkerd
 from bench import stats
 from bench.cluster import fresh_database, throwaway_cluster
 from bench.daemon import QUEUE, Daemon, migrate, write_config
-from pgworkerd.migrations import migrate as migrate_schema
-from pgworkerd.store import JobStore
+from pgworkerd.storage.migrations import migrate as migrate_schema
+from pgworkerd.storage.store import JobStore
 
 Conn = psycopg.Connection[Any]
 CLAIM_QUEUE = "default"

@@ -23,8 +23,8 @@ import psutil
 import psycopg
 
 import pgworkerd
-from pgworkerd.embedded import EmbeddedCluster, free_port
-from pgworkerd.migrations import migrate
+from pgworkerd.storage.embedded import EmbeddedCluster, free_port
+from pgworkerd.storage.migrations import migrate
 from tests import invariants
 from tests.daemon import Daemon, write_config
 

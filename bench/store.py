@@ -24,9 +24,9 @@ from typing import Any
 import psycopg
 
 import pgworkerd
-from pgworkerd.embedded import EmbeddedCluster, free_port
-from pgworkerd.migrations import migrate
-from pgworkerd.store import JobStore
+from pgworkerd.storage.embedded import EmbeddedCluster, free_port
+from pgworkerd.storage.migrations import migrate
+from pgworkerd.storage.store import JobStore
 
 RAW_SCHEMA = """
 CREATE TABLE raw_jobs (

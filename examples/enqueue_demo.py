@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 
 import pgworkerd
-from pgworkerd import config, db
+from pgworkerd import config
+from pgworkerd.storage import connections
 
 
 def main() -> None:
     settings = config.load(sys.argv[1] if len(sys.argv) > 1 else None)
     producer = pgworkerd.Producer(schema=settings.database.schema_name)
-    with db.connect(
-        db.database_url(settings), application_name="pgworkerd demo", autocommit=False
+    with connections.connect(
+        connections.database_url(settings), application_name="pgworkerd demo", autocommit=False
     ) as conn:
         ids = producer.enqueue_many(
             conn,

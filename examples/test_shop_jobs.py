@@ -17,7 +17,8 @@ import pytest
 
 import pgworkerd
 from examples import shop_jobs
-from pgworkerd import config, migrations
+from pgworkerd import config
+from pgworkerd.storage import migrations
 from pgworkerd.testing import assert_enqueued, drain
 
 Conn = psycopg.Connection[Any]

@@ -5,11 +5,9 @@ AsyncConnection), and the values a handler receives and raises; read a job's res
 wait for its end.
 """
 
-from pgworkerd.errors import InvalidJob, JobNotFound, NoResult, PgworkerdError, WaitError
-from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, Retry
-from pgworkerd.operations import cancel, retry
-from pgworkerd.pausing import pause_queue, resume_queue
-from pgworkerd.producer import (
+from pgworkerd.client.operations import cancel, retry
+from pgworkerd.client.pausing import pause_queue, resume_queue
+from pgworkerd.client.producer import (
     EnqueueOptions,
     Producer,
     enqueue,
@@ -17,7 +15,9 @@ from pgworkerd.producer import (
     enqueue_many,
     enqueue_many_async,
 )
-from pgworkerd.results import result, wait, wait_async
+from pgworkerd.client.results import result, wait, wait_async
+from pgworkerd.errors import InvalidJob, JobNotFound, NoResult, PgworkerdError, WaitError
+from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, Retry
 
 __all__ = [
     "Discard",

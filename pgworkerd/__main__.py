@@ -1,3 +1,3 @@
-from pgworkerd.cli import main
+from pgworkerd.cli.main import main
 
 main()

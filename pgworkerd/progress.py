@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
-from pgworkerd import logs, queries
+from pgworkerd import logs
 from pgworkerd.encoding import ESCAPED_NUL
+from pgworkerd.storage import queries
 
 if TYPE_CHECKING:
     from pgworkerd.job import Job

@@ -19,12 +19,13 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from pgworkerd import handlers, progress, queries
+from pgworkerd import handlers, progress
+from pgworkerd.client.producer import default_producer
 from pgworkerd.config import Config
-from pgworkerd.execution import Executor, OutcomeKind
 from pgworkerd.job import Job
-from pgworkerd.producer import default_producer
-from pgworkerd.store import Backoff, JobStore
+from pgworkerd.storage import queries
+from pgworkerd.storage.store import Backoff, JobStore
+from pgworkerd.worker.execution import Executor, OutcomeKind
 from pgworkerd.worker.loop import unknown_kind
 from pgworkerd.worker.outcome_writer import write_unsuccessful
 

@@ -16,9 +16,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgworkerd.embedded import FAST_UNSAFE_SETTINGS, EmbeddedCluster, free_port
-from pgworkerd.migrations import migrate
-from pgworkerd.store import DEFAULT_SCHEMA, JobStore
+from pgworkerd.storage.embedded import FAST_UNSAFE_SETTINGS, EmbeddedCluster, free_port
+from pgworkerd.storage.migrations import migrate
+from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 import pgworkerd
-from pgworkerd import osutil
+from pgworkerd.supervisor import osutil
 
 
 def _record(job: pgworkerd.Job, event: str) -> None:

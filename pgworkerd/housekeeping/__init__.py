@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pgworkerd.channels import cancel_channel
 from pgworkerd.config import Config
 from pgworkerd.housekeeping import duties, retention
 from pgworkerd.housekeeping.duties import Renewal
@@ -29,8 +28,9 @@ from pgworkerd.housekeeping.schedule import Every
 from pgworkerd.housekeeping.session import Answer, DatabaseSession, Failure, Result
 from pgworkerd.housekeeping.settlements import PendingSettlements, Settlement
 from pgworkerd.job import Lease
-from pgworkerd.metrics import METRICS
-from pgworkerd.store import JobStore
+from pgworkerd.storage.channels import cancel_channel
+from pgworkerd.storage.store import JobStore
+from pgworkerd.supervisor.metrics import METRICS
 
 __all__ = [
     "ALL_QUEUES",

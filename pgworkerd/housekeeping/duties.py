@@ -15,10 +15,11 @@ from typing import Any
 
 import psycopg
 
-from pgworkerd import logs, queries
+from pgworkerd import logs
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.job import Lease
-from pgworkerd.store import JobStore
+from pgworkerd.storage import queries
+from pgworkerd.storage.store import JobStore
 
 log = logging.getLogger("pgworkerd.supervisor")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from pgworkerd.cancelling import leases_in
+from pgworkerd.housekeeping.cancelling import leases_in
 from pgworkerd.housekeeping.session import DatabaseSession
 from pgworkerd.job import Lease
 

@@ -1,5 +1,5 @@
 """The periodic entries' duty: enqueue each slot's job when it comes (the slots are
-computed by pgworkerd/periodic.py; the once-only guarantee is periodic_enqueue's
+computed by pgworkerd/schedules.py; the once-only guarantee is periodic_enqueue's
 compare-and-set in sql/queries.sql).
 
 Every daemon runs every entry of its config; none is elected. Each wakes at a slot
@@ -21,10 +21,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgworkerd import logs, periodic, queries
-from pgworkerd.channels import notify_channel
-from pgworkerd.config_periodic import PeriodicEntry
+from pgworkerd import logs
+from pgworkerd.config import schedules
+from pgworkerd.config.periodic import PeriodicEntry
 from pgworkerd.housekeeping.session import DatabaseSession
+from pgworkerd.storage import queries
+from pgworkerd.storage.channels import notify_channel
 
 log = logging.getLogger("pgworkerd.supervisor")
 
@@ -37,7 +39,7 @@ CLOCK_REFRESH_S = 60.0
 @dataclass
 class _Tracked:
     entry: PeriodicEntry
-    schedule: periodic.Schedule = field(init=False)
+    schedule: schedules.Schedule = field(init=False)
     tried: datetime | None = None  # newest slot this daemon has settled (won or lost)
 
     def __post_init__(self) -> None:
@@ -135,7 +137,7 @@ class PeriodicDuty:
         enqueued = 0
         for tracked in due:
             entry = tracked.entry
-            slots = periodic.due_slots(
+            slots = schedules.due_slots(
                 tracked.schedule,
                 now=now,
                 last=last.get(entry.key),

@@ -18,11 +18,12 @@ from typing import Any
 
 import psycopg
 
-from pgworkerd import logs, queries
+from pgworkerd import logs
 from pgworkerd.config import Config
-from pgworkerd.config_periodic import FinishedState, retention_s
+from pgworkerd.config.retention import FinishedState, retention_s
 from pgworkerd.housekeeping.session import DatabaseSession, Result
-from pgworkerd.store import JobStore
+from pgworkerd.storage import queries
+from pgworkerd.storage.store import JobStore
 
 log = logging.getLogger("pgworkerd.supervisor")
 

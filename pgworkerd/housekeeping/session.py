@@ -23,8 +23,9 @@ from typing import Any, Generic, Literal, TypeAlias, TypeVar
 import psycopg
 from psycopg import sql
 
-from pgworkerd import db, logs
+from pgworkerd import logs
 from pgworkerd.housekeeping.deadline import Deadline, RoundTripTimeout, enforced
+from pgworkerd.storage import connections
 
 log = logging.getLogger("pgworkerd.supervisor")
 
@@ -106,7 +107,7 @@ class DatabaseSession:
             error = deadline.error() if deadline.fired else exc
             during = "connect" if self.conn is None else what
             self.failed(during, error)
-            return Failure(during, db.describe_error(error, self.database_url))
+            return Failure(during, connections.describe_error(error, self.database_url))
         self._connect_delay_s = 0.25
         if self._outage_logged:
             logs.event(log, logging.INFO, "database reachable again")
@@ -127,7 +128,7 @@ class DatabaseSession:
                 logging.WARNING,
                 "database error in supervisor",
                 during=what,
-                error=db.describe_error(exc, self.database_url),
+                error=connections.describe_error(exc, self.database_url),
             )
             self._outage_logged = True
         self.close()
@@ -159,7 +160,7 @@ class DatabaseSession:
         if time.monotonic() < self._next_connect_at:
             return None
         timeout_ms = int(self.round_trip_cap_s * 1000)
-        self.conn = db.connect(
+        self.conn = connections.connect(
             self.database_url,
             application_name="pgworkerd supervisor",
             connect_timeout=max(2, timeout_ms // 1000),

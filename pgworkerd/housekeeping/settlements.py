@@ -16,7 +16,7 @@ import psycopg
 from pgworkerd import logs
 from pgworkerd.housekeeping.session import DatabaseSession
 from pgworkerd.job import Lease
-from pgworkerd.store import JobStore
+from pgworkerd.storage.store import JobStore
 
 log = logging.getLogger("pgworkerd.supervisor")
 

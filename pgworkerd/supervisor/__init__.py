@@ -1,6 +1,2 @@
 """The supervisor: one process per host that forks the worker children and owns their
 signals, runtime limits, leases and housekeeping. See core.py for the loop."""
-
-from pgworkerd.supervisor.core import Supervisor
-
-__all__ = ["Supervisor"]

@@ -15,7 +15,6 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pgworkerd import osutil
 from pgworkerd.ipc import (
     BootError,
     Claimed,
@@ -30,8 +29,9 @@ from pgworkerd.ipc import (
     StartBoard,
     StatusReader,
 )
-from pgworkerd.metrics import METRICS
+from pgworkerd.supervisor import osutil
 from pgworkerd.supervisor.ledger import ChildLedger, JobState, KillReason, LedgerJob
+from pgworkerd.supervisor.metrics import METRICS
 from pgworkerd.worker import WorkerSpec, child_main
 
 

@@ -32,15 +32,15 @@ from pgworkerd.handlers import Handler, HandlerError
 from pgworkerd.housekeeping import Housekeeper, Renewal, Settlement
 from pgworkerd.ipc import Claimed, Idle, Stopping
 from pgworkerd.job import Lease
-from pgworkerd.store import Backoff, JobStore
+from pgworkerd.storage.store import Backoff, JobStore
 from pgworkerd.supervisor import enforcement, operating
 from pgworkerd.supervisor.children import ChildProcess
 from pgworkerd.supervisor.http import HttpListener
 from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
 from pgworkerd.supervisor.signals import SignalInbox
+from pgworkerd.supervisor.systemd import Notifier
 from pgworkerd.supervisor.wakeups import Wakeups
 from pgworkerd.supervisor.workforce import Seat, Workforce, worker_spec
-from pgworkerd.systemd import Notifier
 from pgworkerd.worker import WorkerSpec
 
 log = logging.getLogger("pgworkerd.supervisor")

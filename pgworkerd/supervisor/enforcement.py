@@ -9,10 +9,10 @@ import signal
 import time
 from collections.abc import Collection, Iterable
 
-from pgworkerd import logs, osutil
+from pgworkerd import logs
 from pgworkerd.housekeeping import Renewal
 from pgworkerd.job import Lease
-from pgworkerd.supervisor import limits
+from pgworkerd.supervisor import limits, osutil
 from pgworkerd.supervisor.children import ChildProcess
 from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
 

@@ -18,8 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pgworkerd import logs
 from pgworkerd.config import ConfigError, host_port
 from pgworkerd.housekeeping import duties
-from pgworkerd.metrics import METRICS
 from pgworkerd.supervisor.http import HttpListener
+from pgworkerd.supervisor.metrics import METRICS
 
 if TYPE_CHECKING:
     from pgworkerd.supervisor.core import Supervisor

@@ -8,8 +8,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pgworkerd import osutil
 from pgworkerd.ipc import ExitCode
+from pgworkerd.supervisor import osutil
 from pgworkerd.supervisor.ledger import KillReason
 
 

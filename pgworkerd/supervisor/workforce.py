@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pgworkerd import logs, osutil
+from pgworkerd import logs
 from pgworkerd.config import Config, PoolConfig
-from pgworkerd.metrics import METRICS
-from pgworkerd.store import Backoff
+from pgworkerd.storage.store import Backoff
+from pgworkerd.supervisor import osutil
 from pgworkerd.supervisor.children import ChildProcess, spawn
 from pgworkerd.supervisor.ledger import KillReason
+from pgworkerd.supervisor.metrics import METRICS
 from pgworkerd.supervisor.reaping import ExitReport, reaped, report_exit
 from pgworkerd.worker import WorkerSpec
 

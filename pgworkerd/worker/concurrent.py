@@ -21,11 +21,11 @@ from setproctitle import setproctitle
 
 from pgworkerd.ipc import ControlReader, ExitCode, Idle, StartBoard, StatusWriter
 from pgworkerd.job import Job, JobCancelled, JobTimeout
-from pgworkerd.outcomes import Success
 from pgworkerd.worker.connection import CONNECTION_FAULTS, drain_pipe
 from pgworkerd.worker.loop import Worker, unknown_kind
 from pgworkerd.worker.slots import Finished, SlotPool
 from pgworkerd.worker.spec import WorkerSpec
+from pgworkerd.worker.success_buffer import Success
 
 log = logging.getLogger("pgworkerd.worker")
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import psycopg
 
-from pgworkerd import db, logs
+from pgworkerd import logs
+from pgworkerd.storage import connections
 from pgworkerd.worker.spec import WorkerSpec
 
 log = logging.getLogger("pgworkerd.worker")
@@ -53,7 +54,7 @@ class WorkerConnection:
                 # A write unacknowledged for as long as a lease lasts means a dead
                 # path: give up then, not after the default 30 s (the job's lease
                 # would have lapsed long before, leaving it `running` meanwhile).
-                self.conn = db.connect(
+                self.conn = connections.connect(
                     self.spec.database_url,
                     application_name=f"pgworkerd worker {self.spec.pool} #{self.spec.index}",
                     tcp_user_timeout=int(min(30.0, self.spec.lease_ttl_s) * 1000),
@@ -67,7 +68,7 @@ class WorkerConnection:
                     log,
                     logging.WARNING,
                     "database unreachable; retrying",
-                    error=db.describe_error(exc, self.spec.database_url),
+                    error=connections.describe_error(exc, self.spec.database_url),
                     retry_in_s=round(delay, 2),
                 )
                 if self.orphaned() or (self.stopping() and not for_outcome):
@@ -84,7 +85,7 @@ class WorkerConnection:
             log,
             logging.WARNING,
             "database connection lost",
-            error=db.describe_error(exc, self.spec.database_url),
+            error=connections.describe_error(exc, self.spec.database_url),
         )
         self._close()
         if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):

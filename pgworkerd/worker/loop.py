@@ -26,8 +26,7 @@ import psutil
 import psycopg
 from setproctitle import setproctitle
 
-from pgworkerd import db, logs, progress
-from pgworkerd.execution import Executor, Outcome
+from pgworkerd import logs, progress
 from pgworkerd.ipc import (
     Claimed,
     ClaimedJob,
@@ -41,16 +40,18 @@ from pgworkerd.ipc import (
     Stopping,
 )
 from pgworkerd.job import Job, JobCancelled, JobTimeout
-from pgworkerd.outcomes import OutcomeBuffer, Success
 from pgworkerd.progress import ProgressWriter
-from pgworkerd.store import JobStore
+from pgworkerd.storage import connections
+from pgworkerd.storage.store import JobStore
 from pgworkerd.worker.connection import (
     CONNECTION_FAULTS,
     WorkerConnection,
     drain_pipe,
 )
+from pgworkerd.worker.execution import Executor, Outcome
 from pgworkerd.worker.outcome_writer import OutcomeWriter
 from pgworkerd.worker.spec import WorkerSpec
+from pgworkerd.worker.success_buffer import OutcomeBuffer, Success
 
 log = logging.getLogger("pgworkerd.worker")
 
@@ -105,7 +106,7 @@ class Worker:
 
     def _progress_connection(self) -> psycopg.Connection[Any]:
         spec = self.spec
-        return db.connect(
+        return connections.connect(
             spec.database_url,
             application_name=f"pgworkerd progress {spec.pool} #{spec.index}",
             tcp_user_timeout=int(min(30.0, spec.lease_ttl_s) * 1000),

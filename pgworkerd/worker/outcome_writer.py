@@ -10,12 +10,12 @@ from typing import Any
 import psycopg
 
 from pgworkerd import logs
-from pgworkerd.execution import Outcome
 from pgworkerd.ipc import Done, Finishing, StatusWriter
 from pgworkerd.job import Job
-from pgworkerd.outcomes import OutcomeBuffer, Success
-from pgworkerd.store import FailureOutcome, JobStore
+from pgworkerd.storage.store import FailureOutcome, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
+from pgworkerd.worker.execution import Outcome
+from pgworkerd.worker.success_buffer import OutcomeBuffer, Success
 
 log = logging.getLogger("pgworkerd.worker")
 

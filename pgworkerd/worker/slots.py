@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from queue import SimpleQueue
 from typing import Any
 
-from pgworkerd.execution import Outcome, outcome_of_exception, outcome_of_value
 from pgworkerd.job import Job, JobCancelled, JobTimeout
+from pgworkerd.worker.execution import Outcome, outcome_of_exception, outcome_of_value
 
 Interruption = type[JobTimeout] | type[JobCancelled]
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pgworkerd.store import Backoff
+from pgworkerd.storage.store import Backoff
 
 
 @dataclass(frozen=True)

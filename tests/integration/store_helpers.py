@@ -10,7 +10,7 @@ import psycopg
 
 import pgworkerd
 from pgworkerd.job import Lease
-from pgworkerd.store import JobStore
+from pgworkerd.storage.store import JobStore
 
 Conn = psycopg.Connection[Any]
 

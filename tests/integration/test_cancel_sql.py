@@ -9,9 +9,9 @@ from typing import Any
 import psycopg
 
 import pgworkerd
-from pgworkerd.cancelling import leases_in
-from pgworkerd.channels import cancel_channel
-from pgworkerd.store import JobStore
+from pgworkerd.housekeeping.cancelling import leases_in
+from pgworkerd.storage.channels import cancel_channel
+from pgworkerd.storage.store import JobStore
 from tests.integration.store_helpers import claim, expire_leases
 
 Conn = psycopg.Connection[Any]

@@ -12,8 +12,8 @@ import pytest
 from psycopg import sql
 
 import pgworkerd
-from pgworkerd import queries
-from pgworkerd.store import JobStore
+from pgworkerd.storage import queries
+from pgworkerd.storage.store import JobStore
 from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
 
 CLAIM_PARAMS = {

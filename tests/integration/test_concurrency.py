@@ -6,7 +6,7 @@ import multiprocessing
 from collections import Counter
 
 import pgworkerd
-from pgworkerd.store import JobStore
+from pgworkerd.storage.store import JobStore
 
 CLAIMERS = 8
 JOBS = 5_000

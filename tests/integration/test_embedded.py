@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgworkerd.embedded import EmbeddedCluster
+from pgworkerd.storage.embedded import EmbeddedCluster
 
 
 @pytest.fixture

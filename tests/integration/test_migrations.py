@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgworkerd import migrations
 from pgworkerd.errors import SchemaError
-from pgworkerd.migrations import Migration
+from pgworkerd.storage import migrations
+from pgworkerd.storage.migrations import Migration
 
 
 def describe_schema(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[Any]]:

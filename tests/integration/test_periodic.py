@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from pgworkerd import config
+from pgworkerd.config.schedules import due_slots
 from pgworkerd.housekeeping import DatabaseSession
 from pgworkerd.housekeeping.periodic import PeriodicDuty, enqueue_slot
-from pgworkerd.periodic import due_slots
 
 SCHEMA = "pgworkerd"
 T = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from pgworkerd import InvalidJob, Producer
-from pgworkerd.channels import notify_channel
-from pgworkerd.producer import default_producer
-from pgworkerd.store import JobStore
+from pgworkerd.client.producer import default_producer
+from pgworkerd.storage.channels import notify_channel
+from pgworkerd.storage.store import JobStore
 from tests.integration.producer_ways import AsyncWay, SyncWay
 
 
@@ -318,7 +318,7 @@ def test_payload_limit_is_configurable(way, pconn, monkeypatch):
 
 
 def test_schema_comes_from_the_environment(way, empty_db_dsn, monkeypatch):
-    from pgworkerd.migrations import migrate
+    from pgworkerd.storage.migrations import migrate
 
     monkeypatch.setenv("PGWORKERD_DATABASE__SCHEMA", "jobs_elsewhere")
     default_producer.cache_clear()

@@ -12,7 +12,7 @@ import psycopg
 
 import pgworkerd
 from pgworkerd import progress
-from pgworkerd.store import JobStore
+from pgworkerd.storage.store import JobStore
 from tests.daemon import wait_until
 from tests.integration.store_helpers import claim, expire_leases
 

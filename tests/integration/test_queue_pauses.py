@@ -7,12 +7,12 @@ import psycopg
 import pytest
 
 import pgworkerd
-from pgworkerd import migrations
-from pgworkerd.channels import notify_channel
+from pgworkerd.client.operations import Operations
+from pgworkerd.client.pausing import QueuePauses
 from pgworkerd.errors import InvalidJob
-from pgworkerd.operations import Operations
-from pgworkerd.pausing import QueuePauses
-from pgworkerd.store import JobStore
+from pgworkerd.storage import migrations
+from pgworkerd.storage.channels import notify_channel
+from pgworkerd.storage.store import JobStore
 from tests.integration.store_helpers import claim
 
 

@@ -19,7 +19,7 @@ import pytest
 import pgworkerd
 from pgworkerd.encoding import RESULT_OMITTED, dump_result
 from pgworkerd.job import Lease
-from pgworkerd.store import JobStore
+from pgworkerd.storage.store import JobStore
 from tests.integration.store_helpers import claim, expire_leases
 
 Conn = psycopg.Connection[Any]

@@ -16,7 +16,7 @@ import pytest
 
 import pgworkerd
 from pgworkerd.housekeeping.retention import Policy, prune_round
-from pgworkerd.store import JobStore
+from pgworkerd.storage.store import JobStore
 from tests.integration.test_retention import DAY, HOUR, add
 
 SCHEMA = "pgworkerd"

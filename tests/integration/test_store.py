@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 import pgworkerd
-from pgworkerd.store import Backoff, JobStore
+from pgworkerd.storage.store import Backoff, JobStore
 from tests.integration.store_helpers import claim, db_now, expire_leases, stale
 
 # -- claim ---------------------------------------------------------------------------------
@@ -274,7 +274,7 @@ def test_run_at_far_past_and_far_future_are_accepted(conn, store):
 
 @pytest.mark.parametrize("schema", ["tenant_a", 'we"ird; DROP TABLE x; --'])
 def test_a_custom_schema_is_used_as_data(empty_db_dsn, schema):
-    from pgworkerd.migrations import migrate
+    from pgworkerd.storage.migrations import migrate
 
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         migrate(conn, schema)

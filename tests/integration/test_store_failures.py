@@ -6,7 +6,7 @@ import itertools
 from datetime import timedelta
 
 import pgworkerd
-from pgworkerd.store import Backoff, JobStore
+from pgworkerd.storage.store import Backoff, JobStore
 from tests.integration.store_helpers import claim, db_now
 
 # -- fail, retry_after, backoff ------------------------------------------------------------

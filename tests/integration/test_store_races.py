@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 import pgworkerd
-from pgworkerd.store import JobStore
+from pgworkerd.storage.store import JobStore
 
 
 def test_s9_rescuer_racing_completions_never_overrides_an_accepted_outcome(conn, db_dsn):

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 import pgworkerd
-from pgworkerd.embedded import free_port
+from pgworkerd.storage.embedded import free_port
 from tests.daemon import Daemon, history, job, wait_until
 from tests.process.test_cli import pgworkerd as run_cli
 from tests.process.test_http import get, metric

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from pgworkerd import migrations
-from pgworkerd.store import JobStore
+from pgworkerd.storage import migrations
+from pgworkerd.storage.store import JobStore
 
 
 def pgworkerd(

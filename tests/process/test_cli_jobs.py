@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import pgworkerd
-from pgworkerd.store import JobStore
+from pgworkerd.storage.store import JobStore
 from tests.process.test_cli import assert_one_line_error
 from tests.process.test_cli import pgworkerd as run_cli
 

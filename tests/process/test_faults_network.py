@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import pgworkerd
-from pgworkerd.queries import statements
+from pgworkerd.storage.queries import statements
 from tests import invariants
 from tests.daemon import history, job, job_in_state, wait_until
 

@@ -16,7 +16,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgworkerd
-from pgworkerd.embedded import free_port
+from pgworkerd.storage.embedded import free_port
 from tests.daemon import REPO, daemon_env, states, wait_until
 
 

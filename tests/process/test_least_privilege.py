@@ -17,7 +17,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pgworkerd
-from pgworkerd.embedded import find_bin_dir
+from pgworkerd.storage.embedded import find_bin_dir
 from tests.daemon import HISTORY_TABLE, job, job_in_state, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

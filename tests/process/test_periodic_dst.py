@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgworkerd.embedded import FAST_UNSAFE_SETTINGS, EmbeddedCluster, free_port
-from pgworkerd.migrations import migrate
-from pgworkerd.store import DEFAULT_SCHEMA
+from pgworkerd.storage.embedded import FAST_UNSAFE_SETTINGS, EmbeddedCluster, free_port
+from pgworkerd.storage.migrations import migrate
+from pgworkerd.storage.store import DEFAULT_SCHEMA
 from tests.daemon import HISTORY_TABLE, wait_until
 from tests.process.test_faults_clock import LIBFAKETIME
 

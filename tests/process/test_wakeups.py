@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import pgworkerd
 from pgworkerd.config import Config
 from pgworkerd.housekeeping import ALL_QUEUES, Housekeeper
-from pgworkerd.store import JobStore
+from pgworkerd.storage.store import JobStore
 from tests.daemon import job_in_state, wait_until
 
 SLOW_POLL = {"poll_interval": "60s", "log_level": "debug"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from pgworkerd.cancelling import leases_in
+from pgworkerd.housekeeping.cancelling import leases_in
 from pgworkerd.job import Lease
 
 

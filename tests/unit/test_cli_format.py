@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pgworkerd import cli_format
-from pgworkerd.cli_format import age, cut, first_line, table, when
+from pgworkerd.cli import formatting
+from pgworkerd.cli.formatting import age, cut, first_line, table, when
 
 
 def test_table_aligns_numbers_right_and_text_left() -> None:
@@ -63,7 +63,7 @@ def test_status_fits_80_columns_with_long_names() -> None:
             }
         ],
     }
-    out = cli_format.status(report)
+    out = formatting.status(report)
     assert all(len(line) <= 80 for line in out.splitlines()), out
     assert "12345678" in out and "1m01s" in out and "3s ago" in out and "123456" in out
     lines = out.splitlines()
@@ -76,7 +76,7 @@ def test_queues_fit_80_columns_and_say_paused_and_configured() -> None:
         {**_queue("q" * 60, queued=12345678, succeeded=987654321), "configured": True},
         {**_queue("mail", running=2), "configured": False},
     ]
-    out = cli_format.queues(listing)
+    out = formatting.queues(listing)
     lines = out.splitlines()
     assert all(len(line) <= 80 for line in lines), out
     assert lines[0].split() == [
@@ -85,7 +85,7 @@ def test_queues_fit_80_columns_and_say_paused_and_configured() -> None:
     assert lines[1].startswith("qqqq") and "…" in lines[1]
     assert lines[1].split()[1:] == ["no", "yes", "12345678", "0", "987654321", "0", "0"]
     assert lines[2].split() == ["mail", "yes", "no", "0", "2", "0", "0", "0"]
-    assert cli_format.queues([]) == "no queues"
+    assert formatting.queues([]) == "no queues"
 
 
 def test_periodic_entries_fit_80_columns_the_schedule_cut_first() -> None:
@@ -99,7 +99,7 @@ def test_periodic_entries_fit_80_columns_the_schedule_cut_first() -> None:
     never = {**entry, "kind": "sync", "schedule": "every 30s", "last_slot_at": None}
     named = {**never, "name": "morning_sync"}
     report = {"at": "x", "queues": [], "daemons": [], "periodic": [entry, never, named]}
-    out = cli_format.status(report)
+    out = formatting.status(report)
     lines = out.splitlines()
     assert lines[-4].split() == ["PERIODIC", "SCHEDULE", "QUEUE", "LAST", "(UTC)", "NEXT", "(UTC)"]
     assert all(len(line) <= 80 for line in lines), out
@@ -111,9 +111,9 @@ def test_periodic_entries_fit_80_columns_the_schedule_cut_first() -> None:
 
 
 def test_status_and_lists_when_empty() -> None:
-    out = cli_format.status({"at": "x", "queues": [], "daemons": []})
+    out = formatting.status({"at": "x", "queues": [], "daemons": []})
     assert out == "no jobs\n\nno live daemons"
-    assert cli_format.job_list([]) == "no jobs"
+    assert formatting.job_list([]) == "no jobs"
 
 
 def test_job_shows_every_error_with_its_traceback() -> None:
@@ -140,7 +140,7 @@ def test_job_shows_every_error_with_its_traceback() -> None:
         ],
         "result": None,
     }
-    out = cli_format.job(detail)
+    out = formatting.job(detail)
     assert "attempt:     2 of 5" in out
     assert "held by:     default#0 until 2026-11-23 16:51:00" in out
     assert '{"a": 1}' in out and "900s" in out
@@ -164,7 +164,7 @@ def test_job_list_keeps_times_whole_and_cuts_the_error() -> None:
         "run_at": "2026-11-23T16:52:15+00:00",
         "last_error": "Traceback\nValueError: " + "very long " * 10,
     }
-    out = cli_format.job_list([job]).splitlines()
+    out = formatting.job_list([job]).splitlines()
     assert all(len(line) <= 80 for line in out)
     assert "2026-11-23 16:52:15" in out[1] and "resize_image" in out[1]
     assert out[1].endswith("…")
@@ -191,7 +191,7 @@ def test_status_lists_running_jobs_progress_within_80_columns() -> None:
             "started_at": "2026-11-23T16:50:02+00:00",
         },
     ]
-    out = cli_format.status({"at": "x", "queues": [], "daemons": [], "progress": progress})
+    out = formatting.status({"at": "x", "queues": [], "daemons": [], "progress": progress})
     assert all(len(line) <= 80 for line in out.splitlines()), out
     lines = out.splitlines()
     assert lines[4].split()[:4] == ["RUNNING", "JOB", "QUEUE", "KIND"]
@@ -224,6 +224,6 @@ def test_job_shows_progress() -> None:
         "progress_stage": "download",
         "progress_at": "2026-11-23T16:50:31+00:00",
     }
-    assert "progress:    12% (download) at 2026-11-23 16:50:31" in cli_format.job(base)
+    assert "progress:    12% (download) at 2026-11-23 16:50:31" in formatting.job(base)
     none = {**base, "progress": None, "progress_stage": None, "progress_at": None}
-    assert "progress:    -" in cli_format.job(none)
+    assert "progress:    -" in formatting.job(none)

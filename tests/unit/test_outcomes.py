@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 import pgworkerd
-from pgworkerd.execution import Executor, Outcome
 from pgworkerd.job import Job
+from pgworkerd.worker.execution import Executor, Outcome
 
 JOB = Job(id=1, kind="k", queue="q", payload={}, attempt=1, max_attempts=3)
 

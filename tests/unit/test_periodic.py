@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pgworkerd import config, periodic
-from pgworkerd.config_periodic import PeriodicEntry
+from pgworkerd import config
+from pgworkerd.config import schedules
+from pgworkerd.config.periodic import PeriodicEntry
+from pgworkerd.config.schedules import CronSchedule, EverySchedule, due_slots, upcoming
 from pgworkerd.housekeeping.periodic import CLOCK_REFRESH_S, RETRY_S, PeriodicDuty
-from pgworkerd.periodic import CronSchedule, EverySchedule, due_slots, upcoming
 
 
 def utc(
@@ -101,14 +102,14 @@ def test_all_enqueues_every_missed_slot_oldest_first_up_to_the_cap() -> None:
     ]
     long_ago = utc(2026, 4, 1)
     slots = due_slots(MINUTELY, now=NOW, last=long_ago, missed="all")
-    assert len(slots) == periodic.MAX_CATCH_UP
+    assert len(slots) == schedules.MAX_CATCH_UP
     assert slots[-1] == utc(2026, 5, 1, 12, 0) and slots == sorted(slots), "the newest ones"
 
 
 def test_none_enqueues_only_a_slot_that_is_on_time() -> None:
     last = utc(2026, 5, 1, 9, 0)
     assert due_slots(MINUTELY, now=NOW, last=last, missed="none") == [utc(2026, 5, 1, 12, 0)]
-    late = NOW + timedelta(seconds=periodic.ON_TIME_S)
+    late = NOW + timedelta(seconds=schedules.ON_TIME_S)
     assert due_slots(EverySchedule(3600.0), now=late, last=last, missed="none") == []
 
 
@@ -137,10 +138,10 @@ def test_slots_passed_in_a_long_outage_are_missed_even_for_a_running_daemon() ->
 
 def test_an_entry_key_is_its_name_or_its_content() -> None:
     base = {"kind": "k", "schedule": "every 60s", "queue": "default", "payload": {"a": 1}}
-    assert periodic.entry_key(name="nightly", **base) == "name:nightly"  # type: ignore[arg-type]
-    auto = periodic.entry_key(name=None, **base)  # type: ignore[arg-type]
-    assert auto == periodic.entry_key(name=None, **{**base, "payload": {"a": 1}})  # type: ignore[arg-type]
-    assert auto != periodic.entry_key(name=None, **{**base, "payload": {"a": 2}})  # type: ignore[arg-type]
+    assert schedules.entry_key(name="nightly", **base) == "name:nightly"  # type: ignore[arg-type]
+    auto = schedules.entry_key(name=None, **base)  # type: ignore[arg-type]
+    assert auto == schedules.entry_key(name=None, **{**base, "payload": {"a": 1}})  # type: ignore[arg-type]
+    assert auto != schedules.entry_key(name=None, **{**base, "payload": {"a": 2}})  # type: ignore[arg-type]
 
 
 # -- the duty's next round ----------------------------------------------------------------

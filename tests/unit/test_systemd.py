@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgworkerd.systemd import STATUS_EVERY_S, Notifier, watchdog_interval_s
+from pgworkerd.supervisor.systemd import STATUS_EVERY_S, Notifier, watchdog_interval_s
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """`pgworkerd health`: ask the daemon of this config whether it is ready.
 
 Exit 0 when GET /readyz on its `http.listen` answers 200; 1 otherwise, with one line
-saying why; 2 when the config has no HTTP listener (see pgworkerd/cli.py)."""
+saying why; 2 when the config has no HTTP listener (an error line, as every command's)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ import argparse
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 
-from pgworkerd.config import Config, ConfigError, host_port
+from pgworkerd.cli.common import CommandAdder, load_config
+from pgworkerd.config import ConfigError, host_port
 
 TIMEOUT_S = 5.0
 HELP = "exit 0 when the daemon of this config answers 200 on /readyz, else 1"
 
 
-def cmd_health(
-    args: argparse.Namespace, load_config: Callable[[argparse.Namespace], Config]
-) -> int:
+def register(command: CommandAdder) -> None:
+    command("health", cmd_health, HELP)
+
+
+def cmd_health(args: argparse.Namespace) -> int:
     config = load_config(args)
     if config.http is None:
         raise ConfigError(["http.listen: not set: the daemon has no HTTP listener to ask"])

@@ -24,10 +24,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgworkerd import queries
-from pgworkerd.channels import cancel_channel, notify_channel
 from pgworkerd.encoding import clean_error
 from pgworkerd.job import Job, Lease
+from pgworkerd.storage import queries
+from pgworkerd.storage.channels import cancel_channel, notify_channel
 
 DEFAULT_SCHEMA = "pgworkerd"
 FINAL_STATES = ("succeeded", "dead", "cancelled")

@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgworkerd import queries
 from pgworkerd.errors import SchemaError
+from pgworkerd.storage import queries
 
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
@@ -31,7 +31,7 @@ class Migration:
 def available() -> list[Migration]:
     """Every migration shipped with this pgworkerd, in order."""
     found = []
-    for entry in resources.files("pgworkerd").joinpath("sql").iterdir():
+    for entry in resources.files("pgworkerd.storage").joinpath("sql").iterdir():
         match = _MIGRATION_FILE.match(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))

@@ -1,6 +1,6 @@
 """`pgworkerd queues [--json]`, `queues pause Q...`, `queues resume Q...`. Registered by
-`cli.build_parser`; errors are raised as `cli.UsageError` (exit 2) and reported by
-`cli.run_cli` like every other command's.
+`cli.main.build_parser`; errors are raised as `UsageError` (exit 2) and reported by
+`cli.main.run_cli` like every other command's.
 
 Pause and resume take names the operator can see: a queue the config names, a queue
 some job names (in any state), or a paused one. Any other name is refused (exit 2,
@@ -16,16 +16,16 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pgworkerd import cli, cli_format, db
-from pgworkerd.pausing import QueuePauses
+from pgworkerd.cli import formatting
+from pgworkerd.cli.common import EXIT_OK, CommandAdder, Parser, UsageError, load_config
+from pgworkerd.client.pausing import QueuePauses
+from pgworkerd.storage import connections
 
-CommandAdder = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
-
-def register(command: CommandAdder, common: cli._Parser) -> None:
+def register(command: CommandAdder, common: Parser) -> None:
     queues = command("queues", cmd_list, "list queues: paused or not, jobs by state")
     queues.add_argument("--json", action="store_true", help="a JSON array of queues")
-    subs = queues.add_subparsers(dest="queues_command", parser_class=cli._Parser)
+    subs = queues.add_subparsers(dest="queues_command", parser_class=Parser)
     for name, func, help_text in (
         ("pause", cmd_pause, "stop claiming from these queues; running jobs finish"),
         ("resume", cmd_resume, "claim from these paused queues again, at once"),
@@ -36,15 +36,17 @@ def register(command: CommandAdder, common: cli._Parser) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    config = cli._load_config(args)
-    with db.connect(db.database_url(config), application_name="pgworkerd queues") as conn:
+    config = load_config(args)
+    with connections.connect(
+        connections.database_url(config), application_name="pgworkerd queues"
+    ) as conn:
         listing = QueuePauses(config.database.schema_name).queues(conn, list(config.queues))
     print(
         json.dumps(listing, ensure_ascii=False, indent=2)
         if args.json
-        else cli_format.queues(listing)
+        else formatting.queues(listing)
     )
-    return cli.EXIT_OK
+    return EXIT_OK
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
@@ -76,18 +78,20 @@ def _change(
 ) -> int:
     """Runs `action` on the named queues once every name is known; a UsageError (exit 2,
     nothing changed) for the first that is not."""
-    config = cli._load_config(args)
+    config = load_config(args)
     pauses = QueuePauses(config.database.schema_name)
-    with db.connect(db.database_url(config), application_name=f"pgworkerd {name}") as conn:
+    with connections.connect(
+        connections.database_url(config), application_name=f"pgworkerd {name}"
+    ) as conn:
         known = {q["queue"]: q for q in pauses.queues(conn, list(config.queues))}
         unknown = [q for q in dict.fromkeys(args.queues) if q not in known]
         if unknown:
-            raise cli.UsageError(
+            raise UsageError(
                 f"{name}: unknown queue {unknown[0]!r}: not in the config, "
                 "named by no job, not paused"
             )
         action(pauses, conn, known)
-    return cli.EXIT_OK
+    return EXIT_OK
 
 
 def _say_left(what: str, asked: list[str], done: list[str]) -> None:

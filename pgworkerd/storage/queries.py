@@ -12,7 +12,7 @@ from importlib import resources
 
 from psycopg import sql
 
-from pgworkerd.channels import finished_channel
+from pgworkerd.storage.channels import finished_channel
 
 _NAME_MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # Fragments spliced into other statements rather than run on their own; a fragment may
@@ -29,7 +29,7 @@ _FRAGMENTS = (
 
 @functools.cache
 def _source_by_name() -> dict[str, str]:
-    text = resources.files("pgworkerd").joinpath("sql/queries.sql").read_text("utf-8")
+    text = resources.files("pgworkerd.storage").joinpath("sql/queries.sql").read_text("utf-8")
     parts = _NAME_MARKER.split(text)
     # parts = [header, name1, body1, name2, body2, ...]
     bodies = {}

@@ -10,7 +10,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgworkerd.config import Config
-from pgworkerd.embedded import local_cluster
+from pgworkerd.storage.embedded import local_cluster
 
 # Half-open TCP after a network cut would otherwise hang a worker for hours: probe an
 # idle connection after 10 s, give up after 3 unanswered probes 5 s apart, and fail a

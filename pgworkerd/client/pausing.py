@@ -16,10 +16,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from pgworkerd import queries
-from pgworkerd.channels import notify_channel
-from pgworkerd.producer import check_name, default_producer
-from pgworkerd.store import DEFAULT_SCHEMA
+from pgworkerd.client.producer import check_name, default_producer
+from pgworkerd.storage import queries
+from pgworkerd.storage.channels import notify_channel
+from pgworkerd.storage.store import DEFAULT_SCHEMA
 
 # The states `queues` counts, in the order its table shows them.
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")

@@ -1,6 +1,6 @@
-"""The operator's commands: `pgworkerd status` and `pgworkerd jobs list | show | retry |
-cancel`. Registered by `cli.build_parser`; errors are raised as `cli.UsageError` (exit 2)
-and reported by `cli.run_cli` like every other command's."""
+"""The commands on jobs: `pgworkerd enqueue`, `status` and `jobs list | show | retry |
+cancel`. Registered by `cli.main.build_parser`; errors are raised as `UsageError` (exit 2)
+and reported by `cli.main.run_cli` like every other command's."""
 
 from __future__ import annotations
 
@@ -9,23 +9,43 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from pgworkerd import cli, cli_format, db
-from pgworkerd.operations import STATES, Operations
+from pgworkerd.cli import formatting
+from pgworkerd.cli.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CommandAdder,
+    Parser,
+    UsageError,
+    duration_argument,
+    json_argument,
+    load_config,
+)
+from pgworkerd.client.operations import STATES, Operations
+from pgworkerd.client.producer import Producer
+from pgworkerd.storage import connections
 
-CommandAdder = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
-
-def register(command: CommandAdder, common: cli._Parser) -> None:
+def register(command: CommandAdder, common: Parser) -> None:
+    enqueue = command("enqueue", cmd_enqueue, "enqueue one job and print its id")
+    enqueue.add_argument("kind")
+    enqueue.add_argument("--payload", default="{}", metavar="JSON")
+    enqueue.add_argument("--queue", default="default")
+    enqueue.add_argument("--priority", type=int, default=0)
+    enqueue.add_argument("--delay", metavar="DUR", help="e.g. 30, 30s, 15m, 1h")
+    enqueue.add_argument("--run-at", metavar="ISO8601", help="with a timezone offset")
+    enqueue.add_argument("--unique-key", metavar="K")
+    enqueue.add_argument("--max-attempts", type=int, metavar="N")
     status = command(
         "status", cmd_status, "queues, their jobs by state, live daemons, periodic entries"
     )
     status.add_argument("--json", action="store_true", help="one JSON object")
     jobs = command("jobs", _no_subcommand, "list, show, retry or cancel jobs")
-    subs = jobs.add_subparsers(dest="jobs_command", required=True, parser_class=cli._Parser)
+    subs = jobs.add_subparsers(dest="jobs_command", required=True, parser_class=Parser)
 
     def sub(name: str, func: Callable[[argparse.Namespace], int], help_text: str) -> Any:
         parser = subs.add_parser(name, parents=[common], help=help_text, description=help_text)
@@ -49,12 +69,37 @@ def register(command: CommandAdder, common: cli._Parser) -> None:
     cancel.add_argument("ids", nargs="+", type=_job_id, metavar="ID")
 
 
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    payload = json_argument("--payload", args.payload)
+    options: dict[str, Any] = {
+        "queue": args.queue,
+        "priority": args.priority,
+        "unique_key": args.unique_key,
+        "max_attempts": args.max_attempts,
+    }
+    if args.delay is not None:
+        options["delay"] = duration_argument("--delay", args.delay)
+    if args.run_at is not None:
+        try:
+            options["run_at"] = datetime.fromisoformat(args.run_at)
+        except ValueError:
+            raise UsageError(f"--run-at: {args.run_at!r} is not an ISO 8601 time") from None
+    producer = Producer(schema=config.database.schema_name)
+    with connections.connect(
+        connections.database_url(config), application_name="pgworkerd enqueue"
+    ) as conn:
+        job_id = producer.enqueue(conn, args.kind, payload, **options)
+    print(job_id)
+    return EXIT_OK
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    periodic = cli._load_config(args).periodic  # what this config schedules, and when
+    periodic = load_config(args).periodic  # what this config schedules, and when
     with _connect(args, "status") as (conn, ops):
         report = ops.status(conn, periodic)
-    print(_json(report) if args.json else cli_format.status(report))
-    return cli.EXIT_OK
+    print(_json(report) if args.json else formatting.status(report))
+    return EXIT_OK
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -62,29 +107,29 @@ def cmd_list(args: argparse.Namespace) -> int:
         jobs = ops.list_jobs(
             conn, state=args.state, queue=args.queue, kind=args.kind, limit=args.limit
         )
-    print(_json(jobs) if args.json else cli_format.job_list(jobs))
-    return cli.EXIT_OK
+    print(_json(jobs) if args.json else formatting.job_list(jobs))
+    return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     with _connect(args, "jobs show") as (conn, ops):
         detail = ops.show(conn, args.id)
     if detail is None:
-        raise cli.UsageError(f"job {args.id} not found")
-    print(_json(detail) if args.json else cli_format.job(detail))
-    return cli.EXIT_OK
+        raise UsageError(f"job {args.id} not found")
+    print(_json(detail) if args.json else formatting.job(detail))
+    return EXIT_OK
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
     if args.dead == bool(args.ids):
-        raise cli.UsageError("jobs retry: give job ids or --dead, not both")
+        raise UsageError("jobs retry: give job ids or --dead, not both")
     if args.queue is not None and not args.dead:
-        raise cli.UsageError("jobs retry: --queue goes with --dead")
+        raise UsageError("jobs retry: --queue goes with --dead")
     with _connect(args, "jobs retry") as (conn, ops):
         if args.dead:
             done = ops.retry(conn, queue=args.queue)
             print(f"queued again: {len(done)} dead job(s)" + (f" ({_ids(done)})" if done else ""))
-            return cli.EXIT_OK
+            return EXIT_OK
         states = _existing(ops, conn, args.ids)
         done = ops.retry(conn, ids=args.ids)
     return _report(
@@ -107,9 +152,9 @@ def _connect(
     args: argparse.Namespace, name: str
 ) -> Iterator[tuple[psycopg.Connection[Any], Operations]]:
     """An autocommit connection and the operations of the configured schema."""
-    config = cli._load_config(args)
-    url = db.database_url(config)
-    with db.connect(url, application_name=f"pgworkerd {name}") as conn:
+    config = load_config(args)
+    url = connections.database_url(config)
+    with connections.connect(url, application_name=f"pgworkerd {name}") as conn:
         yield conn, Operations(config.database.schema_name)
 
 
@@ -119,7 +164,7 @@ def _existing(ops: Operations, conn: psycopg.Connection[Any], ids: list[int]) ->
     missing = [i for i in ids if i not in states]
     if missing:
         noun = "job" if len(missing) == 1 else "jobs"
-        raise cli.UsageError(f"{noun} {_ids(missing)} not found")
+        raise UsageError(f"{noun} {_ids(missing)} not found")
     return states
 
 
@@ -132,7 +177,7 @@ def _report(
     left = [i for i in dict.fromkeys(ids) if i not in done]
     for i in left:
         print(f"pgworkerd: error: job {i} is {states[i]}: {why_not}", file=sys.stderr)
-    return cli.EXIT_FAILURE if left else cli.EXIT_OK
+    return EXIT_FAILURE if left else EXIT_OK
 
 
 def _ids(ids: list[int]) -> str:
@@ -164,4 +209,4 @@ def _positive_int(text: str) -> int:
 
 
 def _no_subcommand(args: argparse.Namespace) -> int:  # pragma: no cover - argparse requires one
-    raise cli.UsageError("jobs: a subcommand is required")
+    raise UsageError("jobs: a subcommand is required")

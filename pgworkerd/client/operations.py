@@ -16,11 +16,11 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from pgworkerd import queries
-from pgworkerd.config_periodic import PeriodicEntry
-from pgworkerd.pausing import QueuePauses
-from pgworkerd.producer import default_producer
-from pgworkerd.store import DEFAULT_SCHEMA, JobStore
+from pgworkerd.client.pausing import QueuePauses
+from pgworkerd.client.producer import default_producer
+from pgworkerd.config.periodic import PeriodicEntry
+from pgworkerd.storage import queries
+from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 
 STATES = ("queued", "running", "succeeded", "dead", "cancelled")
 FINISHED_WINDOW_MIN = 5  # `finished_per_minute` averages over this many minutes

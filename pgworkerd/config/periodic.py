@@ -1,37 +1,21 @@
-"""The config's `periodic:` entries and `retention:` section (models kept beside
-config.py so it stays small; config.py imports them into `Config`)."""
+"""The config's `periodic:` entries: a job kind enqueued at each slot of a schedule."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from pgworkerd import encoding, periodic
+from pgworkerd import encoding
+from pgworkerd.config import schedules
+from pgworkerd.config.units import Seconds, Section
 from pgworkerd.errors import InvalidJob
 
-# The same bounds and parsing as config.py's (imported lazily there: no cycle).
-_Duration = Annotated[float, Field(gt=0, le=366 * 86400)]
 _MAX_PAYLOAD_BYTES = 1 << 20
 
-STATE_RETENTION_DEFAULTS_S = {"succeeded": 86400.0, "dead": 30 * 86400.0, "cancelled": 7 * 86400.0}
 
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-def _duration(value: Any) -> Any:
-    from pgworkerd.config import parse_duration
-
-    return parse_duration(value)
-
-
-Seconds = Annotated[_Duration, BeforeValidator(_duration)]
-
-
-class PeriodicEntry(_Section):
+class PeriodicEntry(Section):
     """One line of `periodic:`: a job enqueued at each slot of `cron` or `every`."""
 
     kind: str = Field(min_length=1, max_length=255)
@@ -39,7 +23,7 @@ class PeriodicEntry(_Section):
     every: Seconds | None = Field(None, description="slots at multiples of it since the epoch")
     timezone: str | None = Field(None, description="IANA zone of `cron` (default UTC)")
     queue: str = Field("default", min_length=1, max_length=255)
-    payload: dict[str, Any] = {}
+    payload: dict[str, Any] = Field(default_factory=dict)
     priority: int = Field(0, ge=-(2**31), le=2**31 - 1)
     name: str | None = Field(
         None,
@@ -48,7 +32,7 @@ class PeriodicEntry(_Section):
         description="the entry's identity; absent: derived from kind, schedule, queue, "
         "payload (so editing one of them makes a new entry)",
     )
-    missed: periodic.Missed = Field(
+    missed: schedules.Missed = Field(
         "latest", description="slots passed while no daemon ran: latest, all, or none"
     )
 
@@ -82,43 +66,21 @@ class PeriodicEntry(_Section):
             self.schedule()  # refuses a bad expression here, at load
         return self
 
-    def schedule(self) -> periodic.Schedule:
+    def schedule(self) -> schedules.Schedule:
         if self.every is not None:
-            return periodic.EverySchedule(self.every)
+            return schedules.EverySchedule(self.every)
         assert self.cron is not None
-        return periodic.CronSchedule(self.cron, self.timezone or "UTC")
+        return schedules.CronSchedule(self.cron, self.timezone or "UTC")
 
     @property
     def key(self) -> str:
-        return periodic.entry_key(
+        return schedules.entry_key(
             name=self.name,
             kind=self.kind,
             schedule=self.schedule().describe(),
             queue=self.queue,
             payload=self.payload,
         )
-
-
-class Retention(_Section):
-    """How long finished jobs are kept, by state. A state left out falls back on
-    `defaults.retention` when that is set, else on its default below."""
-
-    succeeded: Seconds | None = Field(None, description="default 1d")
-    dead: Seconds | None = Field(None, description="default 30d")
-    cancelled: Seconds | None = Field(None, description="default 7d")
-    archive: bool = Field(
-        False, description="move pruned rows to the jobs_archive table instead of deleting"
-    )
-
-
-FinishedState = Literal["succeeded", "dead", "cancelled"]
-
-
-def retention_s(retention: Retention, fallback_s: float | None, state: FinishedState) -> float:
-    configured: float | None = getattr(retention, state)
-    if configured is not None:
-        return configured
-    return fallback_s if fallback_s is not None else STATE_RETENTION_DEFAULTS_S[state]
 
 
 def check_entries(

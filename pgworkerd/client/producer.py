@@ -21,7 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pgworkerd.encoding import dump_payload, dump_records
 from pgworkerd.errors import InvalidJob
-from pgworkerd.store import DEFAULT_SCHEMA, JobStore, Statement
+from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore, Statement
 
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME_CHARS = 255  # kind, queue and unique_key

@@ -27,10 +27,10 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from pgworkerd import queries
+from pgworkerd.client.producer import default_producer
 from pgworkerd.errors import JobNotFound, NoResult, WaitError
-from pgworkerd.producer import default_producer
-from pgworkerd.store import FINAL_STATES
+from pgworkerd.storage import queries
+from pgworkerd.storage.store import FINAL_STATES
 
 
 def result(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = None) -> Any:

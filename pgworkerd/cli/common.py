@@ -1,0 +1,59 @@
+"""What every command shares: the parser that fails in one line, the exit codes, the
+config of `-c/--config`, and the argument checks that raise UsageError (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from pgworkerd import config as config_module
+from pgworkerd.config import Config, parse_duration
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A command line that cannot be acted on (exit 2)."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse's default prints the whole usage; one line is what scripts can log.
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+# Adds a subcommand running a function; see main.build_parser.
+CommandAdder = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    explicit = args.config or os.environ.get(config_module.CONFIG_PATH_ENV)
+    path = config_module.config_path(args.config)
+    if not explicit and not path.exists():
+        # No file at the default place: the environment alone configures us.
+        return config_module.parse("", origin="<environment>")
+    return config_module.load(path)
+
+
+def json_argument(name: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{name}: not valid JSON: {exc}") from None
+
+
+def duration_argument(name: str, text: str) -> float:
+    try:
+        return float(parse_duration(text))
+    except ValueError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+
+
+def fail(code: int, *lines: str) -> int:
+    for line in lines:
+        print(f"pgworkerd: error: {line}", file=sys.stderr)
+    return code

@@ -1,0 +1,88 @@
+"""The commands around the daemon: `run` it, `check` a config before a deploy, `migrate`
+the schema."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from pgworkerd import config as config_module
+from pgworkerd import handlers, logs
+from pgworkerd.cli.common import EXIT_OK, CommandAdder, load_config
+from pgworkerd.config import schedules
+from pgworkerd.storage import connections, migrations, queries
+
+CHECK_SLOTS = 3  # `check` prints this many next run times of each periodic entry
+
+
+def register(command: CommandAdder) -> None:
+    command("migrate", cmd_migrate, "create or upgrade the schema (idempotent)")
+    run = command("run", cmd_run, "run the daemon in the foreground")
+    run.add_argument(
+        "--log-format",
+        choices=logs.LOG_FORMATS,
+        default=None,
+        help="one line per event: text for people, json for machines "
+        "(default: the config's log_format, else text)",
+    )
+    command(
+        "check",
+        cmd_check,
+        "validate the config, import every handler, reach the database, check the schema; "
+        "print the next run times of each periodic entry",
+    )
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    url = connections.database_url(config)
+    with connections.connect(url, application_name="pgworkerd migrate") as conn:
+        applied = migrations.migrate(conn, config.database.schema_name)
+        version = migrations.current_version(conn, config.database.schema_name)
+    schema = config.database.schema_name
+    if applied:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied)
+        print(f"schema {schema!r} migrated to version {version} (applied {names})")
+    else:
+        print(f"schema {schema!r} is up to date at version {version}")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pgworkerd.supervisor.core import Supervisor  # the daemon's modules load only for `run`
+
+    config = load_config(args)
+    log_format = args.log_format or config.log_format  # the flag wins over the file
+    logs.setup(log_format, role="supervisor", level=config.log_level)
+    registry = handlers.load_registry(config.handlers)  # before any fork: bad paths exit 2
+    url = connections.database_url(config)
+    with connections.connect(url, application_name="pgworkerd run") as conn:
+        migrations.check_version(conn, config.database.schema_name)
+    path = args.config or os.environ.get(config_module.CONFIG_PATH_ENV)
+    supervisor = Supervisor(
+        config=config,
+        config_path=path,
+        registry=registry,
+        database_url=url,
+        log_format=log_format,
+    )
+    return supervisor.run()
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    handlers.load_registry(config.handlers)
+    url = connections.database_url(config)
+    with connections.connect(url, application_name="pgworkerd check") as conn:
+        version = migrations.check_version(conn, config.database.schema_name)
+        clock = queries.statements(config.database.schema_name)["clock_read"]
+        now = conn.execute(clock).fetchone()[0]  # type: ignore[index]
+    print(
+        f"ok: {len(config.handlers)} handler(s) import, {len(config.pools())} pool(s), "
+        f"database reachable at {connections.redact(url)}, schema version {version}"
+    )
+    for entry in config.periodic:
+        schedule = entry.schedule()
+        slots = ", ".join(s.isoformat() for s in schedules.upcoming(schedule, now, CHECK_SLOTS))
+        print(f"periodic {entry.kind} ({schedule.describe()}): next at {slots}")
+    return EXIT_OK

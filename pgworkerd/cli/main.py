@@ -1,0 +1,70 @@
+"""The `pgworkerd` command: the parser of every command group, and the exit codes.
+
+Exit 0 on success, 2 on bad input or config (one line per problem, no traceback),
+1 on other failures (database unreachable, schema not migrated, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+import psycopg
+
+from pgworkerd import config as config_module
+from pgworkerd.cli import daemon, health, jobs, queues
+from pgworkerd.cli.common import EXIT_BAD_INPUT, EXIT_FAILURE, Parser, UsageError, fail
+from pgworkerd.config import ConfigError
+from pgworkerd.errors import InvalidJob, SchemaError
+from pgworkerd.handlers import HandlerError
+from pgworkerd.storage import connections
+from pgworkerd.storage.embedded import EmbeddedError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    config_help = (
+        f"config file (default: $PGWORKERD_CONFIG, else {config_module.DEFAULT_CONFIG_PATH})"
+    )
+    parser = Parser(prog="pgworkerd", description="Background jobs on PostgreSQL.")
+    parser.add_argument("-c", "--config", metavar="PATH", help=config_help)
+    # Also accepted after the command; SUPPRESS keeps it from resetting one given before.
+    common = Parser(add_help=False)
+    common.add_argument(
+        "-c", "--config", metavar="PATH", help=config_help, default=argparse.SUPPRESS
+    )
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    def command(
+        name: str, func: Callable[[argparse.Namespace], int], help_text: str
+    ) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help_text, description=help_text)
+        sub.set_defaults(func=func)
+        return sub
+
+    daemon.register(command)
+    health.register(command)
+    jobs.register(command, common)
+    queues.register(command, common)
+    return parser
+
+
+def run_cli(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except (UsageError, InvalidJob) as exc:
+        return fail(EXIT_BAD_INPUT, str(exc))
+    except (ConfigError, HandlerError) as exc:
+        return fail(EXIT_BAD_INPUT, *exc.problems)
+    except (SchemaError, EmbeddedError) as exc:
+        return fail(EXIT_FAILURE, str(exc))
+    except psycopg.Error as exc:
+        return fail(EXIT_FAILURE, f"database: {connections.describe_error(exc)}")
+    except KeyboardInterrupt:
+        return fail(EXIT_FAILURE, "interrupted")
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    sys.exit(run_cli(argv))

@@ -1,0 +1,134 @@
+"""Reading the config file: strict YAML, the environment's DATABASE_URL, and one error
+line per problem naming the key path, e.g. `workers[0].concurrency: must be ≥ 1`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from pgworkerd.config.settings import Config
+from pgworkerd.errors import PgworkerdError
+
+DEFAULT_CONFIG_PATH = Path("config/pgworkerd.yaml")
+CONFIG_PATH_ENV = "PGWORKERD_CONFIG"
+DATABASE_URL_ENV = "PGWORKERD_DATABASE_URL"  # the contract's name; wins over the file
+
+
+class ConfigError(PgworkerdError):
+    """The configuration is unusable. `problems` holds one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, list | dict):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a key must be a plain value", key_node.start_mark
+                )
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def config_path(explicit: str | os.PathLike[str] | None) -> Path:
+    """-c/--config, else $PGWORKERD_CONFIG, else config/pgworkerd.yaml."""
+    return Path(explicit or os.environ.get(CONFIG_PATH_ENV) or DEFAULT_CONFIG_PATH)
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Config:
+    """Read, parse and validate the config file; ConfigError lists every problem."""
+    source = config_path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{source}: no such config file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{source}: cannot read: {exc}"]) from None
+    return parse(text, origin=str(source))
+
+
+def parse(text: str, *, origin: str = "<config>") -> Config:
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{origin}: invalid YAML: {_yaml_problem(exc)}"]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{origin}: the top level must be a mapping of settings"])
+    database_url = os.environ.get(DATABASE_URL_ENV)
+    if database_url:
+        database = data.get("database")
+        data = {
+            **data,
+            "database": {**(database if isinstance(database, dict) else {}), "url": database_url},
+        }
+    try:
+        return Config(**data)
+    except ValidationError as exc:
+        raise ConfigError([f"{origin}: {line}" for line in _problems(exc)]) from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+    return " ".join(f"{problem}{where}".split())
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    lines = []
+    for error in exc.errors(include_url=False):
+        path = _key_path(error["loc"])
+        lines.append(f"{path}: {_message(error)}" if path else _message(error))
+    return lines
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("[key]",) or "[" in str(part) or "function-" in str(part):
+            continue  # pydantic's validator names, not keys of the file
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _message(error: ErrorDetails) -> str:
+    kind, ctx = error["type"], error.get("ctx", {})
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "is required"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        sign = {
+            "greater_than_equal": "≥",
+            "greater_than": ">",
+            "less_than_equal": "≤",
+            "less_than": "<",
+        }[kind]
+        bound = next(iter(ctx.values()))
+        return f"must be {sign} {bound}"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return f"must be an integer, not {error['input']!r}"
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"]))
+    return error["msg"][:1].lower() + error["msg"][1:]

@@ -1,0 +1,181 @@
+"""The YAML configuration file: pydantic models, durations, environment overrides.
+
+One model drives everything: types, defaults, bounds and the error lines. Loading
+refuses what a careless edit produces (duplicate keys, unknown keys, tags, wrong
+types) with one line per problem naming the key path, e.g.
+`workers[0].concurrency: must be ≥ 1`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from pgworkerd.config.periodic import PeriodicEntry, check_entries
+from pgworkerd.config.retention import Retention
+from pgworkerd.config.units import Bytes, Count, QueueName, Seconds, Section, host_port
+
+_HANDLER_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+class DatabaseConfig(Section):
+    url: SecretStr | None = Field(
+        None, description="libpq URL; absent: the embedded local cluster under .pgworkerd/"
+    )
+    schema_name: str = Field("pgworkerd", alias="schema", min_length=1, max_length=63)
+
+
+class QueueConfig(Section):
+    priority: Count = Field(
+        0, ge=-(2**31), le=2**31 - 1, description="higher is claimed first within a pool"
+    )
+    max_runtime: Seconds | None = None
+    max_attempts: Count | None = Field(None, ge=1, le=1_000_000)
+
+
+class PoolConfig(Section):
+    queues: list[QueueName] = Field(min_length=1)
+    concurrency: Count = Field(1, ge=1, le=512, description="worker processes in this pool")
+    threads: Count = Field(
+        1, ge=1, le=1000, description="jobs each process runs at once (threads, or coroutines)"
+    )
+    batch_size: Count | None = Field(None, ge=1, le=1000)
+
+    @field_validator("queues")
+    @classmethod
+    def _distinct(cls, queues: list[str]) -> list[str]:
+        repeated = sorted({q for q in queues if queues.count(q) > 1})
+        if repeated:
+            raise ValueError(f"names a queue twice: {', '.join(repeated)}")
+        return queues
+
+
+class HttpConfig(Section):
+    listen: str = Field(description="host:port of /metrics, /healthz, /readyz")
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, listen: str) -> str:
+        host_port(listen)
+        return listen
+
+
+class Defaults(Section):
+    max_attempts: Count = Field(5, ge=1, le=1_000_000)
+    max_runtime: Seconds = 900.0
+    batch_size: Count = Field(10, ge=1, le=1000)
+    backoff_base: Seconds = Field(30.0, description="first retry waits up to this long")
+    backoff_max: Seconds = Field(3600.0, description="no retry waits longer")
+    retention: Seconds | None = Field(
+        None, description="the older form: for each state that `retention:` leaves out"
+    )
+
+
+class Config(BaseSettings):
+    """The whole file. Environment variables (PGWORKERD_..., `__` for nesting) win."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PGWORKERD_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+    )
+
+    database: DatabaseConfig = DatabaseConfig()
+    handlers: dict[Annotated[str, Field(min_length=1, max_length=255)], str] = {}
+    queues: dict[QueueName, QueueConfig] = Field(
+        default_factory=lambda: {"default": QueueConfig()}, min_length=1
+    )
+    workers: list[PoolConfig] | None = Field(
+        None, description="absent: one pool over all queues, one process per CPU"
+    )
+    defaults: Defaults = Defaults()
+    lease_ttl: Seconds = Field(30.0, ge=1)
+    shutdown_timeout: Seconds = 30.0
+    poll_interval: Seconds = Field(
+        1.0, description="an idle worker looks for work this often when no NOTIFY comes"
+    )
+    notifications: bool = Field(
+        True,
+        description="wake idle workers by LISTEN/NOTIFY (one connection per daemon); "
+        "false behind PgBouncer in transaction mode: workers poll",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="info logs a line per job start and end; warning only trouble"
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="`pgworkerd run --log-format` wins over this"
+    )
+    http: HttpConfig | None = Field(None, description="absent: no HTTP listener")
+    max_jobs_per_child: Count | None = Field(None, ge=1)
+    max_memory_per_child: Bytes | None = None
+    periodic: list[PeriodicEntry] = Field([], description="jobs enqueued on a schedule")
+    retention: Retention = Retention()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file comes in as init arguments; the environment must win over it.
+        return (env_settings, init_settings)
+
+    @field_validator("handlers")
+    @classmethod
+    def _handler_paths(cls, handlers: dict[str, str]) -> dict[str, str]:
+        for kind, path in handlers.items():
+            if not isinstance(path, str) or not _HANDLER_PATH.match(path):
+                raise ValueError(
+                    f"{kind}: {path!r} is not an import path like package.module:function"
+                )
+        return handlers
+
+    @model_validator(mode="after")
+    def _pools_name_declared_queues(self) -> Config:
+        for index, pool in enumerate(self.workers or []):
+            for name in pool.queues:
+                if name not in self.queues:
+                    raise ValueError(
+                        f"workers[{index}].queues: {name!r} is not declared under queues"
+                    )
+        check_entries(self.periodic, self.queues, self.handlers)
+        return self
+
+    # -- derived settings ---------------------------------------------------------------
+
+    def pools(self) -> list[PoolConfig]:
+        """The worker pools, with the default of one pool over every queue."""
+        if self.workers is not None:
+            return list(self.workers)
+        return [PoolConfig(queues=list(self.queues), concurrency=os.cpu_count() or 1)]
+
+    def claim_order(self, pool: PoolConfig) -> list[str]:
+        """A pool's queues by queue priority (higher first), then as listed."""
+        position = {name: i for i, name in enumerate(pool.queues)}
+        return sorted(pool.queues, key=lambda q: (-self.queues[q].priority, position[q]))
+
+    def max_attempts_for(self, queue: str) -> int:
+        configured = self.queues.get(queue)
+        if configured is not None and configured.max_attempts is not None:
+            return configured.max_attempts
+        return self.defaults.max_attempts
+
+    def max_runtime_for(self, queue: str, job_max_runtime_s: float | None) -> float:
+        if job_max_runtime_s is not None:
+            return job_max_runtime_s
+        configured = self.queues.get(queue)
+        if configured is not None and configured.max_runtime is not None:
+            return configured.max_runtime
+        return self.defaults.max_runtime
+
+    def batch_size_for(self, pool: PoolConfig) -> int:
+        return pool.batch_size or self.defaults.batch_size
