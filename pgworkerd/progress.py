@@ -8,7 +8,7 @@ supervisor) writes the latest value of each job in one statement, at most once p
 database, an event loop is never blocked, and a tight loop of reports costs one write
 per interval however many it makes. The last value reported is written too (after at
 most one interval), even when the handler returned meanwhile: the statement lets the
-lease that ran the job write onto its own success (sql/queries.sql, `jobs_progress`).
+lease that ran the job write onto its own success (storage/sql/queries.sql, `jobs_progress`).
 
 Every write is fenced by the job's lease token: a holder that lost its lease (rescued,
 cancelled, released) writes nothing. A value the database could not take is dropped
@@ -35,7 +35,7 @@ import psycopg
 
 from pgworkerd import logs
 from pgworkerd.encoding import ESCAPED_NUL
-from pgworkerd.storage import queries
+from pgworkerd.storage.progress import write_progress
 
 if TYPE_CHECKING:
     from pgworkerd.job import Job
@@ -86,22 +86,6 @@ def clean_stage(stage: object) -> str | None:
     return stage.replace("\x00", ESCAPED_NUL)[:MAX_STAGE_CHARS]
 
 
-def write(
-    conn: psycopg.Connection[Any],
-    schema: str,
-    values: dict[int, tuple[uuid.UUID, float, str | None]],
-) -> set[int]:
-    """Write the latest value of each job; returns the ids whose lease let it."""
-    params = {
-        "ids": list(values),
-        "tokens": [token for token, _, _ in values.values()],
-        "percents": [percent for _, percent, _ in values.values()],
-        "stages": [stage for _, _, stage in values.values()],
-    }
-    statement = queries.statements(schema)["jobs_progress"]
-    return {row[0] for row in conn.execute(statement, params)}
-
-
 class DirectProgress:
     """Writes each report at once on the given connection: pgworkerd.testing's sink."""
 
@@ -110,7 +94,7 @@ class DirectProgress:
         self.schema = schema
 
     def report(self, job_id: int, token: uuid.UUID, percent: float, stage: str | None) -> None:
-        write(self.conn, self.schema, {job_id: (token, percent, stage)})
+        write_progress(self.conn, self.schema, {job_id: (token, percent, stage)})
 
 
 class ProgressWriter:
@@ -158,7 +142,7 @@ class ProgressWriter:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = self._connect()
-            write(self._conn, self._schema, values)
+            write_progress(self._conn, self._schema, values)
         except psycopg.Error as exc:
             logs.event(log, logging.WARNING, "progress not written", error=_one_line(exc))
             if self._conn is not None:

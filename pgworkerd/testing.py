@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from pgworkerd import handlers, progress
-from pgworkerd.client.producer import default_producer
+from pgworkerd.client.producer import schema_of
 from pgworkerd.config import Config
 from pgworkerd.job import Job
-from pgworkerd.storage import queries
+from pgworkerd.storage.reads import Reads
 from pgworkerd.storage.store import Backoff, JobStore
 from pgworkerd.worker.execution import Executor, OutcomeKind
 from pgworkerd.worker.loop import unknown_kind
@@ -142,16 +141,16 @@ def assert_enqueued(
     given, nested objects alike; None: any payload). AssertionError naming the jobs of
     that kind there are, when none matches. The row has id, queue, kind, state,
     payload, run_at and priority. `schema` defaults as enqueue's does."""
-    if schema is None:
-        schema = default_producer().store.schema  # as enqueue's: from the environment
-    statement = queries.statements(schema)["jobs_enqueued_matching"]
+    reads = Reads(schema_of(schema))
     subset = None if payload_subset is None else json.dumps(payload_subset)
-    params = {"kind": kind, "states": list(states), "subset": subset, "limit": 1}
-    with conn.cursor(row_factory=dict_row) as cur:
-        found = cur.execute(statement, params).fetchone()
-        if found is not None:
-            return found
-        others = cur.execute(statement, {**params, "subset": None, "limit": 10}).fetchall()
+    found = reads.enqueued_matching(
+        conn, kind=kind, states=states, payload_subset_json=subset, limit=1
+    )
+    if found:
+        return found[0]
+    others = reads.enqueued_matching(
+        conn, kind=kind, states=states, payload_subset_json=None, limit=10
+    )
     wanted = f"no {'/'.join(states)} job of kind {kind!r}"
     if not others:
         raise AssertionError(f"{wanted} at all")

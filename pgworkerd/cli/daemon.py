@@ -10,7 +10,8 @@ from pgworkerd import config as config_module
 from pgworkerd import handlers, logs
 from pgworkerd.cli.common import EXIT_OK, CommandAdder, load_config
 from pgworkerd.config import schedules
-from pgworkerd.storage import connections, migrations, queries
+from pgworkerd.storage import connections, migrations
+from pgworkerd.storage.reads import Reads
 
 CHECK_SLOTS = 3  # `check` prints this many next run times of each periodic entry
 
@@ -75,8 +76,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd check") as conn:
         version = migrations.check_version(conn, config.database.schema_name)
-        clock = queries.statements(config.database.schema_name)["clock_read"]
-        now = conn.execute(clock).fetchone()[0]  # type: ignore[index]
+        now = Reads(config.database.schema_name).clock(conn)
     print(
         f"ok: {len(config.handlers)} handler(s) import, {len(config.pools())} pool(s), "
         f"database reachable at {connections.redact(url)}, schema version {version}"

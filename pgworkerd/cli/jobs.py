@@ -25,9 +25,10 @@ from pgworkerd.cli.common import (
     json_argument,
     load_config,
 )
-from pgworkerd.client.operations import STATES, Operations
+from pgworkerd.client.operations import Operations
 from pgworkerd.client.producer import Producer
 from pgworkerd.storage import connections
+from pgworkerd.storage.store import STATES
 
 
 def register(command: CommandAdder, common: Parser) -> None:

@@ -14,15 +14,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
-from pgworkerd.client.pausing import QueuePauses
-from pgworkerd.client.producer import default_producer
+from pgworkerd.client.producer import schema_of
 from pgworkerd.config.periodic import PeriodicEntry
-from pgworkerd.storage import queries
-from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
+from pgworkerd.storage.queue_pauses import QueuePauseStore
+from pgworkerd.storage.reads import Reads
+from pgworkerd.storage.store import DEFAULT_SCHEMA, STATES, JobStore
 
-STATES = ("queued", "running", "succeeded", "dead", "cancelled")
 FINISHED_WINDOW_MIN = 5  # `finished_per_minute` averages over this many minutes
 # `status` lists at most this many running jobs that reported progress (longest running
 # first): a glance, not a listing; `jobs show ID` has any one job's.
@@ -51,18 +49,14 @@ def cancel(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = N
     loses its lease: whatever outcome it writes later changes nothing. Runs in the
     caller's transaction, like `enqueue`; `schema` defaults as `enqueue`'s does
     (`PGWORKERD_DATABASE__SCHEMA`, else `pgworkerd`)."""
-    return _store(schema).cancel(conn, [job_id]) == [job_id]
+    return JobStore(schema_of(schema)).cancel(conn, [job_id]) == [job_id]
 
 
 def retry(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = None) -> bool:
     """Queue a dead or cancelled job again, to run now (with one more attempt if it had
     used them all); True if it was queued. False for a job that is missing, in another
     state, or whose unique_key a live job holds meanwhile."""
-    return _store(schema).retry_finished(conn, ids=[job_id]) == [job_id]
-
-
-def _store(schema: str | None) -> JobStore:
-    return JobStore(schema) if schema is not None else default_producer().store
+    return JobStore(schema_of(schema)).retry_finished(conn, ids=[job_id]) == [job_id]
 
 
 class Operations:
@@ -70,35 +64,32 @@ class Operations:
 
     def __init__(self, schema: str = DEFAULT_SCHEMA) -> None:
         self.store = JobStore(schema)
-        self._sql = queries.statements(schema)
+        self._reads = Reads(schema)
+        self._pauses = QueuePauseStore(schema)
 
     def status(
         self, conn: psycopg.Connection[Any], periodic: Sequence[PeriodicEntry] = ()
     ) -> dict[str, Any]:
         """Queues, live daemons, and the `periodic` entries of the caller's config."""
-        with conn.cursor(row_factory=dict_row) as cur:
-            queue_rows = cur.execute(self._sql["jobs_status_by_queue"]).fetchall()
-            daemon_rows = cur.execute(self._sql["daemons_list"]).fetchall()
-            progress_rows = cur.execute(
-                self._sql["jobs_running_progress"], {"limit": STATUS_PROGRESS_JOBS}
-            ).fetchall()
-            now = cur.execute(self._sql["clock_read"]).fetchone()
-            keys = [entry.key for entry in periodic]
-            slots = cur.execute(self._sql["periodic_entries_last"], {"keys": keys}).fetchall()
-        assert now is not None
-        paused = QueuePauses(self.store.schema).paused(conn)
+        rows = self._reads.status(
+            conn,
+            progress_limit=STATUS_PROGRESS_JOBS,
+            periodic_keys=[entry.key for entry in periodic],
+        )
+        paused = self._pauses.paused(conn)
+        queue_rows = rows.queues
         # A paused queue without jobs is shown too: the pause is what the operator looks for.
         queue_rows += [_no_jobs(name) for name in paused.keys() - {r["queue"] for r in queue_rows}]
-        last = {row["entry_key"]: row for row in slots}
+        last = {row["entry_key"]: row for row in rows.periodic_last}
         return {
-            "at": json_value(now["now"]),
+            "at": json_value(rows.now),
             "queues": [
                 _queue_status(row, paused.get(row["queue"]))
                 for row in sorted(queue_rows, key=lambda r: str(r["queue"]))
             ],
-            "daemons": [_daemon_status(row) for row in daemon_rows],
-            "progress": [{key: json_value(row[key]) for key in row} for row in progress_rows],
-            "periodic": [_periodic_status(e, last.get(e.key), now["now"]) for e in periodic],
+            "daemons": [_daemon_status(row) for row in rows.daemons],
+            "progress": [{key: json_value(row[key]) for key in row} for row in rows.progress],
+            "periodic": [_periodic_status(e, last.get(e.key), rows.now) for e in periodic],
         }
 
     def list_jobs(
@@ -110,9 +101,7 @@ class Operations:
         kind: str | None = None,
         limit: int = 50,
     ) -> list[dict[str, Any]]:
-        params = {"state": state, "queue": queue, "kind": kind, "limit": limit}
-        with conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(self._sql["jobs_list"], params).fetchall()
+        rows = self._reads.jobs(conn, state=state, queue=queue, kind=kind, limit=limit)
         return [{key: json_value(row[key]) for key in SUMMARY_KEYS} for row in rows]
 
     def show(self, conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any] | None:
@@ -120,8 +109,7 @@ class Operations:
         return None if row is None else job_detail(row)
 
     def states(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[int, str]:
-        rows = conn.execute(self._sql["jobs_states"], {"ids": list(ids)}).fetchall()
-        return {int(row[0]): str(row[1]) for row in rows}
+        return self._reads.states(conn, ids)
 
     def cancel(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[int]:
         return self.store.cancel(conn, ids)

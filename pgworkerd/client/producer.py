@@ -295,6 +295,12 @@ def default_producer() -> Producer:
     return Producer(schema=settings.database__schema, max_payload_bytes=settings.max_payload_bytes)
 
 
+def schema_of(schema: str | None) -> str:
+    """The schema a client call works on: the one it was given, else enqueue's (from the
+    environment, `PGWORKERD_DATABASE__SCHEMA`, else `pgworkerd`)."""
+    return schema if schema is not None else default_producer().store.schema
+
+
 def enqueue(
     conn: psycopg.Connection[Any], kind: str, payload: Any, **options: Unpack[EnqueueOptions]
 ) -> int:

@@ -1,7 +1,8 @@
 """`pgworkerd.result`, and `pgworkerd.wait` (with its async twin `wait_async`).
 
 `wait` costs a constant handful of statements however long it waits, and nothing on the
-hot path of jobs nobody waits for (sql/queries.sql, FINISHED):
+hot path of jobs nobody waits for (storage/sql/queries.sql, FINISHED; the statements:
+storage/waiting.py):
 
 1. `LISTEN <schema>.finished`, first, so no announcement is missed;
 2. mark the job `waited_on`, in one UPDATE of a job that is not final yet; no row means
@@ -27,10 +28,10 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from pgworkerd.client.producer import default_producer
+from pgworkerd.client.producer import schema_of
 from pgworkerd.errors import JobNotFound, NoResult, WaitError
-from pgworkerd.storage import queries
 from pgworkerd.storage.store import FINAL_STATES
+from pgworkerd.storage.waiting import FinishedJobs, Outcome
 
 
 def result(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = None) -> Any:
@@ -38,8 +39,7 @@ def result(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = N
     (None when it returned None; a `{"pgworkerd_result_omitted": why}` marker when the
     value could not be kept). JobNotFound for an unknown (or pruned) id, NoResult for a
     job in any other state (its `state` says which)."""
-    row = conn.execute(_sql(schema)["jobs_outcome"], {"id": job_id}).fetchone()
-    return _result_of(job_id, row)
+    return _result_of(job_id, FinishedJobs(schema_of(schema)).outcome(job_id).run(conn))
 
 
 def wait(
@@ -52,22 +52,19 @@ def wait(
     """Block until the job is final and return its state: "succeeded", "dead" or
     "cancelled". TimeoutError after `timeout` seconds (None: no limit); JobNotFound for
     an unknown id. See the module's text for the connection it needs."""
-    statements = _sql(schema)
+    finished = FinishedJobs(schema_of(schema))
     deadline = None if timeout is None else time.monotonic() + timeout
     with _outside_transaction(conn):
-        conn.execute(statements["finished_listen"])
+        finished.listen().run(conn)
         try:
             while True:
-                marked = conn.execute(statements["jobs_wait_mark"], {"id": job_id}).fetchone()
-                if marked is not None:
+                if finished.mark_waited(job_id).run(conn):
                     _hear(conn, job_id, deadline, timeout)
-                state = _final_state(
-                    job_id, conn.execute(statements["jobs_outcome"], {"id": job_id}).fetchone()
-                )
+                state = _final_state(job_id, finished.outcome(job_id).run(conn))
                 if state is not None:
                     return state
         finally:
-            conn.execute(statements["finished_unlisten"])
+            finished.unlisten().run(conn)
 
 
 async def wait_async(
@@ -78,21 +75,19 @@ async def wait_async(
     schema: str | None = None,
 ) -> str:
     """`wait` on an AsyncConnection: the event loop runs on while it waits."""
-    statements = _sql(schema)
+    finished = FinishedJobs(schema_of(schema))
     deadline = None if timeout is None else time.monotonic() + timeout
     async with _outside_transaction_async(aconn):
-        await aconn.execute(statements["finished_listen"])
+        await finished.listen().run_async(aconn)
         try:
             while True:
-                cursor = await aconn.execute(statements["jobs_wait_mark"], {"id": job_id})
-                if await cursor.fetchone() is not None:
+                if await finished.mark_waited(job_id).run_async(aconn):
                     await _hear_async(aconn, job_id, deadline, timeout)
-                cursor = await aconn.execute(statements["jobs_outcome"], {"id": job_id})
-                state = _final_state(job_id, await cursor.fetchone())
+                state = _final_state(job_id, await finished.outcome(job_id).run_async(aconn))
                 if state is not None:
                     return state
         finally:
-            await aconn.execute(statements["finished_unlisten"])
+            await finished.unlisten().run_async(aconn)
 
 
 def _hear(
@@ -128,24 +123,20 @@ def _remaining(deadline: float | None, job_id: int, timeout: float | None) -> fl
     return left
 
 
-def _final_state(job_id: int, row: Any) -> str | None:
-    if row is None:
+def _final_state(job_id: int, outcome: Outcome) -> str | None:
+    if outcome is None:
         raise JobNotFound(f"job {job_id} does not exist")
-    state = str(row[0])
+    state = outcome[0]
     return state if state in FINAL_STATES else None
 
 
-def _result_of(job_id: int, row: Any) -> Any:
-    if row is None:
+def _result_of(job_id: int, outcome: Outcome) -> Any:
+    if outcome is None:
         raise JobNotFound(f"job {job_id} does not exist")
-    state, value = row
+    state, value = outcome
     if state != "succeeded":
         raise NoResult(job_id, state)
     return value
-
-
-def _sql(schema: str | None) -> dict[str, bytes]:
-    return queries.statements(schema if schema is not None else default_producer().store.schema)
 
 
 _IN_TRANSACTION = "wait() needs a connection outside a transaction: commit or roll back first"

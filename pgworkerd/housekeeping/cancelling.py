@@ -1,6 +1,6 @@
 """How the holder of a running job learns it was cancelled.
 
-`jobs_cancel` (sql/queries.sql) ends the job `cancelled` and, in the same statement,
+`jobs_cancel` (storage/sql/queries.sql) ends the job `cancelled` and, in the same statement,
 notifies the cancel channel with the job's id and the lease token it was running
 under. The supervisor that holds that lease (it LISTENs on the channel beside the
 enqueue one) tells the worker, which raises `pgworkerd.JobCancelled` in the handler;

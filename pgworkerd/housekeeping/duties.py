@@ -18,7 +18,6 @@ import psycopg
 from pgworkerd import logs
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.job import Lease
-from pgworkerd.storage import queries
 from pgworkerd.storage.store import JobStore
 
 log = logging.getLogger("pgworkerd.supervisor")
@@ -108,10 +107,4 @@ def sample_queues(
     session: DatabaseSession, store: JobStore, queues: Sequence[str]
 ) -> Result[list[tuple[str, int, float | None]]]:
     """(queue, jobs ready now, age of the oldest in seconds) for each of `queues`."""
-    statement = queries.statements(store.schema)["queues_ready"]
-
-    def work(conn: psycopg.Connection[Any]) -> list[tuple[str, int, float | None]]:
-        rows = conn.execute(statement, {"queues": list(queues)}).fetchall()
-        return [(str(name), int(depth), age) for name, depth, age in rows]
-
-    return session.attempt("sample queues", work)
+    return session.attempt("sample queues", lambda conn: store.ready_by_queue(conn, queues))

@@ -1,6 +1,6 @@
 """Notifications received on the session's connection (the daemon's one listening
 connection): enqueues, which name their queue, and cancels of running jobs, which
-name their leases (pgworkerd/cancelling.py)."""
+name their leases (pgworkerd/housekeeping/cancelling.py)."""
 
 from __future__ import annotations
 

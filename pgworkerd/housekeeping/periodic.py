@@ -1,6 +1,6 @@
 """The periodic entries' duty: enqueue each slot's job when it comes (the slots are
-computed by pgworkerd/schedules.py; the once-only guarantee is periodic_enqueue's
-compare-and-set in sql/queries.sql).
+computed by config/schedules.py; the once-only guarantee is periodic_enqueue's
+compare-and-set in storage/sql/queries.sql; the statements: storage/periodic.py).
 
 Every daemon runs every entry of its config; none is elected. Each wakes at a slot
 (the supervisor's loop sleeps until next_due_at), tries to enqueue it, and one
@@ -10,7 +10,6 @@ to count from the last reading of the database's (`clock_offset_s`).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -19,14 +18,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from pgworkerd import logs
 from pgworkerd.config import schedules
 from pgworkerd.config.periodic import PeriodicEntry
 from pgworkerd.housekeeping.session import DatabaseSession
-from pgworkerd.storage import queries
-from pgworkerd.storage.channels import notify_channel
+from pgworkerd.storage.periodic import enqueue_slot, last_slots, register_entries
 
 log = logging.getLogger("pgworkerd.supervisor")
 
@@ -118,22 +115,14 @@ class PeriodicDuty:
         return result.value if result.ok else None
 
     def _round(self, conn: psycopg.Connection[Any]) -> int:
-        statements = queries.statements(self.schema)
-        keys = [t.entry.key for t in self.tracked]
-        row = conn.execute(statements["periodic_entries_register"], {"keys": keys}).fetchone()
-        assert row is not None
+        database_now = register_entries(conn, self.schema, [t.entry.key for t in self.tracked])
         read_at = self.wall()
-        self.clock_offset_s, self.clock_read_at = row[0].timestamp() - read_at, read_at
+        self.clock_offset_s, self.clock_read_at = database_now.timestamp() - read_at, read_at
         now = self.now()
         due = [t for t in self.tracked if not self._settled(t, now)]
         if not due:
             return 0
-        last = {
-            key: slot_at
-            for key, slot_at, _ in conn.execute(
-                statements["periodic_entries_last"], {"keys": [t.entry.key for t in due]}
-            )
-        }
+        last = last_slots(conn, self.schema, [t.entry.key for t in due])
         enqueued = 0
         for tracked in due:
             entry = tracked.entry
@@ -159,22 +148,3 @@ class PeriodicDuty:
                     )
             tracked.tried = tracked.schedule.latest(now)
         return enqueued
-
-
-def enqueue_slot(
-    conn: psycopg.Connection[Any], schema: str, entry: PeriodicEntry, slot: datetime
-) -> int | None:
-    """The id of the job enqueued for `slot` of `entry`; None when this slot or a newer
-    one was enqueued already (by any daemon, however long ago its job finished)."""
-    params = {
-        "key": entry.key,
-        "slot_at": slot,
-        "sequence": f"{sql.Identifier(schema).as_string(None)}.jobs_id_seq",
-        "queue": entry.queue,
-        "kind": entry.kind,
-        "payload": json.dumps(entry.payload),
-        "priority": entry.priority,
-        "channel": notify_channel(schema),
-    }
-    row = conn.execute(queries.statements(schema)["periodic_enqueue"], params).fetchone()
-    return None if row is None else int(row[0])

@@ -22,7 +22,6 @@ from pgworkerd import logs
 from pgworkerd.config import Config
 from pgworkerd.config.retention import FinishedState, retention_s
 from pgworkerd.housekeeping.session import DatabaseSession, Result
-from pgworkerd.storage import queries
 from pgworkerd.storage.store import JobStore
 
 log = logging.getLogger("pgworkerd.supervisor")
@@ -58,15 +57,6 @@ class Pruned:
         return sum(self.counts.values())
 
 
-def prune_batch(
-    conn: psycopg.Connection[Any], schema: str, policy: Policy, state: FinishedState, batch: int
-) -> int:
-    """One batch of one state; how many rows it removed."""
-    name = "jobs_archive_move" if policy.archive else "jobs_prune"
-    params = {"state": state, "retention_s": policy.keep_s[state], "limit": batch}
-    return conn.execute(queries.statements(schema)[name], params).rowcount
-
-
 def prune_round(
     conn: psycopg.Connection[Any],
     schema: str,
@@ -77,6 +67,7 @@ def prune_round(
     clock: Callable[[], float] = time.monotonic,
 ) -> Pruned:
     """Batches of each state in turn until each is done or the budget is spent."""
+    store = JobStore(schema)
     stop_at = clock() + budget_s
     counts: dict[FinishedState, int] = dict.fromkeys(FINISHED_STATES, 0)
     backlog = False
@@ -84,7 +75,13 @@ def prune_round(
         while True:
             if clock() >= stop_at:
                 return Pruned(counts, backlog=True)
-            removed = prune_batch(conn, schema, policy, state, batch)
+            removed = store.prune_batch(
+                conn,
+                state=state,
+                retention_s=policy.keep_s[state],
+                limit=batch,
+                archive=policy.archive,
+            )
             counts[state] += removed
             if removed < batch:
                 break

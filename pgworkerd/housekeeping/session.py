@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 import psycopg
-from psycopg import sql
 
 from pgworkerd import logs
 from pgworkerd.housekeeping.deadline import Deadline, RoundTripTimeout, enforced
 from pgworkerd.storage import connections
+from pgworkerd.storage.channels import listen_statement
 
 log = logging.getLogger("pgworkerd.supervisor")
 
@@ -169,6 +169,6 @@ class DatabaseSession:
         )
         if self.listen_channels is not None:
             for channel in self.listen_channels():
-                self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                self.conn.execute(listen_statement(channel))
             self._listening_since_connect = True
         return self.conn

@@ -3,6 +3,8 @@ schema name of any spelling is fine)."""
 
 from __future__ import annotations
 
+from psycopg import sql
+
 
 def notify_channel(schema: str) -> str:
     """The channel on which enqueues announce their queue's name."""
@@ -11,7 +13,7 @@ def notify_channel(schema: str) -> str:
 
 def cancel_channel(schema: str) -> str:
     """The channel that names the leases of running jobs just cancelled (see
-    pgworkerd/cancelling.py)."""
+    housekeeping/cancelling.py)."""
     return f"{schema}.cancel"
 
 
@@ -19,3 +21,8 @@ def finished_channel(schema: str) -> str:
     """The channel on which a job that pgworkerd.wait() waits for is announced when it
     becomes final; the payload is its id."""
     return f"{schema}.finished"
+
+
+def listen_statement(channel: str) -> sql.Composed:
+    """LISTEN on `channel` (a name with a dot needs the quotes of an identifier)."""
+    return sql.SQL("LISTEN {}").format(sql.Identifier(channel))

@@ -1,4 +1,4 @@
-"""Forward-only schema migrations: numbered `.sql` files in `pgworkerd/sql/`.
+"""Forward-only schema migrations: numbered `.sql` files in `pgworkerd/storage/sql/`.
 
 `migrate` applies the missing ones in one transaction under an advisory lock, so two
 hosts migrating at once serialise (the second finds nothing to do) and a failing

@@ -1,4 +1,4 @@
-"""Loads `sql/queries.sql` once and renders its statements for one schema.
+"""Loads `storage/sql/queries.sql` once and renders its statements for one schema.
 
 The schema name enters SQL only as a `psycopg.sql.Identifier`, never by string
 formatting, so a schema called `"; DROP TABLE x; --` is just an odd name.

@@ -1,5 +1,5 @@
 """Every state transition of a job, one method each, over the statements of
-`sql/queries.sql`.
+`storage/sql/queries.sql`.
 
     queued --claim--> running --complete--> succeeded
                          |--fail / retry_after / rescue--> queued (later) | dead
@@ -30,7 +30,9 @@ from pgworkerd.storage import queries
 from pgworkerd.storage.channels import cancel_channel, notify_channel
 
 DEFAULT_SCHEMA = "pgworkerd"
-FINAL_STATES = ("succeeded", "dead", "cancelled")
+# Every state of a job, in the order tables show them; the last three are final.
+STATES = ("queued", "running", "succeeded", "dead", "cancelled")
+FINAL_STATES = STATES[2:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +68,13 @@ class Statement(Generic[T]):
     decode: Callable[[list[Any]], T]
 
     def run(self, conn: psycopg.Connection[Any]) -> T:
-        return self.decode(conn.execute(self.query, self.params).fetchall())
+        cursor = conn.execute(self.query, self.params)
+        # A statement without rows (LISTEN) has no description: fetchall would raise.
+        return self.decode(cursor.fetchall() if cursor.description is not None else [])
 
     async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
         cursor = await aconn.execute(self.query, self.params)
-        return self.decode(await cursor.fetchall())
+        return self.decode(await cursor.fetchall() if cursor.description is not None else [])
 
 
 class JobStore:
@@ -227,7 +231,7 @@ class JobStore:
 
     def cancelled_among(self, conn: psycopg.Connection[Any], leases: Iterable[Lease]) -> set[int]:
         """Ids of the jobs among `leases` cancelled while held under them (asked only
-        about leases a renewal did not find: see pgworkerd/cancelling.py)."""
+        about leases a renewal did not find: see pgworkerd/housekeeping/cancelling.py)."""
         return self._by_leases(conn, "jobs_cancelled_among", leases)
 
     def rescue(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[FailureOutcome]:
@@ -263,6 +267,28 @@ class JobStore:
         params = {"states": states, "ids": list(ids) if ids is not None else None, "queue": queue}
         rows = conn.execute(self._sql["jobs_retry_finished"], params).fetchall()
         return sorted(row[0] for row in rows)
+
+    def ready_by_queue(
+        self, conn: psycopg.Connection[Any], queues: Sequence[str]
+    ) -> list[tuple[str, int, float | None]]:
+        """(queue, jobs ready now, age of the oldest in seconds) for each of `queues`."""
+        rows = conn.execute(self._sql["queues_ready"], {"queues": list(queues)}).fetchall()
+        return [(str(name), int(depth), age) for name, depth, age in rows]
+
+    def prune_batch(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        state: str,
+        retention_s: float,
+        limit: int,
+        archive: bool,
+    ) -> int:
+        """Deletes (or moves to jobs_archive) up to `limit` jobs of a final `state` that
+        finished more than `retention_s` ago; how many."""
+        name = "jobs_archive_move" if archive else "jobs_prune"
+        params = {"state": state, "retention_s": retention_s, "limit": limit}
+        return conn.execute(self._sql[name], params).rowcount
 
     def get(self, conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any] | None:
         with conn.cursor(row_factory=dict_row) as cur:

@@ -3,7 +3,7 @@
 /healthz: 200 whenever the loop turns (it answers from the loop).
 /readyz: 200 when the housekeeping's last lease renewal answered recently (within two
 renewal intervals, at least READY_MIN_WINDOW_S), else 503.
-/metrics: pgworkerd/metrics.py's registry in the Prometheus text format.
+/metrics: pgworkerd/supervisor/metrics.py's registry in the Prometheus text format.
 No answer names the database URL or anything else of the config.
 """
 

@@ -12,7 +12,8 @@ import psycopg
 from pgworkerd import config
 from pgworkerd.config.schedules import due_slots
 from pgworkerd.housekeeping import DatabaseSession
-from pgworkerd.housekeeping.periodic import PeriodicDuty, enqueue_slot
+from pgworkerd.housekeeping.periodic import PeriodicDuty
+from pgworkerd.storage.periodic import enqueue_slot
 
 SCHEMA = "pgworkerd"
 T = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

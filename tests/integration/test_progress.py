@@ -12,6 +12,7 @@ import psycopg
 
 import pgworkerd
 from pgworkerd import progress
+from pgworkerd.storage.progress import write_progress
 from pgworkerd.storage.store import JobStore
 from tests.daemon import wait_until
 from tests.integration.store_helpers import claim, expire_leases
@@ -32,20 +33,20 @@ def test_only_the_lease_that_runs_the_job_writes(conn: Conn, store: JobStore) ->
     (job,) = claim(store, conn)
     token = job.lease_token
     assert token is not None
-    assert progress.write(conn, "pgworkerd", {job_id: (token, 10.0, "one")}) == {job_id}
-    assert progress.write(conn, "pgworkerd", {job_id: (uuid.uuid4(), 90.0, "x")}) == set()
+    assert write_progress(conn, "pgworkerd", {job_id: (token, 10.0, "one")}) == {job_id}
+    assert write_progress(conn, "pgworkerd", {job_id: (uuid.uuid4(), 90.0, "x")}) == set()
     assert progress_of(conn, job_id) == (10.0, "one")
     # Rescued: the old holder's token no longer fences the row.
     expire_leases(conn)
     store.rescue(conn)
-    assert progress.write(conn, "pgworkerd", {job_id: (token, 50.0, "stale")}) == set()
+    assert write_progress(conn, "pgworkerd", {job_id: (token, 50.0, "stale")}) == set()
     # The next claim starts the attempt with no progress; the stale holder still cannot.
     conn.execute("UPDATE pgworkerd.jobs SET run_at = now() WHERE id = %s", (job_id,))
     (again,) = claim(store, conn)
     assert progress_of(conn, job_id) == (None, None)
-    assert progress.write(conn, "pgworkerd", {job_id: (token, 50.0, "stale")}) == set()
+    assert write_progress(conn, "pgworkerd", {job_id: (token, 50.0, "stale")}) == set()
     assert again.lease_token is not None
-    assert progress.write(conn, "pgworkerd", {job_id: (again.lease_token, 5.0, None)}) == {job_id}
+    assert write_progress(conn, "pgworkerd", {job_id: (again.lease_token, 5.0, None)}) == {job_id}
 
 
 def test_a_value_reaching_the_row_after_its_success_is_kept_not_after_cancel(
@@ -60,7 +61,7 @@ def test_a_value_reaching_the_row_after_its_success_is_kept_not_after_cancel(
         done_id: (done.lease.token, 100.0, "finished"),
         cancelled_id: (cancelled.lease.token, 100.0, "finished"),
     }
-    assert progress.write(conn, "pgworkerd", values) == {done_id}
+    assert write_progress(conn, "pgworkerd", values) == {done_id}
     assert progress_of(conn, done_id) == (100.0, "finished")
     assert progress_of(conn, cancelled_id) == (None, None)
 
