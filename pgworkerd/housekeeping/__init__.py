@@ -4,33 +4,33 @@ children that died, and listen for enqueue and cancel notifications.
 
     session.py        the one connection: short timeouts, reconnects, typed results
     deadline.py       the client-side deadline every round trip runs under
-    schedule.py       when a periodic duty is due (pure: the caller brings the time)
-    duties.py         renewal + heartbeat, rescue, unregister
+    duty.py           what a duty is: when it is due, a round's run, following the config
+    schedule.py       when an interval duty is due (pure: the caller brings the time)
+    duties.py         renewal + heartbeat, rescue, queue sampling, unregister
     retention.py      pruning finished jobs by state (or archiving them)
     periodic.py       enqueuing the slots of the periodic entries
     settlements.py    the queue of writes for the jobs of dead children
     notifications.py  LISTEN and what it brought
+    cancelling.py     the leases a cancel notification names
 """
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pgworkerd.config import Config
-from pgworkerd.housekeeping import duties, retention
-from pgworkerd.housekeeping.duties import Renewal
+from pgworkerd.housekeeping import duties
+from pgworkerd.housekeeping.duties import QueueSampling, Renewal, RenewalDuty, RescueDuty
+from pgworkerd.housekeeping.duty import Duty, Round
 from pgworkerd.housekeeping.notifications import ALL_QUEUES, Notifications, Notified
 from pgworkerd.housekeeping.periodic import PeriodicDuty
-from pgworkerd.housekeeping.schedule import Every
+from pgworkerd.housekeeping.retention import PruneDuty
 from pgworkerd.housekeeping.session import Answer, DatabaseSession, Failure, Result
 from pgworkerd.housekeeping.settlements import PendingSettlements, Settlement
 from pgworkerd.job import Lease
 from pgworkerd.storage.channels import cancel_channel
 from pgworkerd.storage.store import JobStore
-from pgworkerd.supervisor.metrics import METRICS
 
 __all__ = [
     "ALL_QUEUES",
@@ -62,9 +62,7 @@ class Housekeeper:
         self.store = store  # assignable: the supervisor swaps it on reload
         self.lease_ttl_s = lease_ttl_s
         self.config = config
-        self._configured: Config | None = None  # the config the duties below follow
-        self.retention = retention.Policy.from_config(config())
-        self.periodic = PeriodicDuty(store.schema)
+        self._configured: Config | None = None  # the config the duties follow
         self.daemon_id = daemon_id
         self.session = session or DatabaseSession(
             database_url=database_url,
@@ -77,36 +75,35 @@ class Housekeeper:
             self.session, enabled=listen, cancel_channel=cancel_channel(store.schema)
         )
         self.settlements = PendingSettlements()
-        # Each due at once (the supervisor's first loop turn), then at its interval.
-        self.renewal_schedule = Every(duties.renewal_interval_s(lease_ttl_s))
-        self.rescue_schedule = Every(duties.rescue_interval_s(lease_ttl_s))
-        self.prune_schedule = Every(retention.PRUNE_INTERVAL_S)
-        self.sample_schedule = Every(duties.SAMPLE_INTERVAL_S)
-        self.sampled_queues: Sequence[str] = ()  # set when the metrics are served
-        self.last_renewal_at: float | None = None  # monotonic: the last one that answered
+        self.renewal = RenewalDuty(lease_ttl_s=lease_ttl_s, daemon_id=daemon_id)
+        self.rescue = RescueDuty(lease_ttl_s=lease_ttl_s)
+        self.sampling = QueueSampling()
+        self.periodic = PeriodicDuty(store.schema)
+        self.pruning = PruneDuty(config(), lease_ttl_s=lease_ttl_s)
+        # Run in this order when due together: the renewal first (leases are what must
+        # not lapse), then the rescue, the metrics sample, periodic slots, pruning.
+        self.duties: tuple[Duty, ...] = (
+            self.renewal,
+            self.rescue,
+            self.sampling,
+            self.periodic,
+            self.pruning,
+        )
 
     # -- periodic work --------------------------------------------------------------------
 
     def next_due_at(self) -> float:
         """The earliest moment (monotonic) a duty is due; -inf: now."""
-        return min(
-            self.renewal_schedule.next_at,
-            self.rescue_schedule.next_at,
-            self.prune_schedule.next_at,
-            self.sample_schedule.next_at if self.sampled_queues else math.inf,
-            self._periodic_due_at(),
-        )
+        return min(duty.next_at() for duty in self.duties)
 
-    def _periodic_due_at(self) -> float:
-        due_in_s = self.periodic.next_due_in_s()
-        return math.inf if due_in_s is None else time.monotonic() + due_in_s
+    def sample_queues(self, queues: Sequence[str]) -> None:
+        """Sample these queues for the metrics from now on (none: stop)."""
+        self.sampling.queues = list(queues)
 
-    def _follow_config(self) -> None:
-        config = self.config()
-        if config is not self._configured:
-            self._configured = config
-            self.retention = retention.Policy.from_config(config)
-            self.periodic.configure(config.periodic)
+    @property
+    def last_renewal_at(self) -> float | None:
+        """Monotonic time of the last renewal that answered; None: none yet."""
+        return self.renewal.last_answered_at
 
     def run_due(
         self,
@@ -114,47 +111,22 @@ class Housekeeper:
         leases: Callable[[], Sequence[Lease]],
         info: Callable[[], dict[str, Any]],
     ) -> Renewal | None:
-        """Run each duty due at `now` (monotonic), in this order: renewal (of `leases()`,
-        with `info()` in the heartbeat), rescue, periodic slots, prune; then write
-        pending settlements.
-        The Renewal when a renewal ran and answered, else None."""
-        renewal = None
-        self._follow_config()
-        if self.renewal_schedule.due(now):
-            self.renewal_schedule.done(now)
-            renewal = duties.renew(
-                self.session,
-                self.store,
-                leases=leases(),
-                info=info(),
-                daemon_id=self.daemon_id,
-                lease_ttl_s=self.lease_ttl_s,
-                sent_at=now,
-            )
-            if renewal is None:
-                METRICS.renewals_failed.inc()
-            else:
-                self.last_renewal_at = now
-        if self.rescue_schedule.due(now):
-            self.rescue_schedule.done(now)
-            duties.rescue(self.session, self.store)
-        if self.sampled_queues and self.sample_schedule.due(now):
-            self.sample_schedule.done(now)
-            sample = duties.sample_queues(self.session, self.store, self.sampled_queues)
-            if sample.ok:
-                METRICS.queues_sampled(sample.value)
-        due_in_s = self.periodic.next_due_in_s()
-        if due_in_s is not None and due_in_s <= 0:
-            self.periodic.run(self.session)
-        if self.prune_schedule.due(now):
-            self.prune_schedule.done(now)
-            pruned = retention.prune(
-                self.session, self.store, self.retention, lease_ttl_s=self.lease_ttl_s
-            )
-            if pruned.ok and pruned.value.backlog:
-                self.prune_schedule.next_at = now + retention.PRUNE_BACKLOG_INTERVAL_S
+        """Run each duty due at `now` (monotonic), in the order of `duties` (the
+        renewal of `leases()`, with `info()` in the heartbeat, first); then write
+        pending settlements. The Renewal when a renewal ran and answered, else None."""
+        config = self.config()
+        if config is not self._configured:
+            self._configured = config
+            for duty in self.duties:
+                duty.follow(config)
+        round_ = Round(now, self.session, self.store, leases, info)
+        renewed = False
+        for duty in self.duties:
+            if duty.due(now):
+                duty.perform(round_)
+                renewed = renewed or duty is self.renewal
         self.flush_settlements()
-        return renewal
+        return self.renewal.answered if renewed else None
 
     # -- settlements ----------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
-"""The supervisor's periodic maintenance: renew its children's leases and heartbeat,
-rescue expired leases (of any daemon); pruning is retention.py, periodic jobs
-periodic.py. Each is one function over a
-session and the store; when they run is the schedules' business (see __init__.py)."""
+"""The supervisor's lease duties: renew its children's leases and heartbeat, rescue
+expired leases (of any daemon), sample the queues' depth for the metrics; pruning is
+retention.py, periodic jobs periodic.py. Each is a function over a session and the
+store, and a Duty (duty.py) that says when it runs."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from typing import Any
 import psycopg
 
 from pgworkerd import logs
+from pgworkerd.housekeeping.duty import NEVER, IntervalDuty, Round
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.job import Lease
 from pgworkerd.storage.store import JobStore
+from pgworkerd.supervisor.metrics import METRICS
 
 log = logging.getLogger("pgworkerd.supervisor")
 
@@ -108,3 +110,56 @@ def sample_queues(
 ) -> Result[list[tuple[str, int, float | None]]]:
     """(queue, jobs ready now, age of the oldest in seconds) for each of `queues`."""
     return session.attempt("sample queues", lambda conn: store.ready_by_queue(conn, queues))
+
+
+class RenewalDuty(IntervalDuty):
+    """Renews every lease_ttl / 3: a lease survives two failed renewals in a row."""
+
+    def __init__(self, *, lease_ttl_s: float, daemon_id: str) -> None:
+        super().__init__(renewal_interval_s(lease_ttl_s))
+        self.lease_ttl_s = lease_ttl_s
+        self.daemon_id = daemon_id
+        self.answered: Renewal | None = None  # of the last run; None: failed (or none yet)
+        self.last_answered_at: float | None = None  # monotonic: the last one that answered
+
+    def work(self, round_: Round) -> None:
+        self.answered = renew(
+            round_.session,
+            round_.store,
+            leases=round_.leases(),
+            info=round_.info(),
+            daemon_id=self.daemon_id,
+            lease_ttl_s=self.lease_ttl_s,
+            sent_at=round_.now,
+        )
+        if self.answered is None:
+            METRICS.renewals_failed.inc()
+        else:
+            self.last_answered_at = round_.now
+
+
+class RescueDuty(IntervalDuty):
+    def __init__(self, *, lease_ttl_s: float) -> None:
+        super().__init__(rescue_interval_s(lease_ttl_s))
+
+    def work(self, round_: Round) -> None:
+        rescue(round_.session, round_.store)
+
+
+class QueueSampling(IntervalDuty):
+    """The depth and age of each queue for the metrics; only while they are served."""
+
+    def __init__(self) -> None:
+        super().__init__(SAMPLE_INTERVAL_S)
+        self.queues: Sequence[str] = ()
+
+    def next_at(self) -> float:
+        return super().next_at() if self.queues else NEVER
+
+    def due(self, now: float) -> bool:
+        return bool(self.queues) and super().due(now)
+
+    def work(self, round_: Round) -> None:
+        sample = sample_queues(round_.session, round_.store, self.queues)
+        if sample.ok:
+            METRICS.queues_sampled(sample.value)

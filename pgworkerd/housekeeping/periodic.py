@@ -20,8 +20,9 @@ from typing import Any
 import psycopg
 
 from pgworkerd import logs
-from pgworkerd.config import schedules
+from pgworkerd.config import Config, schedules
 from pgworkerd.config.periodic import PeriodicEntry
+from pgworkerd.housekeeping.duty import NEVER, Round
 from pgworkerd.housekeeping.session import DatabaseSession
 from pgworkerd.storage.periodic import enqueue_slot, last_slots, register_entries
 
@@ -105,6 +106,23 @@ class PeriodicDuty:
         return tracked.tried is not None and tracked.schedule.latest(now) <= tracked.tried
 
     # -- the round ----------------------------------------------------------------------
+
+    # -- as a Duty (duty.py) ------------------------------------------------------------
+
+    def next_at(self) -> float:
+        due_in_s = self.next_due_in_s()
+        return NEVER if due_in_s is None else time.monotonic() + due_in_s
+
+    def due(self, now: float) -> bool:
+        # On our wall clock, not the loop's monotonic `now`: the slots are wall times.
+        due_in_s = self.next_due_in_s()
+        return due_in_s is not None and due_in_s <= 0
+
+    def perform(self, round_: Round) -> None:
+        self.run(round_.session)
+
+    def follow(self, config: Config) -> None:
+        self.configure(config.periodic)
 
     def run(self, session: DatabaseSession) -> int | None:
         """Enqueue whatever slot is due; how many jobs this daemon enqueued (None: the

@@ -21,6 +21,7 @@ import psycopg
 from pgworkerd import logs
 from pgworkerd.config import Config
 from pgworkerd.config.retention import FinishedState, retention_s
+from pgworkerd.housekeeping.duty import IntervalDuty, Round
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.storage.store import JobStore
 
@@ -107,3 +108,20 @@ def prune(
             **{state: n for state, n in result.value.counts.items() if n},
         )
     return result
+
+
+class PruneDuty(IntervalDuty):
+    """A round of pruning every PRUNE_INTERVAL_S; sooner while a backlog is left."""
+
+    def __init__(self, config: Config, *, lease_ttl_s: float) -> None:
+        super().__init__(PRUNE_INTERVAL_S)
+        self.policy = Policy.from_config(config)
+        self.lease_ttl_s = lease_ttl_s
+
+    def follow(self, config: Config) -> None:
+        self.policy = Policy.from_config(config)
+
+    def work(self, round_: Round) -> None:
+        pruned = prune(round_.session, round_.store, self.policy, lease_ttl_s=self.lease_ttl_s)
+        if pruned.ok and pruned.value.backlog:
+            self.schedule.next_at = round_.now + PRUNE_BACKLOG_INTERVAL_S

@@ -60,7 +60,7 @@ def start(supervisor: Supervisor) -> HttpListener | None:
 def sample_queues(supervisor: Supervisor) -> None:
     """While the metrics are served, the housekeeping samples the queues' depth."""
     if supervisor.http is not None and supervisor.housekeeper is not None:
-        supervisor.housekeeper.sampled_queues = list(supervisor.config.queues)
+        supervisor.housekeeper.sample_queues(list(supervisor.config.queues))
 
 
 def _readyz(supervisor: Supervisor) -> tuple[int, str, bytes]:

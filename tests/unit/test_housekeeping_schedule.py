@@ -192,7 +192,7 @@ def test_only_what_is_due_runs(keeper: Housekeeper, calls: list[str]) -> None:
     renewal = run(keeper, calls, T0 + 10.2, loop)  # a loop turn that came a little late
     assert calls == ["heartbeat", "renew", "rescue"]
     assert renewal is not None and renewal.sent_at == T0 + 10.2
-    assert keeper.renewal_schedule.next_at == T0 + 20.2, "lease_ttl / 3 after the renewal"
+    assert keeper.renewal.schedule.next_at == T0 + 20.2, "lease_ttl / 3 after the renewal"
 
     for now in (T0 + 15.2, T0 + 20.2, T0 + 25.2, T0 + 30.2, T0 + 35.2, T0 + 40.2):
         run(keeper, calls, now, loop)
@@ -212,9 +212,9 @@ def test_intervals_follow_the_lease_ttl(calls: list[str], session: FakeSession) 
         session=session,  # type: ignore[arg-type]
     )
     run(keeper, calls, T0, Loop([]))
-    assert keeper.renewal_schedule.next_at == T0 + 1.0
-    assert keeper.rescue_schedule.next_at == T0 + 1.5
-    assert keeper.prune_schedule.next_at == T0 + 60
+    assert keeper.renewal.schedule.next_at == T0 + 1.0
+    assert keeper.rescue.schedule.next_at == T0 + 1.5
+    assert keeper.pruning.schedule.next_at == T0 + 60
     assert keeper.next_due_at() == T0 + 1.0
 
 
@@ -225,7 +225,7 @@ def test_a_failed_renewal_gives_none_and_waits_its_interval(
     session.down = True
     assert run(keeper, calls, T0, loop) is None
     assert calls == [], "no work reached the store"
-    assert keeper.renewal_schedule.next_at == T0 + 10, "tried again at the next interval"
+    assert keeper.renewal.schedule.next_at == T0 + 10, "tried again at the next interval"
     session.down = False
     assert run(keeper, calls, T0 + 9, loop) is None
     renewal = run(keeper, calls, T0 + 10, loop)
