@@ -56,6 +56,11 @@ ALTER DEFAULT PRIVILEGES FOR ROLE :"owner" IN SCHEMA :"schema"
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner" IN SCHEMA :"schema"
     GRANT USAGE, SELECT ON SEQUENCES TO :"runtime";
 
+-- `pgworkerd status`, /metrics and /readyz name the transaction that holds back vacuum
+-- (pg_stat_activity): without this, the sessions of other roles show no xmin. It also
+-- lets the role read other sessions' query texts; leave it out where that matters.
+SELECT format('GRANT pg_read_all_stats TO %I', :'runtime') \gexec
+
 -- The schema version is read at every daemon start; only migrations write it.
 SELECT format('REVOKE INSERT, UPDATE, DELETE ON %I.migrations FROM %I', :'schema', :'runtime')
 WHERE to_regclass(format('%I.migrations', :'schema')) IS NOT NULL \gexec

@@ -126,7 +126,25 @@ def status(report: dict[str, Any]) -> str:
         parts.append(table(headers, progress_rows, cut_first=[4, 2]))
     if report.get("periodic"):
         parts.append(periodic(report["periodic"]))
+    database = vacuum(report.get("jobs_table"), report.get("horizon"))
+    if database:
+        parts.append(database)
     return "\n\n".join(parts)
+
+
+def vacuum(table: dict[str, Any] | None, horizon: dict[str, Any] | None) -> str:
+    """The jobs table's dead row versions; the holder of the horizon when it is held long
+    enough to warn of (a short transaction of anyone's is no news)."""
+    lines = []
+    if table is not None:
+        line = f"jobs table: {table['live_tuples']:,} live, {table['dead_tuples']:,} dead rows"
+        if table["last_vacuum_at"]:
+            line += f", last vacuum {when(table['last_vacuum_at'])}"
+        lines.append(line)
+    if horizon is not None and horizon["warning"]:
+        lines.append(f"warning: oldest transaction: {horizon['describe']}")
+        lines.append(f"  {horizon['warning']}")
+    return "\n".join(lines)
 
 
 def queues(listing: Sequence[dict[str, Any]]) -> str:

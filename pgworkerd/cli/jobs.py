@@ -96,9 +96,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    periodic = load_config(args).periodic  # what this config schedules, and when
+    config = load_config(args)  # what it schedules, and when; its lease_ttl
     with _connect(args, "status") as (conn, ops):
-        report = ops.status(conn, periodic)
+        report = ops.status(conn, config.periodic, lease_ttl_s=config.lease_ttl)
     print(_json(report) if args.json else formatting.status(report))
     return EXIT_OK
 

@@ -18,13 +18,14 @@ import psycopg
 from pgworkerd.client.producer import schema_of
 from pgworkerd.config.periodic import PeriodicEntry
 from pgworkerd.storage.queue_pauses import QueuePauseStore
-from pgworkerd.storage.reads import Reads
+from pgworkerd.storage.reads import HORIZON_WARN_LEASES, Horizon, Reads
 from pgworkerd.storage.store import DEFAULT_SCHEMA, STATES, JobStore
 
 FINISHED_WINDOW_MIN = 5  # `finished_per_minute` averages over this many minutes
 # `status` lists at most this many running jobs that reported progress (longest running
 # first): a glance, not a listing; `jobs show ID` has any one job's.
 STATUS_PROGRESS_JOBS = 10
+DEFAULT_LEASE_TTL_S = 30.0  # the config's default, for callers without a config
 
 # The columns `jobs list` shows, in this order.
 SUMMARY_KEYS = (
@@ -68,9 +69,14 @@ class Operations:
         self._pauses = QueuePauseStore(schema)
 
     def status(
-        self, conn: psycopg.Connection[Any], periodic: Sequence[PeriodicEntry] = ()
+        self,
+        conn: psycopg.Connection[Any],
+        periodic: Sequence[PeriodicEntry] = (),
+        *,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
     ) -> dict[str, Any]:
-        """Queues, live daemons, and the `periodic` entries of the caller's config."""
+        """Queues, live daemons, the `periodic` entries of the caller's config, and what
+        holds back vacuum (warned of past HORIZON_WARN_LEASES times the config's lease_ttl)."""
         rows = self._reads.status(
             conn,
             progress_limit=STATUS_PROGRESS_JOBS,
@@ -90,6 +96,8 @@ class Operations:
             "daemons": [_daemon_status(row) for row in rows.daemons],
             "progress": [{key: json_value(row[key]) for key in row} for row in rows.progress],
             "periodic": [_periodic_status(e, last.get(e.key), rows.now) for e in periodic],
+            "horizon": _horizon_status(rows.horizon, lease_ttl_s),
+            "jobs_table": _table_status(rows.jobs_table),
         }
 
     def list_jobs(
@@ -198,6 +206,31 @@ def _periodic_status(
         "last_slot_at": json_value(row["last_slot_at"]) if row else None,
         "last_job_id": row["last_job_id"] if row else None,
         "next_slot_at": json_value(schedule.next_after(now)),
+    }
+
+
+def _horizon_status(horizon: Horizon | None, lease_ttl_s: float) -> dict[str, Any] | None:
+    if horizon is None:
+        return None
+    warning = None
+    if horizon.too_old(lease_ttl_s):
+        end_it = f": SELECT pg_terminate_backend({horizon.pid})" if horizon.pid else ""
+        limit_s = HORIZON_WARN_LEASES * lease_ttl_s
+        warning = (
+            f"held over {HORIZON_WARN_LEASES} x lease_ttl ({limit_s:g}s): "
+            "vacuum cannot remove the jobs finished since it began, and claims walk past "
+            f"them; end it{end_it}"
+        )
+    return {**horizon.as_json(), "describe": horizon.describe(), "warning": warning}
+
+
+def _table_status(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {
+        "live_tuples": row["live_tuples"],
+        "dead_tuples": row["dead_tuples"],
+        "last_vacuum_at": json_value(row["last_vacuum_at"]),
     }
 
 

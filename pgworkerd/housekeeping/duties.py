@@ -19,6 +19,7 @@ from pgworkerd import logs
 from pgworkerd.housekeeping.duty import NEVER, IntervalDuty, Round
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.job import Lease
+from pgworkerd.storage.reads import Horizon, Reads
 from pgworkerd.storage.store import JobStore
 from pgworkerd.supervisor.metrics import METRICS
 
@@ -105,11 +106,24 @@ def unregister(session: DatabaseSession, store: JobStore, daemon_id: str) -> Res
 SAMPLE_INTERVAL_S = 5.0  # queue depth for the metrics: not per scrape
 
 
-def sample_queues(
-    session: DatabaseSession, store: JobStore, queues: Sequence[str]
-) -> Result[list[tuple[str, int, float | None]]]:
-    """(queue, jobs ready now, age of the oldest in seconds) for each of `queues`."""
-    return session.attempt("sample queues", lambda conn: store.ready_by_queue(conn, queues))
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """What the metrics show of the database, read every SAMPLE_INTERVAL_S."""
+
+    queues: list[tuple[str, int, float | None]]  # queue, jobs ready now, oldest's age (s)
+    horizon: Horizon | None  # the oldest holder of the xmin horizon
+    jobs_table: dict[str, Any] | None  # live_tuples, dead_tuples, last_vacuum_at
+
+
+def sample(session: DatabaseSession, store: JobStore, queues: Sequence[str]) -> Result[Sample]:
+    """The queues' depth, and what holds back vacuum, in one round trip's worth."""
+    reads = Reads(store.schema)
+
+    def work(conn: psycopg.Connection[Any]) -> Sample:
+        ready = store.ready_by_queue(conn, queues)
+        return Sample(ready, reads.horizon(conn), reads.jobs_table(conn))
+
+    return session.attempt("sample queues", work)
 
 
 class RenewalDuty(IntervalDuty):
@@ -147,11 +161,13 @@ class RescueDuty(IntervalDuty):
 
 
 class QueueSampling(IntervalDuty):
-    """The depth and age of each queue for the metrics; only while they are served."""
+    """The depth and age of each queue, and what holds back vacuum, for the metrics and
+    /readyz; only while they are served."""
 
     def __init__(self) -> None:
         super().__init__(SAMPLE_INTERVAL_S)
         self.queues: Sequence[str] = ()
+        self.latest: Sample | None = None  # the last sample that answered
 
     def next_at(self) -> float:
         return super().next_at() if self.queues else NEVER
@@ -160,6 +176,8 @@ class QueueSampling(IntervalDuty):
         return bool(self.queues) and super().due(now)
 
     def work(self, round_: Round) -> None:
-        sample = sample_queues(round_.session, round_.store, self.queues)
-        if sample.ok:
-            METRICS.queues_sampled(sample.value)
+        result = sample(round_.session, round_.store, self.queues)
+        if result.ok:
+            self.latest = result.value
+            METRICS.queues_sampled(result.value.queues)
+            METRICS.database_sampled(result.value.horizon, result.value.jobs_table)

@@ -14,6 +14,45 @@ from psycopg.rows import dict_row
 
 from pgworkerd.storage import queries
 
+# `status` and /readyz warn when the horizon is held longer than this many lease_ttl:
+# long enough that no claim, renewal or housekeeping transaction of ours is the holder.
+HORIZON_WARN_LEASES = 10
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """The oldest holder of the xmin horizon (see `horizon_holder` in sql/queries.sql)."""
+
+    kind: str  # transaction, prepared transaction, replication slot
+    pid: int | None
+    name: str | None  # application_name, prepared gid, or slot name
+    state: str | None  # of a transaction: idle in transaction, active, ...
+    age_s: float | None  # open this long (None: a slot, or not visible to our role)
+    xid_age: int | None  # transactions begun since its snapshot
+
+    def too_old(self, lease_ttl_s: float) -> bool:
+        return self.age_s is not None and self.age_s > HORIZON_WARN_LEASES * lease_ttl_s
+
+    def describe(self) -> str:
+        """One line: which holder, and for how long."""
+        who = self.kind if self.pid is None else f"{self.kind} pid {self.pid}"
+        if self.name:
+            who += f" ({self.name})"
+        if self.state:
+            who += f", {self.state}"
+        how_long = f"open {self.age_s:.0f}s" if self.age_s is not None else "open"
+        return f"{who}, {how_long}, {self.xid_age or 0} transactions behind"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "pid": self.pid,
+            "name": self.name,
+            "state": self.state,
+            "age_s": self.age_s,
+            "xid_age": self.xid_age,
+        }
+
 
 @dataclass(frozen=True)
 class StatusRows:
@@ -24,12 +63,15 @@ class StatusRows:
     progress: list[dict[str, Any]]
     now: datetime  # the database clock
     periodic_last: list[dict[str, Any]]  # entry_key, last_slot_at, last_job_id
+    horizon: Horizon | None  # see `Reads.horizon`
+    jobs_table: dict[str, Any] | None  # see `Reads.jobs_table`
 
 
 class Reads:
     """The operator's reads over one schema."""
 
     def __init__(self, schema: str) -> None:
+        self.schema = schema
         self._sql = queries.statements(schema)
 
     def status(
@@ -46,7 +88,27 @@ class Reads:
                 self._sql["periodic_entries_last"], {"keys": list(periodic_keys)}
             ).fetchall()
         assert now is not None
-        return StatusRows(queue_rows, daemon_rows, progress_rows, now["now"], slots)
+        return StatusRows(
+            queue_rows,
+            daemon_rows,
+            progress_rows,
+            now["now"],
+            slots,
+            self.horizon(conn),
+            self.jobs_table(conn),
+        )
+
+    def horizon(self, conn: psycopg.Connection[Any]) -> Horizon | None:
+        """The oldest holder of the xmin horizon; None: nothing holds it."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(self._sql["horizon_holder"]).fetchone()
+        return None if row is None else Horizon(**row)
+
+    def jobs_table(self, conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+        """live_tuples, dead_tuples, last_vacuum_at of the jobs table; None: no
+        statistics yet."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(self._sql["jobs_table_health"], {"schema": self.schema}).fetchone()
 
     def clock(self, conn: psycopg.Connection[Any]) -> datetime:
         """The database clock's now()."""

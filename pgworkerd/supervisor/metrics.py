@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from pgworkerd.ipc import Claimed, Done
+from pgworkerd.storage.reads import Horizon
 
 # Outcome kinds a child reports in `Done` (see pgworkerd/ipc/messages.py).
 SUCCEEDED, FAILED, DEAD, CANCELLED, LOST = "succeeded", "failed", "dead", "cancelled", "lost"
@@ -65,6 +66,26 @@ class SupervisorMetrics:
             "Age of the oldest job ready to run",
             ("queue",),
             registry=r,
+        )
+        self.horizon_age = Gauge(
+            "pgworkerd_xmin_horizon_age_seconds",
+            "How long the oldest holder of the xmin horizon (a transaction, prepared "
+            "transaction or replication slot) has been open; while it is, vacuum cannot "
+            "remove finished jobs' row versions",
+            ("kind", "holder", "pid"),
+            registry=r,
+        )
+        self.horizon_xids = Gauge(
+            "pgworkerd_xmin_horizon_xids",
+            "Transactions begun since the oldest holder of the xmin horizon took its snapshot",
+            ("kind", "holder", "pid"),
+            registry=r,
+        )
+        self.jobs_dead_tuples = Gauge(
+            "pgworkerd_jobs_dead_tuples", "Dead row versions in the jobs table", registry=r
+        )
+        self.jobs_live_tuples = Gauge(
+            "pgworkerd_jobs_live_tuples", "Live rows in the jobs table", registry=r
         )
         self.children_alive = Gauge("pgworkerd_children_alive", "Worker children alive", registry=r)
         self.slots_busy = Gauge("pgworkerd_slots_busy", "Slots running a job", registry=r)
@@ -131,6 +152,19 @@ class SupervisorMetrics:
         for queue, depth, age_s in rows:
             self.queue_depth.labels(queue).set(depth)
             self.oldest_ready_age.labels(queue).set(age_s or 0.0)
+
+    def database_sampled(self, horizon: Horizon | None, table: dict[str, Any] | None) -> None:
+        """The holder of the xmin horizon (none: the gauges are empty) and the jobs
+        table's row versions, as `pgworkerd status` shows them."""
+        self.horizon_age.clear()
+        self.horizon_xids.clear()
+        if horizon is not None:
+            labels = (horizon.kind, horizon.name or "", str(horizon.pid or ""))
+            self.horizon_age.labels(*labels).set(horizon.age_s or 0.0)
+            self.horizon_xids.labels(*labels).set(horizon.xid_age or 0)
+        if table is not None:
+            self.jobs_dead_tuples.set(table["dead_tuples"])
+            self.jobs_live_tuples.set(table["live_tuples"])
 
     def view(self, source: Callable[[], tuple[int, int, int]]) -> None:
         """Where the scrape-time gauges come from: (children, slots busy, slots free)."""

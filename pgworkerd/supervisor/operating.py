@@ -2,7 +2,8 @@
 
 /healthz: 200 whenever the loop turns (it answers from the loop).
 /readyz: 200 when the housekeeping's last lease renewal answered recently (within two
-renewal intervals, at least READY_MIN_WINDOW_S), else 503.
+renewal intervals, at least READY_MIN_WINDOW_S), else 503; a ready answer names the
+holder of the xmin horizon when it has held it past HORIZON_WARN_LEASES lease_ttl.
 /metrics: pgworkerd/supervisor/metrics.py's registry in the Prometheus text format.
 No answer names the database URL or anything else of the config.
 """
@@ -71,6 +72,12 @@ def _readyz(supervisor: Supervisor) -> tuple[int, str, bytes]:
     age = time.monotonic() - keeper.last_renewal_at
     if age > window:
         return 503, _TEXT, f"not ready: the database has not answered for {age:.0f}s\n".encode()
+    # Ready all the same (another daemon would fare no better), but the body says why
+    # the jobs may be slow to start: vacuum is held back.
+    sample = keeper.sampling.latest
+    horizon = sample.horizon if sample is not None else None
+    if horizon is not None and horizon.too_old(keeper.lease_ttl_s):
+        return 200, _TEXT, f"ready; warning: vacuum held back by {horizon.describe()}\n".encode()
     return 200, _TEXT, b"ready\n"
 
 

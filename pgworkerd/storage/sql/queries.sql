@@ -611,6 +611,49 @@ SELECT id, state FROM {schema}.jobs WHERE id = ANY(%(ids)s::bigint[]);
 SELECT now() AS now;
 
 
+-- name: horizon_holder
+-- The oldest holder of this database's xmin horizon: vacuum cannot remove a row version
+-- that died after it began, and index scans cannot skip such versions, so each claim
+-- walks past every job finished since. An open transaction in this database (idle in
+-- transaction, a long report), a standby's hot_standby_feedback (its walsender, which
+-- holds every database's), a prepared transaction, or a replication slot. Sessions in
+-- other databases do not hold back this one's tables. Ordered by xid age (the horizon itself); age_s is
+-- the wall time it has been open (NULL for a slot). Without pg_read_all_stats, the
+-- sessions of other roles show no xmin: see docs/deploy.md (roles).
+WITH holders AS (
+    SELECT 'transaction' AS kind, pid, application_name AS name, state,
+           extract(epoch FROM now() - xact_start)::float8 AS age_s,
+           greatest(age(backend_xmin), age(backend_xid)) AS xid_age
+    FROM pg_stat_activity
+    WHERE pid <> pg_backend_pid()
+      AND (datname = current_database() OR backend_type = 'walsender')
+      AND backend_type <> 'autovacuum worker'
+      AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+    UNION ALL
+    SELECT 'prepared transaction', NULL, gid, NULL,
+           extract(epoch FROM now() - prepared)::float8, age(transaction)
+    FROM pg_prepared_xacts
+    WHERE database = current_database()
+    UNION ALL
+    SELECT 'replication slot', active_pid, slot_name, NULL, NULL, age(xmin)
+    FROM pg_replication_slots
+    WHERE xmin IS NOT NULL
+)
+SELECT kind, pid, name, state, age_s, xid_age
+FROM holders
+ORDER BY xid_age DESC NULLS LAST, age_s DESC NULLS LAST
+LIMIT 1;
+
+
+-- name: jobs_table_health
+-- The jobs table's live and dead row versions as the statistics collector last counted
+-- them, and its last vacuum: dead versions pile up while the horizon is held.
+SELECT n_live_tup AS live_tuples, n_dead_tup AS dead_tuples,
+       greatest(last_autovacuum, last_vacuum) AS last_vacuum_at
+FROM pg_stat_user_tables
+WHERE schemaname = %(schema)s AND relname = 'jobs';
+
+
 -- name: queues_ready
 -- The metrics' queue depth: per queue, the jobs ready to run now and the age in seconds
 -- of the oldest of them (NULL: none). Sampled by the supervisor every few seconds
