@@ -51,7 +51,7 @@ from pgworkerd.worker.connection import (
 from pgworkerd.worker.execution import Executor, Outcome
 from pgworkerd.worker.outcome_writer import OutcomeWriter
 from pgworkerd.worker.spec import WorkerSpec
-from pgworkerd.worker.success_buffer import OutcomeBuffer, Success
+from pgworkerd.worker.success_buffer import Success, SuccessBuffer
 
 log = logging.getLogger("pgworkerd.worker")
 
@@ -81,7 +81,7 @@ class Worker:
         self._wake_r, self._wake_w = os.pipe()
         self.connection = WorkerConnection(spec, self._wake_r, lambda: self.stopping)
         self.outcomes = OutcomeWriter(
-            self.store, self.connection, status, OutcomeBuffer(spec.batch_size)
+            self.store, self.connection, status, SuccessBuffer(spec.batch_size)
         )
         self._process = psutil.Process()
         self._next_memory_check = 0.0
@@ -247,7 +247,7 @@ class Worker:
             control.timeouts.discard(job.id)
         self.outcomes.successes.ran(job, ran_s)
         if outcome.kind == "succeeded":
-            # Written with the next claim, or sooner (see outcomes.py).
+            # Written with the next claim, or sooner (see success_buffer.py).
             self.outcomes.successes.add(Success(job, outcome.result_json, duration_ms))
         else:
             self.outcomes.record(job, outcome, duration_ms)

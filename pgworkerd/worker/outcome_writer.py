@@ -12,10 +12,10 @@ import psycopg
 from pgworkerd import logs
 from pgworkerd.ipc import Done, Finishing, StatusWriter
 from pgworkerd.job import Job
-from pgworkerd.storage.store import FailureOutcome, JobStore
+from pgworkerd.storage.store import FailedAttempt, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
-from pgworkerd.worker.success_buffer import OutcomeBuffer, Success
+from pgworkerd.worker.success_buffer import Success, SuccessBuffer
 
 log = logging.getLogger("pgworkerd.worker")
 
@@ -26,7 +26,7 @@ class OutcomeWriter:
         store: JobStore,
         connection: WorkerConnection,
         status: StatusWriter,
-        successes: OutcomeBuffer,
+        successes: SuccessBuffer,
     ) -> None:
         self.store = store
         self.connection = connection
@@ -140,7 +140,7 @@ class OutcomeWriter:
 
 def write_unsuccessful(
     store: JobStore, conn: psycopg.Connection[Any], job: Job, outcome: Outcome
-) -> FailureOutcome | None:
+) -> FailedAttempt | None:
     """The write of an outcome other than success (also pgworkerd.testing's): retried
     at the handler's delay, or with backoff, or dead. None when the lease was lost."""
     if outcome.kind == "retry":

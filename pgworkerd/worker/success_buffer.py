@@ -31,7 +31,7 @@ class Success:
     duration_ms: float
 
 
-class OutcomeBuffer:
+class SuccessBuffer:
     """Only the child's main loop reads and writes it."""
 
     def __init__(self, limit: int, *, max_wait_s: float = MAX_WAIT_S) -> None:
