@@ -5,7 +5,8 @@ supervisor (`finishing` before the write, `done` after: see pgworkerd/ipc)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -18,6 +19,8 @@ from pgworkerd.worker.execution import Outcome
 from pgworkerd.worker.success_buffer import Success, SuccessBuffer
 
 log = logging.getLogger("pgworkerd.worker")
+
+T = TypeVar("T")
 
 
 class OutcomeWriter:
@@ -42,16 +45,9 @@ class OutcomeWriter:
             return
         self.status.send(Finishing(tuple(s.job.id for s in successes)))
         leases = [(s.job.lease, s.result_json) for s in successes]
-        while True:
-            try:
-                kept = self.store.complete(self.connection.get(for_outcome=True), leases)
-                self.connection.succeeded()
-                break
-            except CONNECTION_FAULTS as exc:
-                self.connection.lost(exc)
-                if self.connection.orphaned():
-                    return  # the leases lapse and the jobs are rescued
-        self.written(successes, kept)
+        kept = self._until_written(lambda conn: self.store.complete(conn, leases))
+        if kept is not None:
+            self.written(successes, kept)
 
     def written(self, successes: list[Success], kept: set[int]) -> None:
         """Log written successes (`kept`: whose lease still held) and tell the
@@ -87,19 +83,25 @@ class OutcomeWriter:
         # Said before the write: a supervisor whose renewal finds the lease gone then
         # knows it was this write, not a rescue, and lets it be.
         self.status.send(Finishing((job.id,)))
-        written = "lost"
+        written = self._until_written(lambda conn: self._write(conn, job, outcome, duration_ms))
+        if written is None:
+            written = "lost"
+        self.status.send(Done((job.id,), ((written, duration_ms / 1000),)))
+
+    def _until_written(self, write: Callable[[psycopg.Connection[Any]], T]) -> T | None:
+        """What `write` returned once it went through, reconnecting as often as it takes
+        (an unwritten outcome would make its job run again); None when the supervisor
+        is gone: the leases lapse and the jobs are rescued."""
         while True:
             try:
-                written = self._write(
-                    self.connection.get(for_outcome=True), job, outcome, duration_ms
-                )
-                self.connection.succeeded()
-                break
+                done = write(self.connection.get(for_outcome=True))
             except CONNECTION_FAULTS as exc:
                 self.connection.lost(exc)
                 if self.connection.orphaned():
-                    break
-        self.status.send(Done((job.id,), ((written, duration_ms / 1000),)))
+                    return None
+            else:
+                self.connection.succeeded()
+                return done
 
     def _write(
         self, conn: psycopg.Connection[Any], job: Job, outcome: Outcome, duration_ms: float
