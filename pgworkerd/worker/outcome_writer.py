@@ -78,8 +78,18 @@ class OutcomeWriter:
             )
         )
 
-    def record(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
-        """Write an outcome other than success at once."""
+    def record(self, job: Job, outcome: Outcome, ran_s: float) -> None:
+        """A job's handler ran for `ran_s` seconds: a success waits in the buffer (written
+        with the next claim, or sooner: see success_buffer.py), any other outcome is
+        written at once."""
+        self.successes.ran(job, ran_s)
+        duration_ms = round(ran_s * 1000, 1)
+        if outcome.kind == "succeeded":
+            self.successes.add(Success(job, outcome.result_json, duration_ms))
+        else:
+            self._write_at_once(job, outcome, duration_ms)
+
+    def _write_at_once(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
         # Said before the write: a supervisor whose renewal finds the lease gone then
         # knows it was this write, not a rescue, and lets it be.
         self.status.send(Finishing((job.id,)))
