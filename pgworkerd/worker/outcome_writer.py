@@ -58,12 +58,7 @@ class OutcomeWriter:
             job = success.job
             if job.id in kept and not self.log_jobs:
                 continue
-            fields = {
-                "job": job.id,
-                "kind": job.kind,
-                "attempt": job.attempt,
-                "duration_ms": success.duration_ms,
-            }
+            fields = _log_fields(job, success.duration_ms)
             if job.id in kept:
                 logs.event(log, logging.INFO, "job succeeded", **fields)
             else:
@@ -117,12 +112,7 @@ class OutcomeWriter:
         self, conn: psycopg.Connection[Any], job: Job, outcome: Outcome, duration_ms: float
     ) -> str:
         """Write it; returns the outcome kind for `done`: failed, dead, cancelled or lost."""
-        fields = {
-            "job": job.id,
-            "kind": job.kind,
-            "attempt": job.attempt,
-            "duration_ms": duration_ms,
-        }
+        fields = _log_fields(job, duration_ms)
         result = write_unsuccessful(self.store, conn, job, outcome)
         if result is None and outcome.kind == "cancelled":
             # The cancel ended the job (and its lease) before the handler returned.
@@ -148,6 +138,11 @@ class OutcomeWriter:
             error=outcome.summary,
         )
         return "failed" if result.state == "queued" else "dead"
+
+
+def _log_fields(job: Job, duration_ms: float) -> dict[str, Any]:
+    """What the log line of a written outcome says about its job."""
+    return {"job": job.id, "kind": job.kind, "attempt": job.attempt, "duration_ms": duration_ms}
 
 
 def write_unsuccessful(
