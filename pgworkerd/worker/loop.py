@@ -34,6 +34,7 @@ log = logging.getLogger("pgworkerd.worker")
 
 
 def _the_only_slot() -> int:
+    """Where every start of this child is posted: its start board has one record."""
     return 0
 
 
