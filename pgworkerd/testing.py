@@ -24,8 +24,7 @@ from pgworkerd.config import Config
 from pgworkerd.job import Job
 from pgworkerd.storage.reads import Reads
 from pgworkerd.storage.store import Backoff, JobStore
-from pgworkerd.worker.execution import Executor, OutcomeKind
-from pgworkerd.worker.loop import unknown_kind
+from pgworkerd.worker.execution import Executor, OutcomeKind, outcome_of_unknown_kind
 from pgworkerd.worker.outcome_writer import write_unsuccessful
 
 CLAIM_BATCH = 100
@@ -116,7 +115,7 @@ def _run(
     handler: handlers.Handler | None,
     job: Job,
 ) -> Drained:
-    outcome = unknown_kind(job) if handler is None else executor.run(handler, job)
+    outcome = outcome_of_unknown_kind(job) if handler is None else executor.run(handler, job)
     drained = Drained(job.id, job.kind, job.queue, job.attempt, outcome.kind, "lost")
     if outcome.kind == "succeeded":
         if job.id in store.complete(conn, [(job.lease, outcome.result_json)]):

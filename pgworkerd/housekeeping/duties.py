@@ -83,17 +83,17 @@ def rescue(session: DatabaseSession, store: JobStore) -> Result[int]:
     """Retry or dead-letter jobs whose lease expired; how many."""
 
     def work(conn: psycopg.Connection[Any]) -> int:
-        outcomes = store.rescue(conn)
-        for outcome in outcomes:
+        rescued = store.rescue(conn)
+        for failed in rescued:
             logs.event(
                 log,
                 logging.WARNING,
                 "rescued job with expired lease",
-                job=outcome.job_id,
-                attempt=outcome.attempt,
-                next_state=outcome.state,
+                job=failed.job_id,
+                attempt=failed.attempt,
+                next_state=failed.state,
             )
-        return len(outcomes)
+        return len(rescued)
 
     return session.attempt("rescue", work)
 

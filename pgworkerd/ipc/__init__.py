@@ -16,11 +16,12 @@ Three channels, each with one writer and one reader:
        boot_error the child cannot work at all; it exits with ExitCode.BOOT_ERROR
 
 2. **Start board**, child -> supervisor (`start_board.py`): shared memory with one
-   record per execution slot of the child (one per thread; one today), saying which
-   claimed job (by number) the slot started last, and when (CLOCK_MONOTONIC, the same
-   clock in every process of the host: the supervisor's runtime deadlines use it as
-   it is). A message per start would cost the child a write and the supervisor a
-   wake-up for every job; the supervisor reads the board on its own schedule instead.
+   record per execution slot of the child (`threads: N` gives N; a child that runs one
+   job at a time has one), saying which claimed job (by number) the slot started last,
+   and when (CLOCK_MONOTONIC, the same clock in every process of the host: the
+   supervisor's runtime deadlines use it as it is). A message per start would cost the
+   child a write and the supervisor a wake-up for every job; the supervisor reads the
+   board on its own schedule instead.
 
 3. **Control pipe**, supervisor -> child (`control.py`): `skip <id> <token>` (the
    lease of that unstarted job is gone: do not start it), `wake` (a job it can run

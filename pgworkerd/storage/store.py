@@ -45,8 +45,9 @@ class Backoff:
 
 
 @dataclass(frozen=True, slots=True)
-class FailureOutcome:
-    """Where a failed, retried or rescued job went."""
+class FailedAttempt:
+    """An attempt charged without success (the handler failed or asked for a retry, or
+    the lease expired): where its job went."""
 
     job_id: int
     state: str  # 'queued' (to run again at run_at) or 'dead'
@@ -201,7 +202,7 @@ class JobStore:
         error: str,
         *,
         discard: bool = False,
-    ) -> FailureOutcome | None:
+    ) -> FailedAttempt | None:
         """Record a failed attempt: retry after backoff, or `dead` when attempts are
         exhausted or `discard`. None when the lease was lost."""
         return self._fail(conn, lease, clean_error(error), discard=discard, delay_s=None)
@@ -212,7 +213,7 @@ class JobStore:
         lease: Lease,
         delay_s: float,
         error: str | None = None,
-    ) -> FailureOutcome | None:
+    ) -> FailedAttempt | None:
         """Run the job again after `delay_s` (the start stays charged: `dead` if it was
         the last attempt). None when the lease was lost."""
         if error is None:
@@ -234,11 +235,11 @@ class JobStore:
         about leases a renewal did not find: see pgworkerd/housekeeping/cancelling.py)."""
         return self._by_leases(conn, "jobs_cancelled_among", leases)
 
-    def rescue(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[FailureOutcome]:
+    def rescue(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[FailedAttempt]:
         """Retry or dead-letter up to `limit` jobs whose lease expired."""
         params = {"limit": limit, **self._backoff_params()}
         rows = conn.execute(self._sql["jobs_rescue"], params).fetchall()
-        return [FailureOutcome(*row[:4]) for row in rows]
+        return [FailedAttempt(*row[:4]) for row in rows]
 
     def next_run_in(self, conn: psycopg.Connection[Any], queues: Sequence[str]) -> float | None:
         """Seconds until the earliest queued job of `queues` may run (<= 0: now), or
@@ -328,7 +329,7 @@ class JobStore:
         *,
         discard: bool,
         delay_s: float | None,
-    ) -> FailureOutcome | None:
+    ) -> FailedAttempt | None:
         params = {
             "id": lease.job_id,
             "token": lease.token,
@@ -338,7 +339,7 @@ class JobStore:
             **self._backoff_params(),
         }
         row = conn.execute(self._sql["jobs_fail"], params).fetchone()
-        return FailureOutcome(*row[:4]) if row else None
+        return FailedAttempt(*row[:4]) if row else None
 
     def _by_leases(
         self, conn: psycopg.Connection[Any], statement: str, leases: Iterable[Lease], **extra: Any

@@ -1,9 +1,12 @@
-"""The worker child: what it is told (spec.py), its loop (loop.py), its connection
-(connection.py) and its outcome writes (outcome_writer.py)."""
+"""The worker child: what it is told (spec.py), what every child does (base.py), its
+loop one job at a time (loop.py) or several at once (concurrent.py, slots.py), its
+connection (connection.py), its outcome writes (outcome_writer.py) and the successes
+waiting for one (success_buffer.py)."""
 
 from __future__ import annotations
 
 from pgworkerd.ipc import BootError, ControlReader, ExitCode, StartBoard, StatusWriter
+from pgworkerd.worker.base import BaseWorker
 from pgworkerd.worker.connection import WORKER_PLAN_CACHE_MODE
 from pgworkerd.worker.loop import Worker
 from pgworkerd.worker.spec import WorkerSpec
@@ -15,7 +18,7 @@ def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBo
     """Entry point in the forked child; returns the exit status."""
     status = StatusWriter(status_fd)
     try:
-        kind = Worker
+        kind: type[BaseWorker] = Worker
         if spec.threads > 1:
             # Imported in the child only: its thread pool and event loop cost the
             # supervisor's start-up nothing when no pool runs threads.

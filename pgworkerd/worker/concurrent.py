@@ -21,18 +21,18 @@ from setproctitle import setproctitle
 
 from pgworkerd.ipc import ControlReader, ExitCode, Idle, StartBoard, StatusWriter
 from pgworkerd.job import Job, JobCancelled, JobTimeout
-from pgworkerd.worker.connection import CONNECTION_FAULTS, drain_pipe
-from pgworkerd.worker.loop import Worker, unknown_kind
+from pgworkerd.worker.base import BaseWorker, NoStart
+from pgworkerd.worker.connection import drain_pipe
+from pgworkerd.worker.execution import outcome_of_unknown_kind
 from pgworkerd.worker.slots import Finished, SlotPool
 from pgworkerd.worker.spec import WorkerSpec
-from pgworkerd.worker.success_buffer import Success
 
 log = logging.getLogger("pgworkerd.worker")
 
 BUSY_WAIT_S = 1.0  # while every slot is busy: wake at least this often (orphan check)
 
 
-class ConcurrentWorker(Worker):
+class ConcurrentWorker(BaseWorker):
     def __init__(
         self, spec: WorkerSpec, status: StatusWriter, control: ControlReader, board: StartBoard
     ) -> None:
@@ -95,20 +95,17 @@ class ConcurrentWorker(Worker):
         """Start claimed jobs, in claim order, while there are free slots."""
         while self.backlog and self.slots.free:
             job = self.backlog[0]
-            with self.decision:
-                if self.stopping:
-                    return  # the supervisor releases the rest when it reads `stopping`
-                self.backlog.popleft()
-                if self.control.is_skipped(job.id, str(job.lease_token)):
-                    continue  # cancelled or rescued before it started: not ours to run
-                slot = self.slots.take_slot()
-                self.board.post_start(self._claim_number[job.id], slot)
-            self._start(job, slot)
+            slot = self._decide_start(job, self.slots.take_slot)
+            if slot is NoStart.STOP:
+                return  # it stays in the backlog, which stopping clears
+            self.backlog.popleft()
+            if slot is not NoStart.SKIP:
+                self._start(job, slot)
 
     def _start(self, job: Job, slot: int) -> None:
         handler = self._handler_of(job, slot=slot)
         if handler is None:
-            self.slots.hand_back(Finished(job, slot, unknown_kind(job), 0.0))
+            self.slots.hand_back(Finished(job, slot, outcome_of_unknown_kind(job), 0.0))
         else:
             self.slots.start(job, handler, slot)
         self._title()
@@ -122,14 +119,7 @@ class ConcurrentWorker(Worker):
                 self.slots.interrupt(asked.pop(), exception)
         finished = self.slots.finished()
         for item in finished:
-            duration_ms = round(item.ran_s * 1000, 1)
-            self.outcomes.successes.ran(item.job, item.ran_s)
-            if item.outcome.kind == "succeeded":
-                success = Success(item.job, item.outcome.result_json, duration_ms)
-                self.outcomes.successes.add(success)
-            else:
-                self.outcomes.record(item.job, item.outcome, duration_ms)
-            self.jobs_done += 1
+            self._finished(item.job, item.outcome, item.ran_s)
         if finished:
             self._title()
         if self.outcomes.successes.due() or (self.stopping and not self.slots.busy):
@@ -145,7 +135,8 @@ class ConcurrentWorker(Worker):
         if successes_due_in is not None:
             timeout = min(timeout, successes_due_in)
         if self.slots.free and not self.backlog and not (self.stopping or self._recycle):
-            timeout = min(timeout, self._idle_wait_s())
+            idle_s = self._idle_wait_s()  # None: the connection is lost, reconnect now
+            timeout = min(timeout, 0.0 if idle_s is None else idle_s)
         if not self.control.has_news() and timeout > 0:
             select.select([self._jobs_r, self.control.fd, self._wake_r], [], [], timeout)
             drain_pipe(self._jobs_r)
@@ -154,20 +145,6 @@ class ConcurrentWorker(Worker):
         if self.control.woken:  # the supervisor no longer counts us idle
             self.control.woken = False
             self._said_idle = False
-
-    def _idle_wait_s(self) -> float:
-        """How long free slots may wait for work: until the next scheduled job, at most
-        the poll interval."""
-        conn = self.connection.conn
-        if conn is None:
-            return 0.0
-        try:
-            next_in = self.store.next_run_in(conn, self.spec.queues)
-        except CONNECTION_FAULTS as exc:
-            self.connection.lost(exc)
-            return 0.0
-        timeout = self.spec.poll_interval_s
-        return timeout if next_in is None else min(timeout, max(0.0, next_in))
 
     def _wait_for_running(self) -> None:
         """Draining or recycling: every slot finishes; their outcomes are written."""

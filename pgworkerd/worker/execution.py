@@ -39,6 +39,12 @@ def outcome_of_value(value: Any) -> Outcome:
     return Outcome("succeeded", result_json=dump_result(value))
 
 
+def outcome_of_unknown_kind(job: Job) -> Outcome:
+    """No handler is configured for the job's kind: discarded (only configured code
+    runs: an unknown kind never selects an import)."""
+    return Outcome("discarded", error=f"no handler configured for kind {job.kind!r}")
+
+
 def outcome_of_exception(exc: BaseException) -> Outcome:
     """A handler raised `exc` (KeyboardInterrupt is not the handler's: it goes on up)."""
     if isinstance(exc, Retry):

@@ -5,19 +5,22 @@ supervisor (`finishing` before the write, `done` after: see pgworkerd/ipc)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psycopg
 
 from pgworkerd import logs
 from pgworkerd.ipc import Done, Finishing, StatusWriter
 from pgworkerd.job import Job
-from pgworkerd.storage.store import FailureOutcome, JobStore
+from pgworkerd.storage.store import FailedAttempt, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
-from pgworkerd.worker.success_buffer import OutcomeBuffer, Success
+from pgworkerd.worker.success_buffer import Success, SuccessBuffer
 
 log = logging.getLogger("pgworkerd.worker")
+
+T = TypeVar("T")
 
 
 class OutcomeWriter:
@@ -26,7 +29,7 @@ class OutcomeWriter:
         store: JobStore,
         connection: WorkerConnection,
         status: StatusWriter,
-        successes: OutcomeBuffer,
+        successes: SuccessBuffer,
     ) -> None:
         self.store = store
         self.connection = connection
@@ -42,16 +45,9 @@ class OutcomeWriter:
             return
         self.status.send(Finishing(tuple(s.job.id for s in successes)))
         leases = [(s.job.lease, s.result_json) for s in successes]
-        while True:
-            try:
-                kept = self.store.complete(self.connection.get(for_outcome=True), leases)
-                self.connection.succeeded()
-                break
-            except CONNECTION_FAULTS as exc:
-                self.connection.lost(exc)
-                if self.connection.orphaned():
-                    return  # the leases lapse and the jobs are rescued
-        self.written(successes, kept)
+        kept = self._until_written(lambda conn: self.store.complete(conn, leases))
+        if kept is not None:
+            self.written(successes, kept)
 
     def written(self, successes: list[Success], kept: set[int]) -> None:
         """Log written successes (`kept`: whose lease still held) and tell the
@@ -62,12 +58,7 @@ class OutcomeWriter:
             job = success.job
             if job.id in kept and not self.log_jobs:
                 continue
-            fields = {
-                "job": job.id,
-                "kind": job.kind,
-                "attempt": job.attempt,
-                "duration_ms": success.duration_ms,
-            }
+            fields = _log_fields(job, success.duration_ms)
             if job.id in kept:
                 logs.event(log, logging.INFO, "job succeeded", **fields)
             else:
@@ -82,35 +73,46 @@ class OutcomeWriter:
             )
         )
 
-    def record(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
-        """Write an outcome other than success at once."""
+    def record(self, job: Job, outcome: Outcome, ran_s: float) -> None:
+        """A job's handler ran for `ran_s` seconds: a success waits in the buffer (written
+        with the next claim, or sooner: see success_buffer.py), any other outcome is
+        written at once."""
+        self.successes.ran(job, ran_s)
+        duration_ms = round(ran_s * 1000, 1)
+        if outcome.kind == "succeeded":
+            self.successes.add(Success(job, outcome.result_json, duration_ms))
+        else:
+            self._write_at_once(job, outcome, duration_ms)
+
+    def _write_at_once(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
         # Said before the write: a supervisor whose renewal finds the lease gone then
         # knows it was this write, not a rescue, and lets it be.
         self.status.send(Finishing((job.id,)))
-        written = "lost"
+        written = self._until_written(lambda conn: self._write(conn, job, outcome, duration_ms))
+        if written is None:
+            written = "lost"
+        self.status.send(Done((job.id,), ((written, duration_ms / 1000),)))
+
+    def _until_written(self, write: Callable[[psycopg.Connection[Any]], T]) -> T | None:
+        """What `write` returned once it went through, reconnecting as often as it takes
+        (an unwritten outcome would make its job run again); None when the supervisor
+        is gone: the leases lapse and the jobs are rescued."""
         while True:
             try:
-                written = self._write(
-                    self.connection.get(for_outcome=True), job, outcome, duration_ms
-                )
-                self.connection.succeeded()
-                break
+                done = write(self.connection.get(for_outcome=True))
             except CONNECTION_FAULTS as exc:
                 self.connection.lost(exc)
                 if self.connection.orphaned():
-                    break
-        self.status.send(Done((job.id,), ((written, duration_ms / 1000),)))
+                    return None
+            else:
+                self.connection.succeeded()
+                return done
 
     def _write(
         self, conn: psycopg.Connection[Any], job: Job, outcome: Outcome, duration_ms: float
     ) -> str:
         """Write it; returns the outcome kind for `done`: failed, dead, cancelled or lost."""
-        fields = {
-            "job": job.id,
-            "kind": job.kind,
-            "attempt": job.attempt,
-            "duration_ms": duration_ms,
-        }
+        fields = _log_fields(job, duration_ms)
         result = write_unsuccessful(self.store, conn, job, outcome)
         if result is None and outcome.kind == "cancelled":
             # The cancel ended the job (and its lease) before the handler returned.
@@ -138,9 +140,14 @@ class OutcomeWriter:
         return "failed" if result.state == "queued" else "dead"
 
 
+def _log_fields(job: Job, duration_ms: float) -> dict[str, Any]:
+    """What the log line of a written outcome says about its job."""
+    return {"job": job.id, "kind": job.kind, "attempt": job.attempt, "duration_ms": duration_ms}
+
+
 def write_unsuccessful(
     store: JobStore, conn: psycopg.Connection[Any], job: Job, outcome: Outcome
-) -> FailureOutcome | None:
+) -> FailedAttempt | None:
     """The write of an outcome other than success (also pgworkerd.testing's): retried
     at the handler's delay, or with backoff, or dead. None when the lease was lost."""
     if outcome.kind == "retry":

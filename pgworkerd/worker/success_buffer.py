@@ -16,6 +16,7 @@ buffer is flushed early whenever holding on could cost much:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pgworkerd.job import Job
@@ -31,12 +32,19 @@ class Success:
     duration_ms: float
 
 
-class OutcomeBuffer:
+class SuccessBuffer:
     """Only the child's main loop reads and writes it."""
 
-    def __init__(self, limit: int, *, max_wait_s: float = MAX_WAIT_S) -> None:
+    def __init__(
+        self,
+        limit: int,
+        *,
+        max_wait_s: float = MAX_WAIT_S,
+        clock: Callable[[], float] = time.monotonic,  # seconds; a fake one in tests
+    ) -> None:
         self.limit = max(1, limit)
         self.max_wait_s = max_wait_s
+        self._clock = clock
         self._pending: list[Success] = []
         self._oldest_at = 0.0  # monotonic time of the first pending success
         self._last_run_s: dict[str, float] = {}  # job kind -> how long its last run took
@@ -47,14 +55,13 @@ class OutcomeBuffer:
 
     def add(self, success: Success) -> None:
         if not self._pending:
-            self._oldest_at = time.monotonic()
+            self._oldest_at = self._clock()
         self._pending.append(success)
 
     def due(self) -> bool:
         """Full, or its oldest success waited long enough."""
         return bool(self._pending) and (
-            len(self._pending) >= self.limit
-            or time.monotonic() - self._oldest_at >= self.max_wait_s
+            len(self._pending) >= self.limit or self._clock() - self._oldest_at >= self.max_wait_s
         )
 
     def due_in_s(self) -> float | None:
@@ -63,7 +70,7 @@ class OutcomeBuffer:
             return None
         if len(self._pending) >= self.limit:
             return 0.0
-        return max(0.0, self._oldest_at + self.max_wait_s - time.monotonic())
+        return max(0.0, self._oldest_at + self.max_wait_s - self._clock())
 
     def due_before(self, job: Job) -> bool:
         """Whether to write what is pending before `job` starts."""
@@ -80,5 +87,5 @@ class OutcomeBuffer:
         """Successes whose write failed: still to be written, and first."""
         if successes:
             if not self._pending:
-                self._oldest_at = time.monotonic()
+                self._oldest_at = self._clock()
             self._pending = successes + self._pending

@@ -1,0 +1,289 @@
+"""What every worker child does, whether it runs one job at a time (loop.py) or several
+(concurrent.py): boot and signals, claim, the start decision, give back, record an
+outcome, how long to wait for work, and when to recycle.
+
+It tells its supervisor what it claimed, started and finished (pgworkerd/ipc), so the
+supervisor can renew its leases, enforce max runtime and settle its jobs if it dies.
+
+Signals: TERM = finish the running jobs, start no other (the supervisor releases the
+rest of what was claimed when it reads `stopping`); USR1 = the control pipe says a
+running job passed its max runtime or was cancelled; the supervisor's SIGKILL is the
+hard limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import psutil
+import psycopg
+from setproctitle import setproctitle
+
+from pgworkerd import logs, progress
+from pgworkerd.ipc import (
+    Claimed,
+    ClaimedJob,
+    ControlReader,
+    Finishing,
+    Released,
+    StartBoard,
+    StatusWriter,
+    Stopping,
+)
+from pgworkerd.job import Job
+from pgworkerd.progress import ProgressWriter
+from pgworkerd.storage import connections
+from pgworkerd.storage.store import JobStore
+from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
+from pgworkerd.worker.execution import Outcome
+from pgworkerd.worker.outcome_writer import OutcomeWriter
+from pgworkerd.worker.spec import WorkerSpec
+from pgworkerd.worker.success_buffer import SuccessBuffer
+
+log = logging.getLogger("pgworkerd.worker")
+
+MEMORY_CHECK_INTERVAL_S = 1.0  # reading our RSS costs a /proc read: not before every job
+
+
+class NoStart(enum.Enum):
+    """Why `BaseWorker._decide_start` did not start a job."""
+
+    STOP = "stop"  # start none of the rest
+    SKIP = "skip"  # not this one: cancelled or rescued before it started
+
+
+class BaseWorker:
+    def __init__(
+        self, spec: WorkerSpec, status: StatusWriter, control: ControlReader, board: StartBoard
+    ) -> None:
+        self.spec = spec
+        self.status = status
+        self.control = control  # `skip` and `wake` lines from the supervisor
+        self.board = board  # where we post each job start for the supervisor
+        self.stopping = False  # set by SIGTERM; read before every job start
+        # Deciding to start a job and posting the start are one step for the
+        # supervisor: a SIGTERM that comes in between says `stopping` only after.
+        self._deciding = False
+        self._stopping_deferred = False
+        self.decision = _DecisionStep(self)
+        # Claims are numbered in the order we start them; the supervisor numbers them
+        # alike from our `claimed` messages.
+        self._claimed_count = 0
+        self._claim_number: dict[int, int] = {}  # job id -> its number, current batch
+        self.store = JobStore(spec.schema, backoff=spec.backoff)
+        self._wake_r, self._wake_w = os.pipe()
+        self.connection = WorkerConnection(spec, self._wake_r, lambda: self.stopping)
+        self.outcomes = OutcomeWriter(
+            self.store, self.connection, status, SuccessBuffer(spec.batch_size)
+        )
+        self._process = psutil.Process()
+        self._next_memory_check = 0.0
+        self.jobs_done = 0
+        self.title = f"pgworkerd: worker {spec.pool} #{spec.index}"
+        self._boot()
+
+    def _boot(self) -> None:
+        os.set_blocking(self._wake_w, False)
+        signal.set_wakeup_fd(self._wake_w)
+        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGUSR1, self._on_interrupt)
+        logs.setup(self.spec.log_format, role=f"worker {self.spec.name}", level=self.spec.log_level)
+        # Its thread and connection start on a handler's first job.progress() call.
+        progress.install(ProgressWriter(self._progress_connection, self.spec.schema))
+        self.outcomes.log_jobs = log.isEnabledFor(logging.INFO)
+        setproctitle(f"{self.title} idle")
+
+    def _progress_connection(self) -> psycopg.Connection[Any]:
+        spec = self.spec
+        return connections.connect(
+            spec.database_url,
+            application_name=f"pgworkerd progress {spec.pool} #{spec.index}",
+            tcp_user_timeout=int(min(30.0, spec.lease_ttl_s) * 1000),
+        )
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        if self._deciding:
+            self._stopping_deferred = True  # said by the decision step once it is out
+        else:
+            self.status.send(Stopping())
+
+    def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
+        """USR1 follows a `timeout` or `cancel` line. Here it only wakes the loop (by the
+        wakeup fd), which reads the pipe; loop.py raises in the handler instead."""
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        code = self._loop()
+        self.outcomes.flush()  # drained, recycled or orphaned: successes written first
+        return code
+
+    def _loop(self) -> int:
+        """Run jobs until told to stop; returns the exit status."""
+        raise NotImplementedError
+
+    def _claim(self, limit: int | None = None) -> list[Job] | None:
+        """A batch of at most `limit` (default: the batch size; maybe empty), or None
+        when the database could not be reached. The successes still pending are written
+        in the same transaction."""
+        limit = limit or self.spec.batch_size
+        buffer = self.outcomes.successes
+        successes = buffer.take()
+        try:
+            conn = self.connection.get()
+            # Before the claim is sent: its leases run from no earlier than this.
+            claimed_at = time.monotonic()
+            if successes:
+                self.status.send(Finishing(tuple(s.job.id for s in successes)))
+            kept, batch = self.store.complete_and_claim(
+                conn,
+                [(s.job.lease, s.result_json) for s in successes],
+                queues=self.spec.queues,
+                limit=limit,
+                lease_ttl_s=self.spec.lease_ttl_s,
+                worker=self.spec.worker_id,
+                max_attempts=self.spec.queue_max_attempts,
+            )
+        except CONNECTION_FAULTS as exc:
+            buffer.put_back(successes)  # neither the write nor the claim happened
+            self.connection.lost(exc)
+            return None
+        self.connection.succeeded()
+        self.outcomes.written(successes, kept)
+        if batch:
+            first = self._claimed_count + 1
+            self._claimed_count += len(batch)
+            self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
+            jobs = tuple(
+                ClaimedJob(j.id, str(j.lease_token), j.kind, j.queue, j.max_runtime_s)
+                for j in batch
+            )
+            self.status.send(Claimed(first, claimed_at, len(batch) == limit, jobs))
+        return batch
+
+    def _decide_start(
+        self,
+        job: Job,
+        take_slot: Callable[[], int],
+        give_up: Callable[[], bool] | None = None,
+    ) -> int | NoStart:
+        """Start `job` or not, and post its start in the slot `take_slot` gives: that
+        slot, or why not. `give_up`, asked after `stopping`, may give back the rest
+        and say True: then none of it starts."""
+        with self.decision:
+            if self.stopping:
+                return NoStart.STOP  # the supervisor releases the rest when it reads `stopping`
+            if give_up is not None and give_up():
+                return NoStart.STOP
+            if self.control.is_skipped(job.id, str(job.lease_token)):
+                return NoStart.SKIP  # cancelled or rescued before it started: not ours to run
+            slot = take_slot()
+            self.board.post_start(self._claim_number[job.id], slot)
+            return slot
+
+    def _handler_of(self, job: Job, **log_fields: object) -> Callable[..., Any] | None:
+        """The job's handler, None for a kind without one; logs the start."""
+        if self.outcomes.log_jobs:
+            logs.event(
+                log,
+                logging.INFO,
+                "job started",
+                job=job.id,
+                kind=job.kind,
+                queue=job.queue,
+                attempt=job.attempt,
+                **log_fields,
+            )
+        return self.spec.registry.get(job.kind)
+
+    def _finished(self, job: Job, outcome: Outcome, ran_s: float) -> None:
+        """A job's handler ran for `ran_s` seconds and ended with `outcome`."""
+        self.outcomes.record(job, outcome, ran_s)
+        self.jobs_done += 1
+
+    def _release(self, jobs: list[Job]) -> None:
+        if not jobs:
+            return
+        with contextlib.suppress(*CONNECTION_FAULTS):
+            self.store.release(self.connection.get(), [job.lease for job in jobs])
+        # Said either way: if the release did not reach the database, the supervisor's
+        # renewals stop and the leases expire into a rescue.
+        self.status.send(Released(tuple(job.id for job in jobs)))
+
+    # -- waiting --------------------------------------------------------------------------
+
+    def _idle_wait_s(self) -> float | None:
+        """How long to wait for work when there is nothing to run: until the next
+        scheduled job, at most the poll interval; None when the connection is lost (not
+        worth waiting: reconnect)."""
+        conn = self.connection.conn
+        if conn is None:
+            return None
+        try:
+            next_in = self.store.next_run_in(conn, self.spec.queues)
+        except CONNECTION_FAULTS as exc:
+            self.connection.lost(exc)
+            return None
+        timeout = self.spec.poll_interval_s
+        return timeout if next_in is None else min(timeout, max(0.0, next_in))
+
+    def _should_recycle(self) -> bool:
+        spec = self.spec
+        if spec.max_jobs is not None and self.jobs_done >= spec.max_jobs:
+            logs.event(
+                log,
+                logging.INFO,
+                "recycling worker",
+                reason="max_jobs_per_child",
+                jobs=self.jobs_done,
+            )
+            return True
+        if spec.max_memory_bytes is not None and time.monotonic() >= self._next_memory_check:
+            self._next_memory_check = time.monotonic() + MEMORY_CHECK_INTERVAL_S
+            rss = self._process.memory_info().rss
+            if rss > spec.max_memory_bytes:
+                logs.event(
+                    log,
+                    logging.INFO,
+                    "recycling worker",
+                    reason="max_memory_per_child",
+                    rss_bytes=rss,
+                )
+                return True
+        return False
+
+
+class _DecisionStep:
+    """`with worker.decision:` around deciding to start a job and posting its start.
+    Python runs signal handlers between bytecodes of this one thread, so a flag does
+    what masking SIGTERM would, without two system calls a job (nor a generator-based
+    context manager's cost)."""
+
+    __slots__ = ("worker",)
+
+    def __init__(self, worker: BaseWorker) -> None:
+        self.worker = worker
+
+    def __enter__(self) -> None:
+        self.worker._deciding = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        worker = self.worker
+        worker._deciding = False
+        if worker._stopping_deferred:
+            worker._stopping_deferred = False
+            worker.status.send(Stopping())
