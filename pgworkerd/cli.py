@@ -25,6 +25,7 @@ from pgworkerd.handlers import HandlerError
 from pgworkerd.producer import Producer
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+WEB_EXTRA = ("starlette", "jinja2", "uvicorn")  # what `pip install pgworkerd[web]` brings
 CHECK_SLOTS = 3  # `check` prints this many next run times of each periodic entry
 
 
@@ -119,6 +120,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    try:
+        from pgworkerd.web import serve  # the extra's packages load only for `web`
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] not in WEB_EXTRA:
+            raise
+        install = "pip install 'pgworkerd[web]'"
+        raise UsageError(f"web: the dashboard needs the web extra: {install}") from None
+    return serve(_load_config(args), listen=args.listen, read_only=args.read_only)
+
+
 # -- parsing and dispatch ---------------------------------------------------------------------
 
 
@@ -167,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--run-at", metavar="ISO8601", help="with a timezone offset")
     enqueue.add_argument("--unique-key", metavar="K")
     enqueue.add_argument("--max-attempts", type=int, metavar="N")
+    web = command("web", cmd_web, "serve the dashboard (needs pip install 'pgworkerd[web]')")
+    web.add_argument("--listen", metavar="HOST:PORT", help="default: the config's web.listen")
+    web.add_argument("--read-only", action="store_true", help="show the jobs, offer no action")
     # These import this module: registered once it is loaded.
     from pgworkerd import cli_jobs, cli_queues
 

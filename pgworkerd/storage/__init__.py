@@ -1,0 +1,1 @@
+"""Every SQL statement and state transition, by role."""
