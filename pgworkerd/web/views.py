@@ -4,7 +4,8 @@ the page's CSRF token and goes through the same client functions the CLI calls.
 The CSRF token is a double submit: a random cookie (HttpOnly, SameSite=Strict) and the
 same value in each form. Another site can make a browser send the cookie but cannot
 read it to put it in the form; no server-side secret, so every process of a host app
-that forks accepts the tokens of the others. A cross-site Origin is refused as well.
+that forks accepts the tokens of the others. A request the browser marks cross-site is
+refused as well.
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def _render(
         request_path=request.url.path[len(root) :] or "/",
         root=root,
         csrf_token=token,
-        read_only=settings.read_only if settings else True,
+        read_only=settings.read_only if settings else False,  # error pages offer no action
         notice=notice,
         **{"refresh_s": REFRESH_S, **context},
     )
@@ -263,11 +264,16 @@ def _filters(request: Request) -> dict[str, str]:
 
 
 def _same_origin(request: Request) -> bool:
+    """False for a request another site made. Browsers say so in Sec-Fetch-Site; an older
+    one may send only Origin. The page's no-referrer policy makes browsers send
+    `Origin: null` on the page's own forms, so "null" (or none) leaves it to the token."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site == "same-origin"
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
-        return origin is None  # old browsers send none; "null" is an opaque origin
-    host = request.headers.get("host", "")
-    return origin.split("://", 1)[-1] == host
+        return True
+    return origin.split("://", 1)[-1] == request.headers.get("host", "")
 
 
 def _positive_int(text: str | None) -> int | None:

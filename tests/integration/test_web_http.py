@@ -239,14 +239,17 @@ def test_a_post_without_the_page_token_is_refused(client, conn, store, form):
     assert state_of(conn, dead) == "dead"
 
 
-def test_a_cross_site_post_is_refused_even_with_the_token(client, conn, store):
+@pytest.mark.parametrize(
+    "headers",
+    [{"origin": "https://evil.example"}, {"sec-fetch-site": "cross-site", "origin": "null"}],
+    ids=["other origin", "marked cross-site"],
+)
+def test_a_cross_site_post_is_refused_even_with_the_token(client, conn, store, headers):
     dead = dead_job(conn, store)
     token = csrf_token(client)
 
     refused = client.post(
-        f"/jobs/{dead}/retry",
-        data={"csrf_token": token, "confirmed": "1"},
-        headers={"origin": "https://evil.example"},
+        f"/jobs/{dead}/retry", data={"csrf_token": token, "confirmed": "1"}, headers=headers
     )
 
     assert refused.status_code == 403
