@@ -366,3 +366,27 @@ def _row(html: str, queue: str) -> str:
     match = re.search(rf'<tr data-queue="{re.escape(queue)}">(.*?)</tr>', html, re.S)
     assert match, f"no row for queue {queue}"
     return match[1]
+
+
+def test_mounted_in_a_host_app_links_and_actions_stay_under_the_prefix(db_dsn, conn, store):
+    from examples.web_mount import build
+
+    dead = dead_job(conn, store)
+    staff = {"x-staff": "yes"}
+    with TestClient(build(db_dsn), headers=staff) as client:
+        assert client.get("/").text.startswith("the host application")
+        page = client.get(f"/admin/jobs/jobs/{dead}")
+        assert page.status_code == 200
+        assert 'href="/admin/jobs/static/dashboard.css"' in page.text
+        assert f'action="/admin/jobs/jobs/{dead}/retry"' in page.text
+        assert client.get("/admin/jobs/static/dashboard.js").status_code == 200
+        assert client.cookies.jar and all(c.path == "/admin/jobs" for c in client.cookies.jar)
+        token = TOKEN.search(page.text)[1]
+        done = client.post(
+            f"/admin/jobs/jobs/{dead}/retry",
+            data={"csrf_token": token, "confirmed": "1"},
+            follow_redirects=False,
+        )
+        assert done.headers["location"] == f"/admin/jobs/jobs/{dead}?notice=retried"
+        assert client.get("/admin/jobs/", headers={"x-staff": "no"}).status_code == 403
+    assert state_of(conn, dead) == "queued"
