@@ -34,7 +34,7 @@ from bench.daemon import REPO
 from pgworkerd import queries
 from pgworkerd.embedded import free_port
 from pgworkerd.migrations import migrate
-from pgworkerd.storage.dashboard import CHART_MINUTES, statements
+from pgworkerd.storage.dashboard import CHART_MINUTES, SCAN_WINDOW, statements
 
 RESULTS = REPO / "bench" / "results"
 
@@ -156,7 +156,15 @@ def _time(web: Any, path: str, requests: int) -> list[float]:
 
 def _plans(dsn: str) -> dict[str, str]:
     own, shared = statements("pgworkerd"), queries.statements("pgworkerd")
-    page: dict[str, Any] = {"state": None, "queue": None, "kind": None, "before": None}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        top = int(conn.execute(own.max_id).fetchone()[0]) + 1  # type: ignore[index]
+    page: dict[str, Any] = {
+        "state": None,
+        "queue": None,
+        "kind": None,
+        "before": top,
+        "floor": max(1, top - SCAN_WINDOW),
+    }
     cases: list[tuple[str, bytes, dict[str, Any]]] = [
         ("dashboard live (queued, running per queue)", own.live, {}),
         ("dashboard dead per queue", own.dead, {}),
@@ -169,6 +177,12 @@ def _plans(dsn: str) -> dict[str, str]:
         ("jobs page, state=queued", own.page, {**page, "state": "queued", "limit": 51}),
         ("jobs page, queue=q3", own.page, {**page, "queue": "q3", "limit": 51}),
         ("jobs page, kind=no-such-kind", own.page, {**page, "kind": "no-such-kind", "limit": 51}),
+        (
+            "jobs page, state=dead, queue=q3 (none)",
+            own.page,
+            {**page, "state": "dead", "queue": "q3", "limit": 51},
+        ),
+        ("dashboard max id", own.max_id, {}),
         ("shared jobs_get (the job page)", shared["jobs_get"], {"id": 1}),
     ]
     plans = {}

@@ -28,7 +28,7 @@ from starlette.routing import Route
 import pgworkerd
 from pgworkerd import db
 from pgworkerd.operations import STATES, Operations
-from pgworkerd.storage.dashboard import DashboardReads
+from pgworkerd.storage.dashboard import SCAN_WINDOW, DashboardReads
 from pgworkerd.web import overview
 from pgworkerd.web.settings import Settings
 
@@ -109,20 +109,33 @@ class _Pages:
         self, conn: psycopg.Connection[Any], filters: dict[str, str], before: int | None
     ) -> dict[str, Any]:
         has_key = self._has_key(conn)
+        top = before if before is not None else self.reads.max_id(conn) + 1
+        floor = max(1, top - SCAN_WINDOW)
         rows = self.reads.jobs_page(
             conn,
             state=filters.get("state"),
             queue=filters.get("queue"),
             kind=filters.get("kind"),
             key=filters.get("key") if has_key else None,
-            before=before,
+            before=top,
+            floor=floor,
             limit=PAGE_SIZE + 1,  # one more than shown: is there an older page?
         )
         jobs = rows[:PAGE_SIZE]
-        older = None
-        if len(rows) > PAGE_SIZE:
-            older = "?" + urlencode({**filters, "before": jobs[-1]["id"]})
-        return {"jobs": jobs, "older": older, "has_key": has_key, "first_page": before is None}
+        # Older: below the page's last job, or, when the window held fewer matches than
+        # a page, below the window (whose range the page names).
+        searched = None
+        older_than = jobs[-1]["id"] if len(rows) > PAGE_SIZE else None
+        if older_than is None and floor > 1:
+            older_than, searched = floor, (floor, top - 1)
+        older = None if older_than is None else "?" + urlencode({**filters, "before": older_than})
+        return {
+            "jobs": jobs,
+            "older": older,
+            "searched": searched,
+            "has_key": has_key,
+            "first_page": before is None,
+        }
 
     def _has_key(self, conn: psycopg.Connection[Any]) -> bool:
         # Asked once: the `key` column comes with a migration, which a running dashboard

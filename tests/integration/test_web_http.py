@@ -390,3 +390,24 @@ def test_mounted_in_a_host_app_links_and_actions_stay_under_the_prefix(db_dsn, c
         assert done.headers["location"] == f"/admin/jobs/jobs/{dead}?notice=retried"
         assert client.get("/admin/jobs/", headers={"x-staff": "no"}).status_code == 403
     assert state_of(conn, dead) == "queued"
+
+
+def test_a_rare_filter_walks_one_window_of_ids_a_page(client, conn, monkeypatch):
+    from pgworkerd.web import views
+
+    monkeypatch.setattr(views, "SCAN_WINDOW", 10)
+    rare = pgworkerd.enqueue(conn, "rare", {})
+    common = pgworkerd.enqueue_many(conn, [{"kind": "common", "payload": {}}] * 25)
+
+    page = client.get("/jobs?kind=rare")
+    pages = 1
+    while f'href="/jobs/{rare}"' not in page.text:
+        # Each window below the last: never more than 10 ids, and it says which ones.
+        searched = re.search(r"Searched jobs (\d+) to (\d+)", page.text)
+        assert searched and int(searched[2]) - int(searched[1]) == 9, page.text
+        older = re.search(r'href="/jobs(\?[^"]+)" rel="next"', page.text)
+        assert older, "a link to the next window"
+        page = client.get("/jobs" + older[1].replace("&amp;", "&"))
+        pages += 1
+    assert pages == 3, "26 ids in windows of 10: the rare job is in the third"
+    assert max(common) - rare == 25
