@@ -10,6 +10,7 @@ refused as well.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import secrets
@@ -35,6 +36,7 @@ from pgworkerd.web.settings import Settings
 CSRF_COOKIE = "pgworkerd_csrf"
 PAGE_SIZE = 50
 MAX_FILTER_CHARS = 255  # as long as a queue name may be
+SCAN_WINDOWS = 5  # windows of SCAN_WINDOW ids a jobs page walks at most
 REFRESH_S = 5  # how often an open page reloads its content (static/refresh.js)
 
 # What the page says after an action; the redirect carries only the code, so nothing a
@@ -89,14 +91,20 @@ class _Pages:
     # -- pages ------------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
-        data = await self._db(self._overview)
+        parts = await asyncio.gather(
+            self._db(self._overview_live),
+            self._db(self.reads.overview_dead),
+            self._db(self.reads.overview_finished),
+        )
+        rows = {key: value for part in parts for key, value in part.items()}
+        periodic = self.settings.periodic
+        data = overview.build(rows, self.settings.queues, periodic, rows["periodic_last"])
         return _render(request, "overview.html", {**data, "title": "Overview"}, self.settings)
 
-    def _overview(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        rows = self.reads.overview(conn)
+    def _overview_live(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         keys = [entry.key for entry in self.settings.periodic]
         last = self.reads.periodic_last(conn, keys) if keys else {}
-        return overview.build(rows, self.settings.queues, self.settings.periodic, last)
+        return {**self.reads.overview_live(conn), "periodic_last": last}
 
     async def jobs(self, request: Request) -> Response:
         filters = _filters(request)
@@ -109,25 +117,34 @@ class _Pages:
         self, conn: psycopg.Connection[Any], filters: dict[str, str], before: int | None
     ) -> dict[str, Any]:
         has_key = self._has_key(conn)
-        top = before if before is not None else self.reads.max_id(conn) + 1
-        floor = max(1, top - SCAN_WINDOW)
-        rows = self.reads.jobs_page(
-            conn,
-            state=filters.get("state"),
-            queue=filters.get("queue"),
-            kind=filters.get("kind"),
-            key=filters.get("key") if has_key else None,
-            before=top,
-            floor=floor,
-            limit=PAGE_SIZE + 1,  # one more than shown: is there an older page?
-        )
+        start = before if before is not None else self.reads.max_id(conn) + 1
+        rows: list[dict[str, Any]] = []
+        top = floor = start
+        # Window after window of ids down to a full page, at most SCAN_WINDOWS of them:
+        # a filter few rows match finds them over several windows, one that none
+        # matches stops at the bound and offers the rest.
+        for _ in range(SCAN_WINDOWS):
+            floor = max(1, top - SCAN_WINDOW)
+            rows += self.reads.jobs_page(
+                conn,
+                state=filters.get("state"),
+                queue=filters.get("queue"),
+                kind=filters.get("kind"),
+                key=filters.get("key") if has_key else None,
+                before=top,
+                floor=floor,
+                limit=PAGE_SIZE + 1 - len(rows),  # one more than shown: an older page?
+            )
+            if len(rows) > PAGE_SIZE or floor == 1:
+                break
+            top = floor
         jobs = rows[:PAGE_SIZE]
-        # Older: below the page's last job, or, when the window held fewer matches than
-        # a page, below the window (whose range the page names).
+        # Older: below the page's last job, or, when the windows held fewer matches than
+        # a page, below the last window (the page names the range it searched).
         searched = None
         older_than = jobs[-1]["id"] if len(rows) > PAGE_SIZE else None
         if older_than is None and floor > 1:
-            older_than, searched = floor, (floor, top - 1)
+            older_than, searched = floor, (floor, start - 1)
         older = None if older_than is None else "?" + urlencode({**filters, "before": older_than})
         return {
             "jobs": jobs,

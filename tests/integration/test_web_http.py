@@ -396,18 +396,19 @@ def test_a_rare_filter_walks_one_window_of_ids_a_page(client, conn, monkeypatch)
     from pgworkerd.web import views
 
     monkeypatch.setattr(views, "SCAN_WINDOW", 10)
+    monkeypatch.setattr(views, "SCAN_WINDOWS", 2)
     rare = pgworkerd.enqueue(conn, "rare", {})
-    common = pgworkerd.enqueue_many(conn, [{"kind": "common", "payload": {}}] * 25)
+    common = pgworkerd.enqueue_many(conn, [{"kind": "common", "payload": {}}] * 45)
 
     page = client.get("/jobs?kind=rare")
     pages = 1
     while f'href="/jobs/{rare}"' not in page.text:
-        # Each window below the last: never more than 10 ids, and it says which ones.
+        # Two windows of 10 ids a page, at most, and the page says which ids it searched.
         searched = re.search(r"Searched jobs (\d+) to (\d+)", page.text)
-        assert searched and int(searched[2]) - int(searched[1]) == 9, page.text
+        assert searched and int(searched[2]) - int(searched[1]) == 19, page.text
         older = re.search(r'href="/jobs(\?[^"]+)" rel="next"', page.text)
         assert older, "a link to the next window"
         page = client.get("/jobs" + older[1].replace("&amp;", "&"))
         pages += 1
-    assert pages == 3, "26 ids in windows of 10: the rare job is in the third"
-    assert max(common) - rare == 25
+    assert pages == 3, "46 ids, 20 a page: the rare job is on the third"
+    assert max(common) - rare == 45
