@@ -36,7 +36,6 @@ from pgworkerd.web.settings import Settings
 CSRF_COOKIE = "pgworkerd_csrf"
 PAGE_SIZE = 50
 MAX_FILTER_CHARS = 255  # as long as a queue name may be
-SCAN_WINDOWS = 5  # windows of SCAN_WINDOW ids a jobs page walks at most
 REFRESH_S = 5  # how often an open page reloads its content (static/refresh.js)
 
 # What the page says after an action; the redirect carries only the code, so nothing a
@@ -118,29 +117,20 @@ class _Pages:
     ) -> dict[str, Any]:
         has_key = self._has_key(conn)
         start = before if before is not None else self.reads.max_id(conn) + 1
-        rows: list[dict[str, Any]] = []
-        top = floor = start
-        # Window after window of ids down to a full page, at most SCAN_WINDOWS of them:
-        # a filter few rows match finds them over several windows, one that none
-        # matches stops at the bound and offers the rest.
-        for _ in range(SCAN_WINDOWS):
-            floor = max(1, top - SCAN_WINDOW)
-            rows += self.reads.jobs_page(
-                conn,
-                state=filters.get("state"),
-                queue=filters.get("queue"),
-                kind=filters.get("kind"),
-                key=filters.get("key") if has_key else None,
-                before=top,
-                floor=floor,
-                limit=PAGE_SIZE + 1 - len(rows),  # one more than shown: an older page?
-            )
-            if len(rows) > PAGE_SIZE or floor == 1:
-                break
-            top = floor
+        floor = max(1, start - SCAN_WINDOW)
+        rows = self.reads.jobs_page(
+            conn,
+            state=filters.get("state"),
+            queue=filters.get("queue"),
+            kind=filters.get("kind"),
+            key=filters.get("key") if has_key else None,
+            before=start,
+            floor=floor,
+            limit=PAGE_SIZE + 1,  # one more than shown: is there an older page?
+        )
         jobs = rows[:PAGE_SIZE]
-        # Older: below the page's last job, or, when the windows held fewer matches than
-        # a page, below the last window (the page names the range it searched).
+        # Older: below the page's last job, or, when the window held fewer matches than a
+        # page, below the window (the page names the range it searched).
         searched = None
         older_than = jobs[-1]["id"] if len(rows) > PAGE_SIZE else None
         if older_than is None and floor > 1:
