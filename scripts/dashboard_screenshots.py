@@ -49,11 +49,10 @@ def main() -> int:
             procs.append(_start(["run", "-c", str(path)], env, base / "run.log"))
             _wait(lambda: _state(conn, poison) == "dead", "the poison job to die")
             pgworkerd.pause_queue(conn, "slow")
-            # A backlog that the overview shows as queued and ready.
-            pgworkerd.enqueue_many(
-                conn,
-                [{"kind": "hello", "payload": {}}] * 40,
-            )
+            # A backlog in the paused queue: the overview shows it queued, and its age.
+            backlog = [{"kind": "hello", "payload": {}, "queue": "slow"}] * 40
+            pgworkerd.enqueue_many(conn, backlog)
+            conn.execute("ANALYZE pgworkerd.jobs")  # the overview's "about N jobs"
         procs.append(_start(["web", "-c", str(path)], env, base / "web.log"))
         url = f"http://127.0.0.1:{port}"
         _wait(lambda: _answers(url), "pgworkerd web")

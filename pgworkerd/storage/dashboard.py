@@ -74,9 +74,10 @@ GROUP BY 1, 2, 3
 """
 
 # The planner's estimate of the table's rows (as of the last ANALYZE): what the overview
-# shows as "about N jobs", instead of counting them.
+# shows as "about N jobs", instead of counting them. NULL before the first ANALYZE
+# (reltuples is -1 then).
 _ESTIMATE = """
-SELECT (SELECT greatest(reltuples, 0)::bigint FROM pg_class
+SELECT (SELECT CASE WHEN reltuples >= 0 THEN reltuples::bigint END FROM pg_class
         WHERE oid = to_regclass(%(table)s)) AS estimate
 """
 

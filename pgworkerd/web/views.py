@@ -86,6 +86,9 @@ class _Pages:
         self.settings = settings
         self.reads = DashboardReads(settings.schema)
         self.ops = Operations(settings.schema)
+        # Whether the jobs have a `key` column: asked at the first jobs page, as the
+        # column comes with a migration that a running dashboard sees at its next start.
+        self._key_column: bool | None = None
 
     # -- pages ------------------------------------------------------------------------------
 
@@ -145,9 +148,7 @@ class _Pages:
         }
 
     def _has_key(self, conn: psycopg.Connection[Any]) -> bool:
-        # Asked once: the `key` column comes with a migration, which a running dashboard
-        # sees at its next start.
-        if not hasattr(self, "_key_column"):
+        if self._key_column is None:
             self._key_column = self.reads.has_key_column(conn)
         return self._key_column
 

@@ -76,6 +76,9 @@ def test_overview_shows_queues_daemons_and_the_chart(client, conn, store, db_dsn
     # The chart is the dead job's minute: one bar, drawn as inline SVG.
     assert reports.count("<rect") == 1 and 'role="img"' in reports
     assert "host-a" in page.text and "4242" in page.text
+    assert "planner estimate" not in page.text, "never analyzed: no estimate to show"
+    conn.execute("ANALYZE pgworkerd.jobs")
+    assert "about 4 jobs in the table (planner estimate)" in client.get("/").text
     assert_no_secret(page.text, db_dsn)
 
 
