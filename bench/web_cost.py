@@ -17,6 +17,7 @@ bench/results/<timestamp>-web-cost.md.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import subprocess
@@ -75,12 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         pages = _pages(dsn)
         web = _start_web(dsn, work)
         try:
+            load_before = os.getloadavg()
             timings = {path: _time(web, path, args.requests) for path in pages}
+            load = (load_before, os.getloadavg())
         finally:
             web.terminate()
             web.wait(timeout=10)
         plans = _plans(dsn)
-    text = _report(args, settings, fill_s, timings, plans)
+    text = _report(args, settings, fill_s, timings, plans, load)
     path = work.with_suffix(".md")
     path.write_text(text)
     print(text)
@@ -200,6 +203,7 @@ def _report(
     fill_s: float,
     timings: dict[str, list[float]],
     plans: dict[str, str],
+    load: tuple[tuple[float, float, float], ...],
 ) -> str:
     lines = [
         "# The dashboard's cost over a large table",
@@ -211,6 +215,9 @@ def _report(
         f"VACUUM ANALYZEd in {fill_s:.0f} s; a `pgworkerd web` process, one connection a "
         f"request; {args.requests} requests a page after one warm-up; server: "
         + ", ".join(f"{k}={v}" for k, v in settings.items()),
+        "",
+        f"Load average (1 min) before and after the timings: {load[0][0]:.1f}, "
+        f"{load[1][0]:.1f} on {os.cpu_count()} CPUs (a shared machine: other work ran too).",
         "",
         "| page | median ms | p95 ms | max ms |",
         "|---|---:|---:|---:|",

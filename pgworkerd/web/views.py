@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -28,10 +29,13 @@ from starlette.routing import Route
 
 import pgworkerd
 from pgworkerd import db
+from pgworkerd.errors import InvalidJob
 from pgworkerd.operations import STATES, Operations
 from pgworkerd.storage.dashboard import SCAN_WINDOW, DashboardReads
 from pgworkerd.web import overview
 from pgworkerd.web.settings import Settings
+
+log = logging.getLogger(__name__)
 
 CSRF_COOKIE = "pgworkerd_csrf"
 PAGE_SIZE = 50
@@ -75,7 +79,13 @@ def exception_handlers() -> dict[Any, Callable[..., Any]]:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    titles = {404: "Not found", 403: "Forbidden", 405: "Method not allowed"}
+    titles = {
+        400: "Bad request",
+        403: "Forbidden",
+        404: "Not found",
+        405: "Method not allowed",
+        503: "Database unavailable",
+    }
     title = titles.get(exc.status_code, "Error")
     context = {"title": title, "message": exc.detail, "refresh_s": 0}
     return _render(request, "error.html", context, status=exc.status_code)
@@ -209,7 +219,10 @@ class _Pages:
         if self.settings.read_only:
             raise HTTPException(403, "This dashboard is read-only.")
         body = (await request.body()).decode("utf-8", "replace")
-        form = {k: v[0] for k, v in parse_qs(body, max_num_fields=20).items()}
+        try:
+            form = {k: v[0] for k, v in parse_qs(body, max_num_fields=20).items()}
+        except ValueError:
+            raise HTTPException(400, "Too many form fields.") from None
         cookie = request.cookies.get(CSRF_COOKIE, "")
         token = form.get("csrf_token", "")
         same = secrets.compare_digest(cookie.encode(), token.encode())
@@ -225,9 +238,14 @@ def _with_connection(settings: Settings, work: Callable[[psycopg.Connection[Any]
     try:
         with db.connect(settings.dsn, application_name="pgworkerd web") as conn:
             return work(conn)
+    except InvalidJob as exc:  # a queue name that enqueue would refuse
+        raise HTTPException(400, str(exc)) from None
     except psycopg.OperationalError as exc:
-        # db.describe_error leaves no password in the line; the DSN itself is not shown.
-        raise HTTPException(503, f"database: {db.describe_error(exc, settings.dsn)}") from None
+        # The page says only that: libpq's message names the host, port, user and
+        # database. The log has it, without a password (db.describe_error).
+        log.warning("database unavailable: %s", db.describe_error(exc, settings.dsn))
+        message = "The database is unavailable; the server's log says why."
+        raise HTTPException(503, message) from None
 
 
 # -- rendering ---------------------------------------------------------------------------------

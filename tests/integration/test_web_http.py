@@ -247,6 +247,17 @@ def test_a_post_without_the_page_token_is_refused(client, conn, store, form):
     [{"origin": "https://evil.example"}, {"sec-fetch-site": "cross-site", "origin": "null"}],
     ids=["other origin", "marked cross-site"],
 )
+def test_a_queue_name_enqueue_would_refuse_is_a_400_page(client, conn):
+    client.get("/")
+    token = client.cookies.get("pgworkerd_csrf")
+    form = {"csrf_token": token, "confirmed": "1", "queue": "bad\x00name"}
+
+    page = client.post("/queues/pause", data=form)
+
+    assert page.status_code == 400 and "<h1>Bad request</h1>" in page.text
+    assert pgworkerd.pausing.QueuePauses().paused(conn) == {}
+
+
 def test_a_cross_site_post_is_refused_even_with_the_token(client, conn, store, headers):
     dead = dead_job(conn, store)
     token = csrf_token(client)
@@ -307,7 +318,9 @@ def test_a_database_error_page_shows_no_password(pg_admin_dsn):
     with TestClient(create_app(dsn=dsn)) as client:
         page = client.get("/")
     assert page.status_code == 503
-    assert "hunter2-pw" not in page.text and "nobody:" not in page.text
+    assert "Database unavailable" in page.text
+    for secret in ("hunter2-pw", "nobody", "nowhere", str(params["port"])):
+        assert secret not in page.text
 
 
 # -- the command -------------------------------------------------------------------------------
