@@ -242,11 +242,6 @@ def test_a_post_without_the_page_token_is_refused(client, conn, store, form):
     assert state_of(conn, dead) == "dead"
 
 
-@pytest.mark.parametrize(
-    "headers",
-    [{"origin": "https://evil.example"}, {"sec-fetch-site": "cross-site", "origin": "null"}],
-    ids=["other origin", "marked cross-site"],
-)
 def test_a_queue_name_enqueue_would_refuse_is_a_400_page(client, conn):
     client.get("/")
     token = client.cookies.get("pgworkerd_csrf")
@@ -258,6 +253,11 @@ def test_a_queue_name_enqueue_would_refuse_is_a_400_page(client, conn):
     assert pgworkerd.pausing.QueuePauses().paused(conn) == {}
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [{"origin": "https://evil.example"}, {"sec-fetch-site": "cross-site", "origin": "null"}],
+    ids=["other origin", "marked cross-site"],
+)
 def test_a_cross_site_post_is_refused_even_with_the_token(client, conn, store, headers):
     dead = dead_job(conn, store)
     token = csrf_token(client)
