@@ -64,6 +64,29 @@ class HttpConfig(Section):
         return listen
 
 
+class WebAuthConfig(Section):
+    username: str = Field(
+        min_length=1,
+        max_length=255,
+        pattern=r"^[^:\x00-\x1f\x7f]+$",  # basic auth: no colon, no control characters
+        description="basic auth user of `pgworkerd web`; the password is $PGWORKERD_WEB_PASSWORD",
+    )
+
+
+class WebConfig(Section):
+    listen: str = Field("127.0.0.1:9188", description="host:port of `pgworkerd web`")
+    read_only: bool = Field(False, description="show the jobs, offer no action")
+    auth: WebAuthConfig | None = Field(
+        None, description="absent: no auth, and `pgworkerd web` listens on loopback only"
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, listen: str) -> str:
+        host_port(listen)
+        return listen
+
+
 class Defaults(Section):
     max_attempts: Count = Field(5, ge=1, le=1_000_000)
     max_runtime: Seconds = 900.0
@@ -112,6 +135,7 @@ class Config(BaseSettings):
         "text", description="`pgworkerd run --log-format` wins over this"
     )
     http: HttpConfig | None = Field(None, description="absent: no HTTP listener")
+    web: WebConfig = Field(WebConfig(), description="the dashboard, `pgworkerd web`")
     max_jobs_per_child: Count | None = Field(None, ge=1)
     max_memory_per_child: Bytes | None = None
     periodic: list[PeriodicEntry] = Field([], description="jobs enqueued on a schedule")

@@ -1,0 +1,126 @@
+"""The overview's content from the rows of storage/dashboard.py, and the formatting the
+templates use: plain functions of their input (the database clock's `now` included), so
+what a page shows does not depend on the web server's clock."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pgworkerd.config.periodic import PeriodicEntry
+from pgworkerd.storage.dashboard import CHART_MINUTES
+from pgworkerd.web.chart import throughput_svg
+
+FINAL_STATES = ("succeeded", "dead", "cancelled")
+
+
+def build(
+    rows: dict[str, Any],
+    configured: Sequence[str],
+    periodic: Sequence[PeriodicEntry],
+    periodic_last: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    now: datetime = rows["now"]
+    queues: dict[str, dict[str, Any]] = {}
+
+    def queue(name: str) -> dict[str, Any]:
+        if name not in queues:
+            queues[name] = {
+                "name": name,
+                "queued": 0,
+                "running": 0,
+                "dead": 0,
+                "oldest_ready_age_s": None,
+                "finished_1h": dict.fromkeys(FINAL_STATES, 0),
+                "per_minute": [0] * CHART_MINUTES,  # oldest minute first
+                "paused_at": None,
+            }
+        return queues[name]
+
+    for name in configured:
+        queue(name)
+    for row in rows["live"]:
+        entry = queue(row["queue"])
+        entry[row["state"]] = int(row["n"])
+        if row["state"] == "queued":
+            entry["oldest_ready_age_s"] = row["oldest_ready_age_s"]
+    for row in rows["dead"]:
+        queue(row["queue"])["dead"] = int(row["n"])
+    for row in rows["finished"]:
+        entry = queue(row["queue"])
+        entry["finished_1h"][row["state"]] += int(row["n"])
+        minute = CHART_MINUTES - 1 - int(row["minutes_ago"])
+        if 0 <= minute < CHART_MINUTES:
+            entry["per_minute"][minute] += int(row["n"])
+    for row in rows["paused"]:
+        queue(row["queue"])["paused_at"] = row["paused_at"]
+    for entry in queues.values():
+        entry["chart"] = throughput_svg(entry["per_minute"], entry["name"])
+    return {
+        "now": now,
+        "queues": [queues[name] for name in sorted(queues)],
+        "estimate": rows["estimate"],
+        "daemons": [_daemon(row) for row in rows["daemons"]],
+        "periodic": [_periodic(e, periodic_last.get(e.key), now) for e in periodic],
+    }
+
+
+def _daemon(row: dict[str, Any]) -> dict[str, Any]:
+    info = row["info"] if isinstance(row["info"], dict) else {}
+    running = info.get("running")
+    return {
+        "id": row["id"],
+        "hostname": row["hostname"],
+        "pid": row["pid"],
+        "started_at": row["started_at"],
+        "heartbeat_age_s": row["heartbeat_age_s"],
+        "state": info.get("state"),
+        "jobs_running": running if isinstance(running, int) else None,
+    }
+
+
+def _periodic(entry: PeriodicEntry, last: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
+    schedule = entry.schedule()
+    return {
+        "name": entry.name or entry.kind,
+        "kind": entry.kind,
+        "queue": entry.queue,
+        "schedule": schedule.describe(),
+        "last_slot_at": last["last_slot_at"] if last else None,
+        "last_job_id": last["last_job_id"] if last else None,
+        "next_slot_at": schedule.next_after(now),
+    }
+
+
+# -- formatting, as template filters ----------------------------------------------------------
+
+
+def age(seconds: float | None) -> str:
+    """`42 s`, `7 min`, `3 h 5 min`, `2 d 4 h`; an em dash for none."""
+    if seconds is None:
+        return "—"
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def when(value: datetime | str | None) -> str:
+    """A time to the second, in the zone the database gave it."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.isoformat(sep=" ", timespec="seconds")
+
+
+def thousands(value: int | None) -> str:
+    return "—" if value is None else f"{value:,}".replace(",", "\u202f")
+
+
+FILTERS = {"age": age, "when": when, "thousands": thousands}

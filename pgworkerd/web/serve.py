@@ -1,0 +1,59 @@
+"""`pgworkerd web`: the dashboard under uvicorn, in the foreground.
+
+A listen address beyond loopback without `web.auth` is refused before anything binds:
+the dashboard can retry and cancel jobs, so it is never open to a network by default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+
+import uvicorn
+
+from pgworkerd.config import Config, ConfigError, host_port
+from pgworkerd.web.app import PASSWORD_ENV, create_app
+
+
+def serve(config: Config, *, listen: str | None = None, read_only: bool = False) -> int:
+    """Runs until SIGINT/SIGTERM; returns the exit status. ConfigError (exit 2) for a
+    listen address that needs auth and has none, or auth without a password."""
+    address = listen or config.web.listen
+    try:
+        host, port = host_port(address)
+    except ValueError as exc:
+        raise ConfigError([f"--listen: {exc}"]) from None
+    if config.web.auth is None and not is_loopback(host):
+        raise ConfigError(
+            [
+                f"web: listening on {address} needs web.auth (a username, and the password "
+                f"in {PASSWORD_ENV}); without it the dashboard listens on loopback only"
+            ]
+        )
+    if config.web.auth is not None and not os.environ.get(PASSWORD_ENV):
+        raise ConfigError([f"web.auth: set the password in {PASSWORD_ENV}"])
+    app = create_app(config, read_only=read_only)
+    mode = " (read-only)" if read_only or config.web.read_only else ""
+    print(f"pgworkerd web: serving the dashboard on http://{address}/{mode}", flush=True)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+            proxy_headers=False,  # the client's address is the socket's, not a header's
+        )
+    )
+    server.run()
+    return 0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere

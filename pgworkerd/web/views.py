@@ -1,0 +1,327 @@
+"""The dashboard's routes: three pages and the actions, each action a POST that carries
+the page's CSRF token and goes through the same client functions the CLI calls.
+
+The CSRF token is a double submit: a random cookie (HttpOnly, SameSite=Strict) and the
+same value in each form. Another site can make a browser send the cookie but cannot
+read it to put it in the form; no server-side secret, so every process of a host app
+that forks accepts the tokens of the others. A request the browser marks cross-site is
+refused as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+import jinja2
+import psycopg
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+import pgworkerd
+from pgworkerd.client.operations import Operations
+from pgworkerd.errors import InvalidJob
+from pgworkerd.storage import connections
+from pgworkerd.storage.dashboard import SCAN_WINDOW, DashboardReads
+from pgworkerd.storage.store import STATES
+from pgworkerd.web import overview
+from pgworkerd.web.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CSRF_COOKIE = "pgworkerd_csrf"
+PAGE_SIZE = 50
+MAX_FILTER_CHARS = 255  # as long as a queue name may be
+REFRESH_S = 5  # how often an open page reloads its content (static/refresh.js)
+
+# What the page says after an action; the redirect carries only the code, so nothing a
+# request sends is reflected into the page.
+NOTICES = {
+    "retried": "Job queued again.",
+    "not_retried": "Not retried: the job is not dead or cancelled, or its unique key is live.",
+    "cancelled": "Job cancelled.",
+    "not_cancelled": "Not cancelled: the job is no longer queued or running.",
+    "paused": "Queue paused: no daemon claims its jobs; running jobs finish.",
+    "resumed": "Queue resumed.",
+    "retried_dead": "Dead jobs of the queue queued again: {n}.",
+}
+
+_templates = jinja2.Environment(
+    loader=jinja2.PackageLoader("pgworkerd.web", "templates"),
+    autoescape=True,  # every value is escaped: a payload holding <script> is text
+    undefined=jinja2.StrictUndefined,
+)
+_templates.filters.update(overview.FILTERS)
+
+
+def routes(settings: Settings) -> list[Route]:
+    pages = _Pages(settings)
+    return [
+        Route("/", pages.overview, name="overview"),
+        Route("/jobs", pages.jobs, name="jobs"),
+        Route("/jobs/{job_id:int}", pages.job, name="job"),
+        Route("/jobs/{job_id:int}/{action:str}", pages.job_action, methods=["POST"]),
+        Route("/queues/{action:str}", pages.queue_action, methods=["POST"]),
+    ]
+
+
+def exception_handlers() -> dict[Any, Callable[..., Any]]:
+    return {HTTPException: _http_error}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    titles = {
+        400: "Bad request",
+        403: "Forbidden",
+        404: "Not found",
+        405: "Method not allowed",
+        503: "Database unavailable",
+    }
+    title = titles.get(exc.status_code, "Error")
+    context = {"title": title, "message": exc.detail, "refresh_s": 0}
+    return _render(request, "error.html", context, status=exc.status_code)
+
+
+class _Pages:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.reads = DashboardReads(settings.schema)
+        self.ops = Operations(settings.schema)
+        # Whether the jobs have a `key` column: asked at the first jobs page, as the
+        # column comes with a migration that a running dashboard sees at its next start.
+        self._key_column: bool | None = None
+
+    # -- pages ------------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        parts = await asyncio.gather(
+            self._db(self._overview_live),
+            self._db(self.reads.overview_dead),
+            self._db(self.reads.overview_finished),
+        )
+        rows = {key: value for part in parts for key, value in part.items()}
+        periodic = self.settings.periodic
+        data = overview.build(rows, self.settings.queues, periodic, rows["periodic_last"])
+        return _render(request, "overview.html", {**data, "title": "Overview"}, self.settings)
+
+    def _overview_live(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        keys = [entry.key for entry in self.settings.periodic]
+        last = self.reads.periodic_last(conn, keys) if keys else {}
+        return {**self.reads.overview_live(conn), "periodic_last": last}
+
+    async def jobs(self, request: Request) -> Response:
+        filters = _filters(request)
+        before = _positive_int(request.query_params.get("before"))
+        data = await self._db(lambda conn: self._jobs(conn, filters, before))
+        context = {**data, "title": "Jobs", "filters": filters, "states": STATES}
+        return _render(request, "jobs.html", context, self.settings)
+
+    def _jobs(
+        self, conn: psycopg.Connection[Any], filters: dict[str, str], before: int | None
+    ) -> dict[str, Any]:
+        has_key = self._has_key(conn)
+        start = before if before is not None else self.reads.max_id(conn) + 1
+        floor = max(1, start - SCAN_WINDOW)
+        rows = self.reads.jobs_page(
+            conn,
+            state=filters.get("state"),
+            queue=filters.get("queue"),
+            kind=filters.get("kind"),
+            key=filters.get("key") if has_key else None,
+            before=start,
+            floor=floor,
+            limit=PAGE_SIZE + 1,  # one more than shown: is there an older page?
+        )
+        jobs = rows[:PAGE_SIZE]
+        # Older: below the page's last job, or, when the window held fewer matches than a
+        # page, below the window (the page names the range it searched).
+        searched = None
+        older_than = jobs[-1]["id"] if len(rows) > PAGE_SIZE else None
+        if older_than is None and floor > 1:
+            older_than, searched = floor, (floor, start - 1)
+        older = None if older_than is None else "?" + urlencode({**filters, "before": older_than})
+        return {
+            "jobs": jobs,
+            "older": older,
+            "searched": searched,
+            "has_key": has_key,
+            "first_page": before is None,
+        }
+
+    def _has_key(self, conn: psycopg.Connection[Any]) -> bool:
+        if self._key_column is None:
+            self._key_column = self.reads.has_key_column(conn)
+        return self._key_column
+
+    async def job(self, request: Request) -> Response:
+        job_id = int(request.path_params["job_id"])
+        detail = await self._db(lambda conn: self.ops.show(conn, job_id))
+        if detail is None:
+            raise HTTPException(404, f"There is no job {job_id}.")
+        context = {
+            "title": f"Job {job_id}",
+            "job": detail,
+            "payload": json.dumps(detail["payload"], indent=2, ensure_ascii=False),
+            "result": _json_or_none(detail["result"]),
+        }
+        return _render(request, "job.html", context, self.settings)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def job_action(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        job_id = int(request.path_params["job_id"])
+        action = request.path_params["action"]
+        perform: dict[str, Callable[[psycopg.Connection[Any]], bool]] = {
+            "retry": lambda c: pgworkerd.retry(c, job_id, schema=self.settings.schema),
+            "cancel": lambda c: pgworkerd.cancel(c, job_id, schema=self.settings.schema),
+        }
+        if action not in perform:
+            raise HTTPException(404, "No such action.")
+        if form.get("confirmed") != "1":
+            return _confirm(request, f"{action.capitalize()} job {job_id}?", form)
+        done = await self._db(perform[action])
+        notice = {"retry": "retried", "cancel": "cancelled"}[action]
+        return _redirect(request, f"/jobs/{job_id}", notice if done else f"not_{notice}")
+
+    async def queue_action(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        queue, action = form.get("queue", ""), request.path_params["action"]
+        schema = self.settings.schema
+        perform: dict[str, Callable[[psycopg.Connection[Any]], Any]] = {
+            "pause": lambda c: pgworkerd.pause_queue(c, queue, schema=schema),
+            "resume": lambda c: pgworkerd.resume_queue(c, queue, schema=schema),
+            # What `pgworkerd jobs retry --dead --queue Q` runs.
+            "retry-dead": lambda c: self.ops.retry(c, queue=queue),
+        }
+        if action not in perform or not queue:
+            raise HTTPException(404, "No such action.")
+        if form.get("confirmed") != "1":
+            label = {"retry-dead": "Retry every dead job of"}.get(action, action.capitalize())
+            return _confirm(request, f"{label} queue {queue}?", form)
+        done = await self._db(perform[action])
+        if action == "retry-dead":
+            return _redirect(request, "/", "retried_dead", n=len(done))
+        return _redirect(request, "/", {"pause": "paused", "resume": "resumed"}[action])
+
+    async def _checked_form(self, request: Request) -> dict[str, str]:
+        """The POSTed form, once the token and origin are checked (else 403); and 403 in
+        read-only mode, whatever the form."""
+        if self.settings.read_only:
+            raise HTTPException(403, "This dashboard is read-only.")
+        body = (await request.body()).decode("utf-8", "replace")
+        try:
+            form = {k: v[0] for k, v in parse_qs(body, max_num_fields=20).items()}
+        except ValueError:
+            raise HTTPException(400, "Too many form fields.") from None
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        token = form.get("csrf_token", "")
+        same = secrets.compare_digest(cookie.encode(), token.encode())
+        if not cookie or not same or not _same_origin(request):
+            raise HTTPException(403, "The form's token is missing or stale: reload the page.")
+        return form
+
+    async def _db(self, work: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+        return await run_in_threadpool(functools.partial(_with_connection, self.settings, work))
+
+
+def _with_connection(settings: Settings, work: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+    try:
+        with connections.connect(settings.dsn, application_name="pgworkerd web") as conn:
+            return work(conn)
+    except InvalidJob as exc:  # a queue name that enqueue would refuse
+        raise HTTPException(400, str(exc)) from None
+    except psycopg.OperationalError as exc:
+        # The page says only that: libpq's message names the host, port, user and
+        # database. The log has it, without a password (connections.describe_error).
+        log.warning("database unavailable: %s", connections.describe_error(exc, settings.dsn))
+        message = "The database is unavailable; the server's log says why."
+        raise HTTPException(503, message) from None
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def _render(
+    request: Request,
+    template: str,
+    context: dict[str, Any],
+    settings: Settings | None = None,
+    *,
+    status: int = 200,
+) -> HTMLResponse:
+    token = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
+    root = request.scope.get("root_path", "")
+    notice = NOTICES.get(request.query_params.get("notice", ""))
+    if notice and "{n}" in notice:
+        notice = notice.format(n=_positive_int(request.query_params.get("n")) or 0)
+    html = _templates.get_template(template).render(
+        request_path=request.url.path[len(root) :] or "/",
+        root=root,
+        csrf_token=token,
+        read_only=settings.read_only if settings else False,  # error pages offer no action
+        notice=notice,
+        **{"refresh_s": REFRESH_S, **context},
+    )
+    response = HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})
+    if CSRF_COOKIE not in request.cookies:
+        response.set_cookie(CSRF_COOKIE, token, path=root or "/", httponly=True, samesite="strict")
+    return response
+
+
+def _confirm(request: Request, question: str, form: dict[str, str]) -> HTMLResponse:
+    """Without script (no dialog asked), the action asks on a page of its own."""
+    fields = {k: v for k, v in form.items() if k == "queue"}
+    context = {"title": "Confirm", "question": question, "fields": fields, "refresh_s": 0}
+    context["action"] = request.url.path[len(request.scope.get("root_path", "")) :]
+    return _render(request, "confirm.html", context, None)
+
+
+def _redirect(request: Request, path: str, notice: str, **extra: int) -> RedirectResponse:
+    query = urlencode({"notice": notice, **extra})
+    return RedirectResponse(f"{request.scope.get('root_path', '')}{path}?{query}", 303)
+
+
+def _filters(request: Request) -> dict[str, str]:
+    filters = {}
+    for name in ("state", "queue", "kind", "key"):
+        value = request.query_params.get(name, "").strip()
+        if value:
+            filters[name] = value[:MAX_FILTER_CHARS]
+    if filters.get("state") not in (None, *STATES):
+        raise HTTPException(404, "No such state.")
+    return filters
+
+
+def _same_origin(request: Request) -> bool:
+    """False for a request another site made. Browsers say so in Sec-Fetch-Site; an older
+    one may send only Origin. The page's no-referrer policy makes browsers send
+    `Origin: null` on the page's own forms, so "null" (or none) leaves it to the token."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site == "same-origin"
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return True
+    return origin.split("://", 1)[-1] == request.headers.get("host", "")
+
+
+def _positive_int(text: str | None) -> int | None:
+    if text is None or not text.isdigit() or len(text) > 19:
+        return None
+    value = int(text)
+    return value if 0 < value < 2**63 else None
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, indent=2, ensure_ascii=False)

@@ -1,0 +1,61 @@
+"""The overview's shaping and formatting, and the chart: pure functions of their input."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pgworkerd.web.chart import throughput_svg
+from pgworkerd.web.overview import age, build, thousands
+
+NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
+
+
+def test_age_reads_at_a_glance() -> None:
+    assert [age(s) for s in (None, 0, 59.9, 119, 120, 3599, 3600, 3900, 86400 + 7200)] == [
+        "—",
+        "0 s",
+        "59 s",
+        "119 s",
+        "2 min",
+        "59 min",
+        "1 h 0 min",
+        "1 h 5 min",
+        "1 d 2 h",
+    ]
+    assert thousands(1234567) == "1\u202f234\u202f567"
+
+
+def test_build_merges_every_source_of_queue_names_and_places_minutes() -> None:
+    rows = {
+        "now": NOW,
+        "live": [
+            {"queue": "mail", "state": "queued", "n": 3, "oldest_ready_age_s": 12.0},
+            {"queue": "mail", "state": "running", "n": 1, "oldest_ready_age_s": None},
+        ],
+        "dead": [{"queue": "reports", "n": 2}],
+        "finished": [
+            {"queue": "mail", "state": "succeeded", "minutes_ago": 0, "n": 5},
+            {"queue": "mail", "state": "dead", "minutes_ago": 59, "n": 1},
+        ],
+        "estimate": 1000,
+        "paused": [{"queue": "idle", "paused_at": NOW}],
+        "daemons": [],
+    }
+
+    page = build(rows, ["default"], [], {})
+
+    by_name = {q["name"]: q for q in page["queues"]}
+    assert list(by_name) == ["default", "idle", "mail", "reports"]
+    mail = by_name["mail"]
+    assert (mail["queued"], mail["running"], mail["oldest_ready_age_s"]) == (3, 1, 12.0)
+    assert mail["finished_1h"] == {"succeeded": 5, "dead": 1, "cancelled": 0}
+    assert mail["per_minute"][-1] == 5 and mail["per_minute"][0] == 1
+    assert by_name["reports"]["dead"] == 2 and by_name["idle"]["paused_at"] == NOW
+
+
+def test_the_chart_draws_a_bar_a_busy_minute_and_escapes_the_queue_name() -> None:
+    svg = str(throughput_svg([0] * 57 + [10, 0, 1], '<q"&>'))
+
+    assert svg.count("<rect") == 2
+    assert 'height="40"' in svg and 'height="4"' in svg  # scaled to the busiest minute
+    assert "<q" not in svg and "&lt;q&#34;&amp;&gt;" in svg
