@@ -33,7 +33,7 @@ import yaml
 from bench.cluster import fresh_database, server_settings, throwaway_cluster
 from bench.daemon import REPO
 from pgworkerd.storage import queries
-from pgworkerd.storage.dashboard import CHART_MINUTES, SCAN_WINDOW, statements
+from pgworkerd.storage.dashboard import CHART_MINUTES, SCAN_WINDOW
 from pgworkerd.storage.embedded import free_port
 from pgworkerd.storage.migrations import migrate
 
@@ -158,9 +158,10 @@ def _time(web: Any, path: str, requests: int) -> list[float]:
 
 
 def _plans(dsn: str) -> dict[str, str]:
-    own, shared = statements("pgworkerd"), queries.statements("pgworkerd")
+    sql = queries.statements("pgworkerd")
+    page_sql = sql["dashboard_jobs_page"]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        top = int(conn.execute(own.max_id).fetchone()[0]) + 1  # type: ignore[index]
+        top = int(conn.execute(sql["jobs_max_id"]).fetchone()[0]) + 1  # type: ignore[index]
     page: dict[str, Any] = {
         "state": None,
         "queue": None,
@@ -169,24 +170,28 @@ def _plans(dsn: str) -> dict[str, str]:
         "floor": max(1, top - SCAN_WINDOW),
     }
     cases: list[tuple[str, bytes, dict[str, Any]]] = [
-        ("dashboard live (queued, running per queue)", own.live, {}),
-        ("dashboard dead per queue", own.dead, {}),
-        ("dashboard finished in the last hour", own.finished_1h, {"minutes": CHART_MINUTES}),
-        ("dashboard row estimate", own.estimate, {"table": '"pgworkerd"."jobs"'}),
-        ("shared queues_paused", shared["queues_paused"], {}),
-        ("shared daemons_list", shared["daemons_list"], {}),
-        ("jobs page, no filter", own.page, {**page, "limit": 51}),
-        ("jobs page, state=dead", own.page, {**page, "state": "dead", "limit": 51}),
-        ("jobs page, state=queued", own.page, {**page, "state": "queued", "limit": 51}),
-        ("jobs page, queue=q3", own.page, {**page, "queue": "q3", "limit": 51}),
-        ("jobs page, kind=no-such-kind", own.page, {**page, "kind": "no-such-kind", "limit": 51}),
+        ("dashboard live (queued, running per queue)", sql["dashboard_queues_live"], {}),
+        ("dashboard dead per queue", sql["dashboard_dead_by_queue"], {}),
+        (
+            "dashboard finished in the last hour",
+            sql["dashboard_finished_by_minute"],
+            {"minutes": CHART_MINUTES},
+        ),
+        ("dashboard row estimate", sql["jobs_estimate"], {"table": '"pgworkerd"."jobs"'}),
+        ("shared queues_paused", sql["queues_paused"], {}),
+        ("shared daemons_list", sql["daemons_list"], {}),
+        ("jobs page, no filter", page_sql, {**page, "limit": 51}),
+        ("jobs page, state=dead", page_sql, {**page, "state": "dead", "limit": 51}),
+        ("jobs page, state=queued", page_sql, {**page, "state": "queued", "limit": 51}),
+        ("jobs page, queue=q3", page_sql, {**page, "queue": "q3", "limit": 51}),
+        ("jobs page, kind=no-such-kind", page_sql, {**page, "kind": "no-such-kind", "limit": 51}),
         (
             "jobs page, state=dead, queue=q3 (none)",
-            own.page,
+            page_sql,
             {**page, "state": "dead", "queue": "q3", "limit": 51},
         ),
-        ("dashboard max id", own.max_id, {}),
-        ("shared jobs_get (the job page)", shared["jobs_get"], {"id": 1}),
+        ("dashboard max id", sql["jobs_max_id"], {}),
+        ("shared jobs_get (the job page)", sql["jobs_get"], {"id": 1}),
     ]
     plans = {}
     with psycopg.connect(dsn, autocommit=True) as conn:

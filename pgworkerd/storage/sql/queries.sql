@@ -795,3 +795,104 @@ WHERE kind = %(kind)s AND state = ANY(%(states)s::text[])
   AND (%(subset)s::jsonb IS NULL OR payload @> %(subset)s::jsonb)
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+
+-- name: dashboard_queues_live
+-- The dashboard's reads (pgworkerd/web, storage/dashboard.py) from here on. Each answers
+-- from an index range, never a pass over the whole table: the overview is polled every
+-- few seconds while a browser is open. bench/web_cost.py times them and prints plans.
+--
+-- Queued and running jobs per queue, each from its partial index: jobs_claim_idx holds
+-- only queued rows (queue and run_at are in it: an index-only scan once vacuumed), and
+-- jobs_lease_expiry_idx only leased (= running, by jobs_running_is_leased) rows. Finished
+-- rows, however many, are in neither.
+SELECT queue, 'queued' AS state, count(*) AS n,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+           AS oldest_ready_age_s
+FROM {schema}.jobs WHERE state = 'queued'
+GROUP BY queue
+UNION ALL
+SELECT queue, 'running', count(*), NULL
+FROM {schema}.jobs WHERE lease_expires_at IS NOT NULL
+GROUP BY queue;
+
+
+-- name: dashboard_dead_by_queue
+-- Dead jobs per queue: the 'dead' range of jobs_finished_idx (state, finished_at), then
+-- the heap for the queue. Dead jobs are few next to succeeded ones and wait for an
+-- operator; succeeded and cancelled totals are not counted at all (see dashboard_finished_by_minute).
+SELECT queue, count(*) AS n
+FROM {schema}.jobs WHERE state = 'dead'
+GROUP BY queue;
+
+
+-- name: dashboard_finished_by_minute
+-- Jobs finished in the last hour by queue, state and minute (0: the current minute):
+-- the chart and the "last hour" counts. One range of jobs_finished_idx (state,
+-- finished_at) per final state, then the heap for the queue. Spelled as three equalities,
+-- not `state IN (...)`: with the list, PostgreSQL 15 misjudges the range and reads the
+-- whole table (300 ms over a million rows instead of 60: bench/web_cost.py).
+SELECT queue, state,
+       floor(extract(epoch FROM now() - finished_at) / 60)::int AS minutes_ago,
+       count(*) AS n
+FROM (
+    SELECT queue, state, finished_at FROM {schema}.jobs
+    WHERE state = 'succeeded' AND finished_at > now() - make_interval(mins => %(minutes)s)
+    UNION ALL
+    SELECT queue, state, finished_at FROM {schema}.jobs
+    WHERE state = 'dead' AND finished_at > now() - make_interval(mins => %(minutes)s)
+    UNION ALL
+    SELECT queue, state, finished_at FROM {schema}.jobs
+    WHERE state = 'cancelled' AND finished_at > now() - make_interval(mins => %(minutes)s)
+) AS finished
+GROUP BY 1, 2, 3;
+
+
+-- name: jobs_estimate
+-- The planner's estimate of the table's rows (as of the last ANALYZE): what the overview
+-- shows as "about N jobs", instead of counting them. NULL before the first ANALYZE
+-- (reltuples is -1 then).
+SELECT (SELECT CASE WHEN reltuples >= 0 THEN reltuples::bigint END FROM pg_class
+        WHERE oid = to_regclass(%(table)s)) AS estimate;
+
+
+-- name: dashboard_jobs_page
+-- Newest first, one page at a time: `before` is the smallest id of the previous page
+-- (keyset pagination: no OFFSET, each page is a backward range of the primary key), and
+-- `floor` bounds the range: a filter that few or no rows match walks at most
+-- SCAN_WINDOW ids of the key, not the whole table, and the page offers the next window.
+SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, worker, last_error
+FROM {schema}.jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND id < %(before)s::bigint AND id >= %(floor)s::bigint
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+
+-- name: dashboard_jobs_page_by_key
+-- dashboard_jobs_page, by key too (on a schema with the `key` column).
+SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_at,
+       started_at, finished_at, worker, last_error
+FROM {schema}.jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND id < %(before)s::bigint AND id >= %(floor)s::bigint
+  AND (%(key)s::text IS NULL OR key = %(key)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+
+-- name: jobs_max_id
+-- The newest id: the top of the first page's window (one descent of the primary key).
+SELECT coalesce(max(id), 0) AS max_id FROM {schema}.jobs;
+
+
+-- name: jobs_has_key_column
+-- Whether the jobs table has the `key` column (flow control) the jobs page filters by.
+SELECT EXISTS (
+    SELECT FROM information_schema.columns
+    WHERE table_schema = %(schema)s AND table_name = 'jobs' AND column_name = 'key');
