@@ -27,7 +27,7 @@ from tests.daemon import BASE_CONFIG, REPO, daemon_env, wait_until
 CHROMIUM = os.environ.get("PGWORKERD_TEST_CHROMIUM", "/usr/bin/chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # closed before other tiers: its loop runs in this thread
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.fail(
