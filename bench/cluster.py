@@ -45,11 +45,15 @@ REPORTED_SETTINGS = (
 
 
 @contextlib.contextmanager
-def throwaway_cluster(keep_log: Path | None = None) -> Iterator[EmbeddedCluster]:
-    """Start a new cluster on a free port; stop it and delete it at the end (its server
-    log copied to `keep_log` first)."""
+def throwaway_cluster(
+    keep_log: Path | None = None, settings: dict[str, str] | None = None
+) -> Iterator[EmbeddedCluster]:
+    """Start a new cluster on a free port (PEER_SETTINGS unless `settings`); stop it and
+    delete it at the end (its server log copied to `keep_log` first)."""
     base = Path(tempfile.mkdtemp(prefix="pgworkerd-bench-"))
-    cluster = EmbeddedCluster(base_dir=base / "pg", port=free_port(), settings=PEER_SETTINGS)
+    cluster = EmbeddedCluster(
+        base_dir=base / "pg", port=free_port(), settings=settings or PEER_SETTINGS
+    )
     try:
         cluster.ensure_running()
         yield cluster

@@ -22,6 +22,7 @@ _FRAGMENTS = (
     "queue_levels",
     "claim_picks",
     "claim_update",
+    "claim_meta",
     "complete_update",
     "prune_picks",
 )

@@ -15,9 +15,10 @@ nothing.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 import psycopg
@@ -57,6 +58,103 @@ class FailedAttempt:
 
 T = TypeVar("T")
 
+# Levels remembered beyond those a sweep finds, before the ones it did not find go.
+MAX_IDLE_LEVELS = 100
+
+# A position in a level of the claim index: (run_at, id) of the last job passed.
+Position = tuple[datetime, int]
+
+
+class ClaimPositions:
+    """Where this process's claims have got to in each level (queue, priority) of the
+    claim index: the next claim starts after that position (POSITIONS in
+    sql/queries.sql), so the dead entries that claimed jobs leave behind, which no
+    vacuum can remove while an old snapshot exists, are never read again.
+
+    Kept in memory, per process: the claim path writes nothing more, and a position
+    that is lost (a new process) or behind (another process claimed further) only
+    costs one scan from the old place. A position never passes `now() - lag_s`
+    (database clock): a producer's job gets run_at = the start of its transaction and
+    becomes visible at its commit, so a claim must look back over the jobs of the last
+    `lag_s` in case one commits late. What a position passes anyway (a transaction that
+    committed later than that, a job released or given a run_at in the past, a level
+    never seen) is found by the sweep: every `sweep_every_s` a claim learns the levels
+    afresh and scans each from its start. Written and read by the thread that claims.
+    """
+
+    def __init__(self, *, lag_s: float = 1.0, sweep_every_s: float = 5.0) -> None:
+        self.lag = timedelta(seconds=lag_s)
+        self.sweep_every_s = sweep_every_s
+        self._after: dict[tuple[str, int], Position | None] = {}
+        self._swept_at: dict[tuple[str, ...], float] = {}  # monotonic, per queue list
+
+    def sweep_due(self, queues: Sequence[str]) -> bool:
+        swept_at = self._swept_at.get(tuple(queues))
+        return swept_at is None or time.monotonic() - swept_at >= self.sweep_every_s
+
+    def sweep_soon(self) -> None:
+        """The next claim of every queue list sweeps (jobs were put back behind us)."""
+        self._swept_at.clear()
+
+    def learn(self, queues: Sequence[str], levels: Iterable[tuple[str, int]]) -> None:
+        """The levels a sweep found; priority 0 of every queue is always known (most
+        jobs are there, and a queue that is empty at a sweep must not wait for the
+        next one to claim its first job)."""
+        found = [*levels, *((q, 0) for q in queues)]
+        if len(self._after) > MAX_IDLE_LEVELS:
+            # Levels are kept between sweeps (one that empties and fills again is not
+            # missed until the next sweep), but not without bound: priorities are ints.
+            kept = set(found)
+            self._after = {level: a for level, a in self._after.items() if level in kept}
+        for level in found:
+            self._after.setdefault(level, None)
+
+    def params(self, queues: Sequence[str], *, sweep: bool) -> dict[str, list[Any]]:
+        """The levels of `queues` with their positions, as claim_picks takes them; a
+        sweep passes no position (every level from its start)."""
+        wanted = set(queues)
+        levels = [(level, after) for level, after in self._after.items() if level[0] in wanted]
+        return {
+            "level_queues": [queue for (queue, _), _ in levels],
+            "level_priorities": [priority for (_, priority), _ in levels],
+            "level_after_run_at": [None if sweep or a is None else a[0] for _, a in levels],
+            "level_after_id": [None if sweep or a is None else a[1] for _, a in levels],
+        }
+
+    def advance(
+        self,
+        queues: Sequence[str],
+        jobs: Sequence[Job],
+        *,
+        db_now: datetime,
+        exhausted: bool,
+        paused: Iterable[str],
+    ) -> None:
+        """Move the positions past the jobs claimed; past every ready job when the
+        claim found fewer than it asked for (`exhausted`: each level of an unpaused
+        queue was scanned to its end). Never beyond `db_now - lag`, never backwards."""
+        horizon: Position = (db_now - self.lag, -1)
+        reached: dict[tuple[str, int], Position] = {}
+        for job in jobs:
+            if job.run_at is None:  # never from a claim: every claimed row has one
+                continue
+            level = (job.queue, job.priority)
+            position = (job.run_at, job.id)
+            reached[level] = max(reached.get(level, position), position)
+        if exhausted:
+            skipped = set(paused)
+            for queue, priority in self._after:
+                if queue in queues and queue not in skipped:
+                    reached[(queue, priority)] = horizon
+        for level, position in reached.items():
+            capped = min(position, horizon)
+            before = self._after.get(level)
+            self._after[level] = capped if before is None else max(before, capped)
+
+    def claimed(self, queues: Sequence[str], sweep: bool) -> None:
+        if sweep:
+            self._swept_at[tuple(queues)] = time.monotonic()
+
 
 @dataclass(slots=True)  # not frozen: that would triple the cost of making one per enqueue
 class Statement(Generic[T]):
@@ -81,9 +179,17 @@ class Statement(Generic[T]):
 class JobStore:
     """The jobs table of one schema."""
 
-    def __init__(self, schema: str = DEFAULT_SCHEMA, *, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self,
+        schema: str = DEFAULT_SCHEMA,
+        *,
+        backoff: Backoff | None = None,
+        positions: ClaimPositions | None = None,
+    ) -> None:
         self.schema = schema
         self.backoff = backoff or Backoff()
+        # Per store, so per process: each worker process makes its own JobStore.
+        self.positions = positions or ClaimPositions()
         self._sql = queries.statements(schema)
         self.notify_channel = notify_channel(schema)
         # The identity sequence, quoted for a ::regclass cast.
@@ -126,9 +232,15 @@ class JobStore:
         """Lease up to `limit` ready jobs of `queues` (in that order of preference),
         returned in the order they should run. `max_attempts` (one per queue, or one for
         all) applies to jobs enqueued without their own."""
-        params = _claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
+        queues = list(dict.fromkeys(queues))  # a queue named twice is claimed once
+        sweep = self._prepare_levels(conn, queues)
+        params = {
+            **_claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+            **self.positions.params(queues, sweep=sweep),
+        }
         with conn.cursor(row_factory=dict_row) as cur:
-            return _jobs_in_claim_order(cur.execute(self._sql["jobs_claim"], params).fetchall())
+            rows = cur.execute(self._sql["jobs_claim"], params).fetchall()
+        return self._claimed(queues, limit, sweep, rows)
 
     def complete(
         self, conn: psycopg.Connection[Any], done: Iterable[tuple[Lease, str | None]]
@@ -167,22 +279,46 @@ class JobStore:
                 max_attempts=max_attempts,
             )
         params = _complete_params(done)
+        queues = list(dict.fromkeys(queues))
+        sweep = self._prepare_levels(conn, queues)
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(
                 self._sql["jobs_complete_and_claim"],
                 {
                     **params,
                     **_claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+                    **self.positions.params(queues, sweep=sweep),
                 },
             ).fetchall()
-        kept: set[int] = set()
-        claimed = []
-        for row in rows:
-            if row["completed_ids"] is not None:
-                kept = set(row["completed_ids"])
-            else:
-                claimed.append(row)
-        return self._with_own_earlier_completions(conn, params, kept), _jobs_in_claim_order(claimed)
+        kept = next(set(row["completed_ids"]) for row in rows if row["id"] is None)
+        claimed = self._claimed(queues, limit, sweep, rows)
+        return self._with_own_earlier_completions(conn, params, kept), claimed
+
+    def _prepare_levels(self, conn: psycopg.Connection[Any], queues: list[str]) -> bool:
+        """Whether this claim sweeps (see ClaimPositions); if it does, the levels are
+        learnt afresh first."""
+        if not self.positions.sweep_due(queues):
+            return False
+        rows = conn.execute(self._sql["jobs_levels"], {"queues": queues}).fetchall()
+        self.positions.learn(queues, [(queue, priority) for queue, priority in rows])
+        return True
+
+    def _claimed(
+        self, queues: list[str], limit: int, sweep: bool, rows: Sequence[dict[str, Any]]
+    ) -> list[Job]:
+        """The jobs of a claim's rows, the positions moved past them. The row with no
+        job is claim_meta's."""
+        meta = next(row for row in rows if row["id"] is None)
+        jobs = _jobs_in_claim_order([row for row in rows if row["id"] is not None])
+        self.positions.advance(
+            queues,
+            jobs,
+            db_now=meta["db_now"],
+            exhausted=len(jobs) < limit,
+            paused=meta["paused_queues"],
+        )
+        self.positions.claimed(queues, sweep)
+        return jobs
 
     def _with_own_earlier_completions(
         self, conn: psycopg.Connection[Any], params: dict[str, Any], kept: set[int]
@@ -222,6 +358,9 @@ class JobStore:
 
     def release(self, conn: psycopg.Connection[Any], leases: Iterable[Lease]) -> set[int]:
         """Give jobs back to `queued` at once without charging the start."""
+        # They keep their run_at, behind the positions claims have passed: this
+        # process's next claim sweeps (others find them at their own next sweep).
+        self.positions.sweep_soon()
         return self._by_leases(conn, "jobs_release", leases)
 
     def renew(
@@ -244,7 +383,12 @@ class JobStore:
     def next_run_in(self, conn: psycopg.Connection[Any], queues: Sequence[str]) -> float | None:
         """Seconds until the earliest queued job of `queues` may run (<= 0: now), or
         None when they hold no queued job."""
-        row = conn.execute(self._sql["jobs_next_run_at"], {"queues": list(queues)}).fetchone()
+        queues = list(dict.fromkeys(queues))
+        # As a claim would look, sweep included, but without counting as one: only a
+        # claim's sweep takes the jobs that were behind the positions.
+        sweep = self._prepare_levels(conn, queues)
+        params = {"queues": queues, **self.positions.params(queues, sweep=sweep)}
+        row = conn.execute(self._sql["jobs_next_run_at"], params).fetchone()
         return None if row is None else row[0]
 
     # -- operator actions -----------------------------------------------------------------
@@ -377,7 +521,6 @@ def _claim_params(
     worker: str,
     max_attempts: Sequence[int] | int,
 ) -> dict[str, Any]:
-    queues = list(dict.fromkeys(queues))  # a queue named twice is claimed once
     if isinstance(max_attempts, int):
         max_attempts = [max_attempts] * len(queues)
     return {

@@ -16,7 +16,16 @@ from pgworkerd.storage import queries
 from pgworkerd.storage.store import JobStore
 from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
 
+# The levels and positions as JobStore's ClaimPositions passes them: here as a sweep
+# does, every level from its start (the most a claim may walk).
+LEVELS = {
+    "level_queues": ["default", "other"],
+    "level_priorities": [0, 0],
+    "level_after_run_at": [None, None],
+    "level_after_id": [None, None],
+}
 CLAIM_PARAMS = {
+    **LEVELS,
     "queues": ["default", "other"],
     "queue_max_attempts": [5, 5],
     "limit": 10,
@@ -105,14 +114,15 @@ def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(co
         ]
         assert ("Seq Scan", None) not in scans, (mode, scans)
         assert any(index == "jobs_claim_idx" for _, index in scans), (mode, scans)
-        assert plan["Actual Rows"] == 10
+        assert plan["Actual Rows"] == 11  # and claim_meta's row
         # Buffers, not time: the claim touches a few pages, not the millions of rows.
         touched = pages_touched(plan)
         assert touched < 300, f"claim touched {touched} pages ({mode})"
 
     # The worker's other statements on its hot path, on the same table.
     statements = {
-        "jobs_next_run_at": {"queues": ["default", "other"]},
+        "jobs_next_run_at": {**LEVELS, "queues": ["default", "other"]},
+        "jobs_levels": {"queues": ["default", "other"]},
         "jobs_complete_and_claim": {**CLAIM_PARAMS, "ids": [], "tokens": [], "results": []},
     }
     for (name, params), mode in [
@@ -176,7 +186,7 @@ def test_a_paused_queue_costs_the_claim_nothing_however_many_jobs_wait_in_it(con
     statements = {
         "jobs_claim": params,
         "jobs_complete_and_claim": {**params, "ids": [], "tokens": [], "results": []},
-        "jobs_next_run_at": {"queues": ["other", "default"]},
+        "jobs_next_run_at": {**LEVELS, "queues": ["other", "default"]},
     }
     for (name, statement_params), mode in [
         (item, mode) for item in statements.items() for mode in PLAN_MODES
@@ -191,7 +201,7 @@ def test_a_paused_queue_costs_the_claim_nothing_however_many_jobs_wait_in_it(con
         assert any(index == "jobs_claim_idx" for _, index in scans), (name, mode, scans)
         assert pages_touched(plan) < 300, (name, mode, pages_touched(plan))
         if name == "jobs_claim":
-            assert plan["Actual Rows"] == 10, (mode, plan["Actual Rows"])
+            assert plan["Actual Rows"] == 11, (mode, plan["Actual Rows"])  # + claim_meta
     claimed = JobStore().claim(
         conn, queues=["other", "default"], limit=10, lease_ttl_s=30, worker="w"
     )

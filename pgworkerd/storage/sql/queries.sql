@@ -100,16 +100,15 @@ WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running');
 -- name: jobs_claim
 -- Claims up to `limit` ready jobs of the given queues: queue order first (the caller
 -- passes queues sorted by queue priority, then pool order), then job priority (higher
--- first), then run_at, then id.
---
--- `levels` enumerates, per queue, the distinct priorities present among queued jobs
--- by one index descent each (a loose index scan), so that within a level the scan is
--- a range on run_at that stops at the first future row: a million jobs scheduled for
--- later cost nothing. The picks come from a nested loop over levels sorted in claim
--- order; the outer LIMIT stops it as soon as enough rows are locked, so no row is
--- locked that is not claimed.
-WITH RECURSIVE {claim_picks}
-{claim_update};
+-- first), then run_at, then id. One more row, with the job columns NULL, holds the
+-- database clock and which of the queues are paused (claim_meta).
+WITH RECURSIVE {claim_picks},
+claimed AS (
+    {claim_update}
+)
+SELECT claimed.*, meta.*
+FROM claimed
+FULL JOIN ({claim_meta}) AS meta ON false;
 
 
 -- name: claim_picks
@@ -117,19 +116,44 @@ WITH RECURSIVE {claim_picks}
 -- A paused queue is left out of the list (an anti-join on paused_queues, a table of a
 -- few rows at most): its jobs are never looked at. A claim already running when a pause
 -- commits does not see it; the next one does.
+--
+-- POSITIONS: the levels (queue, priority) to claim from come from the caller, each with
+-- the position (run_at, id) its claims have passed (JobStore's ClaimPositions). Each
+-- job leaves its queued version behind in jobs_claim_idx when claimed; while any
+-- snapshot older than that exists (a session idle in transaction, a long report, a
+-- replica's hot_standby_feedback), vacuum cannot remove it and index scans cannot mark
+-- it dead. A scan from the start of a level would read past every job done since that
+-- snapshot began; a scan that starts after the position descends the index straight
+-- past them. A NULL position (a level never claimed from, and every level in a
+-- periodic sweep) scans the level from its start: what a claim behind a position
+-- missed (a job released, a producer's transaction that committed long after its
+-- run_at, a run_at set in the past) is found by the sweep.
+-- Within a level the scan is a range on run_at that stops at the first future row: a
+-- million jobs scheduled for later cost nothing. The picks come from a nested loop over
+-- levels sorted in claim order; the outer LIMIT stops it as soon as enough rows are
+-- locked, so no row is locked that is not claimed.
 queues AS (
     SELECT q.name, q.max_attempts, q.ord
     FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
          WITH ORDINALITY AS q(name, max_attempts, ord)
     WHERE NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = q.name)
 ),
-{queue_levels},
+levels AS (
+    SELECT q.name, q.ord, l.priority,
+           coalesce(l.after_run_at, '-infinity') AS after_run_at,
+           coalesce(l.after_id, -1) AS after_id
+    FROM unnest(%(level_queues)s::text[], %(level_priorities)s::int[],
+                %(level_after_run_at)s::timestamptz[], %(level_after_id)s::bigint[])
+         AS l(queue, priority, after_run_at, after_id)
+    JOIN queues AS q ON q.name = l.queue
+),
 picked AS MATERIALIZED (
     SELECT ready.id
     FROM (SELECT * FROM levels ORDER BY ord, priority DESC) AS l
     CROSS JOIN LATERAL (
         SELECT j.id FROM {schema}.jobs AS j
         WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
+          AND (j.run_at, j.id) > (l.after_run_at, l.after_id)  -- POSITIONS
           AND j.run_at <= now()
         ORDER BY j.run_at, j.id
         LIMIT %(limit)s
@@ -140,6 +164,16 @@ picked AS MATERIALIZED (
     ) AS ready
     LIMIT %(limit)s
 )
+
+
+-- name: claim_meta
+-- Fragment of jobs_claim and jobs_complete_and_claim: the database clock, which moves
+-- the claim positions (never a worker's clock), and which of the queues asked for were
+-- paused (read in the claim's own snapshot: their levels were not scanned, so their
+-- positions must not move).
+SELECT now() AS db_now,
+       ARRAY(SELECT p.queue FROM {schema}.paused_queues AS p
+             WHERE p.queue = ANY(%(queues)s::text[])) AS paused_queues
 
 
 -- name: claim_update
@@ -169,7 +203,8 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempt
 -- jobs_claim) in one statement: one round trip and one commit per batch of jobs. The
 -- two UPDATEs touch disjoint rows (running ones, queued ones). Each claimed job is a
 -- row with completed_ids NULL; one more row, with the job columns NULL, holds the ids
--- whose completion the lease allowed (FULL JOIN ... ON false: the rows of both sides).
+-- whose completion the lease allowed and claim_meta (FULL JOIN ... ON false: the rows
+-- of both sides).
 WITH RECURSIVE completed AS (
     {complete_update}
 ),
@@ -177,15 +212,18 @@ WITH RECURSIVE completed AS (
 claimed AS (
     {claim_update}
 )
-SELECT claimed.*, done.ids AS completed_ids
+SELECT claimed.*, done.*
 FROM claimed
-FULL JOIN (SELECT coalesce(array_agg(id), '{{}}') AS ids FROM completed) AS done ON false;
+FULL JOIN (SELECT coalesce((SELECT array_agg(id) FROM completed), '{{}}') AS completed_ids,
+                  meta.*
+           FROM ({claim_meta}) AS meta) AS done ON false;
 
 
 -- name: queue_levels
--- Shared by jobs_claim and jobs_next_run_at: given a CTE `queues(name, ord)`, the
--- distinct priorities present among queued jobs of each queue, found by one index
--- descent each (a loose index scan of jobs_claim_idx).
+-- Fragment of jobs_levels: given a CTE `queues(name, ord)`, the distinct priorities
+-- present among queued jobs of each queue, found by one index descent each (a loose
+-- index scan of jobs_claim_idx). Each descent lands on the oldest entry of a level and
+-- reads past its dead entries: run by the periodic sweep only, never per claim.
 levels AS (
     SELECT q.name, q.ord, top.priority
     FROM queues AS q
@@ -207,22 +245,43 @@ levels AS (
 )
 
 
--- name: jobs_next_run_at
--- Seconds until the earliest queued job of these queues may run (negative: one is
--- ready now), NULL when there is none: how long an idle worker may sleep. Paused queues
--- are left out as the claim leaves them out: their ready jobs would otherwise wake an
--- idle worker again and again for nothing it may claim.
+-- name: jobs_levels
+-- The levels (queue, priority) that hold queued jobs, ready or not, of these queues:
+-- what the claims of a JobStore learn at each sweep. Paused queues included: their
+-- levels are known when they are resumed.
 WITH RECURSIVE queues AS (
+    SELECT q.name, q.ord FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
+),
+{queue_levels}
+SELECT name, priority FROM levels;
+
+
+-- name: jobs_next_run_at
+-- Seconds until the earliest queued job of these levels may run (negative: one is
+-- ready now), NULL when there is none: how long an idle worker may sleep. Levels and
+-- positions as in claim_picks (POSITIONS). Paused queues are left out as the claim
+-- leaves them out: their ready jobs would otherwise wake an idle worker again and
+-- again for nothing it may claim.
+WITH queues AS (
     SELECT q.name, q.ord FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
     WHERE NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = q.name)
 ),
-{queue_levels}
+levels AS (
+    SELECT q.name, l.priority,
+           coalesce(l.after_run_at, '-infinity') AS after_run_at,
+           coalesce(l.after_id, -1) AS after_id
+    FROM unnest(%(level_queues)s::text[], %(level_priorities)s::int[],
+                %(level_after_run_at)s::timestamptz[], %(level_after_id)s::bigint[])
+         AS l(queue, priority, after_run_at, after_id)
+    JOIN queues AS q ON q.name = l.queue
+)
 SELECT extract(epoch FROM min(first.run_at) - now())::float8
 FROM levels AS l
 CROSS JOIN LATERAL (
     SELECT j.run_at FROM {schema}.jobs AS j
     WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
-    ORDER BY j.run_at
+      AND (j.run_at, j.id) > (l.after_run_at, l.after_id)  -- POSITIONS
+    ORDER BY j.run_at, j.id
     LIMIT 1
 ) AS first;
 
