@@ -27,8 +27,8 @@ import psycopg
 
 import pgworkerd
 from bench.cluster import PEER_SETTINGS, fresh_database, throwaway_cluster
-from pgworkerd.migrations import migrate
-from pgworkerd.store import JobStore
+from pgworkerd.storage.migrations import migrate
+from pgworkerd.storage.store import JobStore
 from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
 
 CHUNK = 1_000

@@ -28,9 +28,9 @@ import psycopg
 import pytest
 
 import pgworkerd
-from pgworkerd.embedded import FAST_UNSAFE_SETTINGS, EmbeddedCluster, free_port
-from pgworkerd.migrations import migrate
-from pgworkerd.store import DEFAULT_SCHEMA, JobStore
+from pgworkerd.storage.embedded import FAST_UNSAFE_SETTINGS, EmbeddedCluster, free_port
+from pgworkerd.storage.migrations import migrate
+from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
 
 JOBS = 100_000

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pgworkerd
-from pgworkerd.store import ClaimPositions, JobStore
+from pgworkerd.storage.store import ClaimPositions, JobStore
 from tests.integration.store_helpers import claim
 
 
