@@ -50,9 +50,10 @@ def register(command: CommandAdder, common: cli._Parser) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    periodic = cli._load_config(args).periodic  # what this config schedules, and when
+    config = cli._load_config(args)
     with _connect(args, "status") as (conn, ops):
-        report = ops.status(conn, periodic)
+        # periodic: what this config schedules, and when
+        report = ops.status(conn, config.periodic, lease_ttl_s=config.lease_ttl)
     print(_json(report) if args.json else cli_format.status(report))
     return cli.EXIT_OK
 
