@@ -126,28 +126,7 @@ def status(report: dict[str, Any]) -> str:
         parts.append(table(headers, progress_rows, cut_first=[4, 2]))
     if report.get("periodic"):
         parts.append(periodic(report["periodic"]))
-    if report.get("horizon"):
-        parts.append(horizon(report["horizon"]))
     return "\n\n".join(parts)
-
-
-def horizon(h: dict[str, Any]) -> str:
-    """The oldest transaction holding back vacuum, and the jobs table's dead tuples; a
-    WARNING line first when it is older than 10 lease periods."""
-    dead = "-" if h["jobs_dead_tuples"] is None else f"{h['jobs_dead_tuples']:,}"
-    if h["pid"] is None:
-        return f"vacuum horizon: no other transaction holds it; jobs dead tuples {dead}"
-    line = (
-        f"vacuum horizon: oldest transaction {age(h['age_s'])}, pid {h['pid']}"
-        f" ({h['application_name'] or 'no application_name'}, {h['state'] or '?'});"
-        f" jobs dead tuples {dead}"
-    )
-    if not h["warning"]:
-        return line
-    return (
-        f"WARNING: pid {h['pid']} has held a transaction open for {age(h['age_s'])}"
-        " (over 10 lease periods): vacuum cannot clean the jobs table until it ends\n" + line
-    )
 
 
 def queues(listing: Sequence[dict[str, Any]]) -> str:

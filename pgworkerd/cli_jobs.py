@@ -50,10 +50,9 @@ def register(command: CommandAdder, common: cli._Parser) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    config = cli._load_config(args)
+    periodic = cli._load_config(args).periodic  # what this config schedules, and when
     with _connect(args, "status") as (conn, ops):
-        # periodic: what this config schedules, and when
-        report = ops.status(conn, config.periodic, lease_ttl_s=config.lease_ttl)
+        report = ops.status(conn, periodic)
     print(_json(report) if args.json else cli_format.status(report))
     return cli.EXIT_OK
 

@@ -66,17 +66,6 @@ class SupervisorMetrics:
             ("queue",),
             registry=r,
         )
-        # Sampled with the queues (issue 18): the transaction holding back vacuum, named
-        # by its labels (one series, replaced at each sample), and what it keeps.
-        self.horizon_age = Gauge(
-            "pgworkerd_horizon_holder_age_seconds",
-            "Age of the oldest transaction holding back vacuum's horizon",
-            ("pid", "application_name"),
-            registry=r,
-        )
-        self.jobs_dead_tuples = Gauge(
-            "pgworkerd_jobs_dead_tuples", "Dead tuples of the jobs table", registry=r
-        )
         self.children_alive = Gauge("pgworkerd_children_alive", "Worker children alive", registry=r)
         self.slots_busy = Gauge("pgworkerd_slots_busy", "Slots running a job", registry=r)
         self.slots_free = Gauge("pgworkerd_slots_free", "Slots not running a job", registry=r)
@@ -142,14 +131,6 @@ class SupervisorMetrics:
         for queue, depth, age_s in rows:
             self.queue_depth.labels(queue).set(depth)
             self.oldest_ready_age.labels(queue).set(age_s or 0.0)
-
-    def horizon_sampled(self, horizon: dict[str, Any]) -> None:
-        """The horizon_holder row: its holder (none: no series) and the dead tuples."""
-        self.horizon_age.clear()
-        if horizon.get("pid") is not None:
-            labels = (str(horizon["pid"]), str(horizon.get("application_name") or ""))
-            self.horizon_age.labels(*labels).set(horizon.get("age_s") or 0.0)
-        self.jobs_dead_tuples.set(horizon.get("jobs_dead_tuples") or 0)
 
     def view(self, source: Callable[[], tuple[int, int, int]]) -> None:
         """Where the scrape-time gauges come from: (children, slots busy, slots free)."""

@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgworkerd import queries
@@ -28,9 +27,6 @@ FINISHED_WINDOW_MIN = 5  # `finished_per_minute` averages over this many minutes
 # `status` lists at most this many running jobs that reported progress (longest running
 # first): a glance, not a listing; `jobs show ID` has any one job's.
 STATUS_PROGRESS_JOBS = 10
-# `status` warns when the transaction holding back vacuum is older than this many
-# lease periods (issue 18).
-HORIZON_WARN_LEASES = 10
 
 # The columns `jobs list` shows, in this order.
 SUMMARY_KEYS = (
@@ -75,20 +71,12 @@ class Operations:
     def __init__(self, schema: str = DEFAULT_SCHEMA) -> None:
         self.store = JobStore(schema)
         self._sql = queries.statements(schema)
-        self._jobs_table = f"{sql.Identifier(schema).as_string(None)}.jobs"  # for ::regclass
 
     def status(
-        self,
-        conn: psycopg.Connection[Any],
-        periodic: Sequence[PeriodicEntry] = (),
-        lease_ttl_s: float = 30.0,
+        self, conn: psycopg.Connection[Any], periodic: Sequence[PeriodicEntry] = ()
     ) -> dict[str, Any]:
-        """Queues, live daemons, the `periodic` entries of the caller's config, and the
-        transaction holding back vacuum (a warning past HORIZON_WARN_LEASES leases)."""
+        """Queues, live daemons, and the `periodic` entries of the caller's config."""
         with conn.cursor(row_factory=dict_row) as cur:
-            holder = cur.execute(
-                self._sql["horizon_holder"], {"jobs_table": self._jobs_table}
-            ).fetchone()
             queue_rows = cur.execute(self._sql["jobs_status_by_queue"]).fetchall()
             daemon_rows = cur.execute(self._sql["daemons_list"]).fetchall()
             progress_rows = cur.execute(
@@ -111,7 +99,6 @@ class Operations:
             "daemons": [_daemon_status(row) for row in daemon_rows],
             "progress": [{key: json_value(row[key]) for key in row} for row in progress_rows],
             "periodic": [_periodic_status(e, last.get(e.key), now["now"]) for e in periodic],
-            "horizon": _horizon_status(holder, lease_ttl_s),
         }
 
     def list_jobs(
@@ -195,22 +182,6 @@ def _queue_status(row: dict[str, Any], paused_at: datetime | None) -> dict[str, 
         "finished_per_minute": round(int(row["finished_5m"]) / FINISHED_WINDOW_MIN, 2),
         "paused": paused_at is not None,
         "paused_at": json_value(paused_at),
-    }
-
-
-def _horizon_status(row: dict[str, Any] | None, lease_ttl_s: float) -> dict[str, Any]:
-    """The horizon's holder as `status` reports it; `warning` once it is older than
-    HORIZON_WARN_LEASES lease periods (claims stay flat, but each sweep and the table
-    grow with the jobs done meanwhile, and the dead rows stay until it ends)."""
-    row = row or {}
-    age_s = row.get("age_s")
-    return {
-        "pid": row.get("pid"),
-        "application_name": row.get("application_name"),
-        "state": row.get("state"),
-        "age_s": age_s,
-        "jobs_dead_tuples": row.get("jobs_dead_tuples"),
-        "warning": age_s is not None and age_s > HORIZON_WARN_LEASES * lease_ttl_s,
     }
 
 

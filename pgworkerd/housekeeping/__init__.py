@@ -83,8 +83,6 @@ class Housekeeper:
         self.prune_schedule = Every(retention.PRUNE_INTERVAL_S)
         self.sample_schedule = Every(duties.SAMPLE_INTERVAL_S)
         self.sampled_queues: Sequence[str] = ()  # set when the metrics are served
-        # The last horizon_holder sample (with the queues'); read by /readyz.
-        self.horizon: dict[str, Any] | None = None
         self.last_renewal_at: float | None = None  # monotonic: the last one that answered
 
     # -- periodic work --------------------------------------------------------------------
@@ -145,10 +143,6 @@ class Housekeeper:
             sample = duties.sample_queues(self.session, self.store, self.sampled_queues)
             if sample.ok:
                 METRICS.queues_sampled(sample.value)
-            horizon = duties.sample_horizon(self.session, self.store)
-            if horizon.ok:
-                self.horizon = horizon.value
-                METRICS.horizon_sampled(horizon.value)
         due_in_s = self.periodic.next_due_in_s()
         if due_in_s is not None and due_in_s <= 0:
             self.periodic.run(self.session)

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.rows import dict_row
 
 from pgworkerd import logs, queries
 from pgworkerd.housekeeping.session import DatabaseSession, Result
@@ -116,16 +114,3 @@ def sample_queues(
         return [(str(name), int(depth), age) for name, depth, age in rows]
 
     return session.attempt("sample queues", work)
-
-
-def sample_horizon(session: DatabaseSession, store: JobStore) -> Result[dict[str, Any]]:
-    """The oldest transaction holding back vacuum and the jobs table's dead tuples
-    (the horizon_holder row, as a dict)."""
-    statement = queries.statements(store.schema)["horizon_holder"]
-    jobs_table = f"{sql.Identifier(store.schema).as_string(None)}.jobs"  # for ::regclass
-
-    def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        with conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(statement, {"jobs_table": jobs_table}).fetchone() or {}
-
-    return session.attempt("sample horizon", work)

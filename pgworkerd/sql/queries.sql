@@ -639,29 +639,6 @@ GROUP BY queue
 ORDER BY queue;
 
 
--- name: horizon_holder
--- `status`: the oldest transaction that holds back vacuum's horizon for this database
--- (the oldest xid or snapshot of another session, or of a replica's walsender with
--- hot_standby_feedback): while it lasts, the versions every job leaves behind stay, and
--- the sweep of claims (ClaimPositions) reads more each time. One row, its columns NULL
--- when no other session holds anything; with the jobs table's dead tuples.
-SELECT h.pid, h.application_name, h.state, h.age_s, h.xmin_age,
-       (SELECT s.n_dead_tup FROM pg_stat_user_tables AS s
-        WHERE s.relid = %(jobs_table)s::regclass) AS jobs_dead_tuples
-FROM (VALUES (1)) AS one (x)
-LEFT JOIN LATERAL (
-    SELECT a.pid, a.application_name, a.state,
-           extract(epoch FROM now() - coalesce(a.xact_start, a.backend_start))::float8 AS age_s,
-           greatest(age(a.backend_xid), age(a.backend_xmin)) AS xmin_age
-    FROM pg_stat_activity AS a
-    WHERE a.pid <> pg_backend_pid()
-      AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
-      AND (a.datname = current_database() OR a.backend_type = 'walsender')
-    ORDER BY greatest(age(a.backend_xid), age(a.backend_xmin)) DESC
-    LIMIT 1
-) AS h ON true;
-
-
 -- name: daemons_list
 -- The daemons that registered a heartbeat (rows of daemons that stopped without saying
 -- so stay until pruned), oldest first, with ages by the database clock.

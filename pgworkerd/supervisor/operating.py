@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -71,20 +71,7 @@ def _readyz(supervisor: Supervisor) -> tuple[int, str, bytes]:
     age = time.monotonic() - keeper.last_renewal_at
     if age > window:
         return 503, _TEXT, f"not ready: the database has not answered for {age:.0f}s\n".encode()
-    return 200, _TEXT, b"ready\n" + _horizon_line(keeper.horizon)
-
-
-def _horizon_line(horizon: dict[str, Any] | None) -> bytes:
-    """Who holds back vacuum, when the metrics sample it: ready all the same (claims do
-    not slow down), but the operator should know (issue 18)."""
-    if not horizon or horizon.get("pid") is None:
-        return b""
-    return (
-        f"oldest transaction holding the vacuum horizon: pid {horizon['pid']}"
-        f" ({horizon.get('application_name') or 'no application_name'}),"
-        f" {horizon.get('age_s') or 0:.0f}s; jobs dead tuples"
-        f" {horizon.get('jobs_dead_tuples')}\n"
-    ).encode()
+    return 200, _TEXT, b"ready\n"
 
 
 def _view(supervisor: Supervisor) -> tuple[int, int, int]:

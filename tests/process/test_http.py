@@ -126,35 +126,6 @@ def test_queue_depth_is_sampled(start_daemon, history_conn):
     assert metric(text, "pgworkerd_queue_depth", queue="default") == 0
 
 
-def test_metrics_and_readyz_name_the_transaction_holding_back_vacuum(
-    start_daemon, history_conn, db_dsn
-):
-    """Issue 18: a session idle in transaction with an xid is named (pid, application
-    name, age) by /metrics and /readyz, which stays 200: claims do not slow down."""
-    port = free_port()
-    start_daemon(http={"listen": f"127.0.0.1:{port}"})
-    with psycopg.connect(db_dsn, application_name="nightly report") as holder:
-        holder.execute("SELECT txid_current()")
-        pid = str(holder.info.backend_pid)
-
-        def named() -> bool:
-            _, text = get(port, "/metrics")
-            labels = {"pid": pid, "application_name": "nightly report"}
-            return metric(text, "pgworkerd_horizon_holder_age_seconds", **labels) > 0
-
-        wait_until(named, timeout_s=20, what="the holder in /metrics", interval_s=0.2)
-        status, body = get(port, "/readyz")
-        assert status == 200
-        assert f"pid {pid} (nightly report)" in body
-        holder.rollback()
-
-    def released() -> bool:
-        _, text = get(port, "/metrics")
-        return "nightly report" not in text
-
-    wait_until(released, timeout_s=20, what="the holder gone from /metrics", interval_s=0.2)
-
-
 def test_readyz_follows_the_database_and_health_says_so(daemons, own_cluster, tmp_path):
     port = free_port()
     dsn = own_cluster.dsn()
