@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from bench import chart, iobound, measure, peers, report, scale
+from bench import chart, held, iobound, measure, peers, report, scale
 from bench.cluster import (
     drop_database,
     fdatasync_rate,
@@ -91,6 +91,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--io-async-threads", type=int, default=iobound.Setup.async_threads, help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--held-snapshot",
+        action="store_true",
+        help="only the held-snapshot mode (bench/held.py): a fixed rate offered, a "
+        "transaction held idle with an xid in the middle phase; jobs/s, depth and "
+        "latency per phase, beside PgQueuer unless --peers none",
+    )
+    parser.add_argument("--held-rate", type=float, default=800.0, help="jobs/s offered")
+    parser.add_argument(
+        "--held-phases", default="30,90,60", help="seconds before,held,after (default %(default)s)"
+    )
+    parser.add_argument(
+        "--held-code",
+        type=Path,
+        default=None,
+        help="also run this other checkout's pgworkerd (a before/after in one run)",
+    )
     args = parser.parse_args(argv)
     if args.io_harness is None:
         args.io_harness = args.peers_dir.parent / "io" / "io_bound.py"
@@ -101,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         unknown = [p for p in args.peer_names if p not in peers.PEERS]
         if unknown:
             parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(peers.PEERS)}")
-    if args.peer_names and not (args.peers_dir / "common.py").exists():
+    if args.peer_names and not args.held_snapshot and not (args.peers_dir / "common.py").exists():
         parser.error(
             f"{args.peers_dir} holds no peer harnesses (common.py); "
             "give --peers-dir or --peers none"
@@ -118,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out / stamp
     logs = out / "logs"
     logs.mkdir(parents=True)
+    if args.held_snapshot:
+        print(f"results in {out}")
+        return held.main(args, out)
     proto = measure.Protocol(n=args.n, n_single=min(args.n_single, args.n // 10))
     print(f"results in {out}")
 

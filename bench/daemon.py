@@ -167,9 +167,13 @@ class Daemon:
                 time.sleep(0.02)
 
     def _await_ready(self) -> None:
+        # Reads on after READY=1 until the socket is closed, as systemd does: the daemon
+        # sends STATUS= lines all along, and a receiver that stops reading fills the
+        # socket's queue until the supervisor's next send blocks (it did, in a 3-minute
+        # run of bench.held: the supervisor stuck in sendto, every worker behind it).
         with contextlib.suppress(OSError):
-            while self.ready is None:
-                if b"READY=1" in self._notify.recv(4096).split(b"\n"):
+            while True:
+                if b"READY=1" in self._notify.recv(4096).split(b"\n") and self.ready is None:
                     self.ready = time.perf_counter()
 
     def stop(self, timeout_s: float = 60) -> int | None:
@@ -186,5 +190,7 @@ class Daemon:
             return None
         finally:
             self._log.close()
+            with contextlib.suppress(OSError):
+                self._notify.shutdown(socket.SHUT_RDWR)  # wakes the reading thread
             self._notify.close()
             shutil.rmtree(self._notify_dir, ignore_errors=True)

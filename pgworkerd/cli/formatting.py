@@ -4,6 +4,7 @@ long form of one job. Pure functions of the JSON values `operations` returns."""
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -142,8 +143,8 @@ def vacuum(table: dict[str, Any] | None, horizon: dict[str, Any] | None) -> str:
             line += f", last vacuum {when(table['last_vacuum_at'])}"
         lines.append(line)
     if horizon is not None and horizon["warning"]:
-        lines.append(f"warning: oldest transaction: {horizon['describe']}")
-        lines.append(f"  {horizon['warning']}")
+        said = f"warning: oldest transaction: {horizon['describe']}; {horizon['warning']}"
+        lines += textwrap.wrap(said, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
     return "\n".join(lines)
 
 

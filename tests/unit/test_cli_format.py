@@ -227,3 +227,22 @@ def test_job_shows_progress() -> None:
     assert "progress:    12% (download) at 2026-11-23 16:50:31" in formatting.job(base)
     none = {**base, "progress": None, "progress_stage": None, "progress_at": None}
     assert "progress:    -" in formatting.job(none)
+
+
+def test_the_vacuum_warning_names_the_holder_within_80_columns() -> None:
+    horizon = {
+        "describe": "transaction pid 51514 (a-rather-long-application-name), idle in "
+        "transaction, open 612s, 48211 transactions behind",
+        "warning": "held over 10 x lease_ttl (300s): vacuum cannot remove the jobs "
+        "finished since it began, and claims walk past them; end it: SELECT "
+        "pg_terminate_backend(51514)",
+    }
+    table = {"live_tuples": 1204, "dead_tuples": 91630, "last_vacuum_at": None}
+    lines = formatting.vacuum(table, horizon).splitlines()
+    assert lines[0] == "jobs table: 1,204 live, 91,630 dead rows"
+    assert lines[1].startswith("warning: oldest transaction: transaction pid 51514")
+    assert all(len(line) <= 80 for line in lines), lines
+    said = " ".join(line.strip() for line in lines[1:])
+    assert "pid 51514 (a-rather-long-application-name), idle in transaction" in said
+    assert said.endswith("SELECT pg_terminate_backend(51514)")
+    assert formatting.vacuum(table, {**horizon, "warning": None}).count("\n") == 0
