@@ -1,15 +1,18 @@
-"""Handlers by import path: `package.module:function` (or `package.module.function`).
+"""Handlers by import path: `package.module:function` (or `package.module.function`),
+and the `@pgworkerd.task` functions of the modules the config lists under `task_modules`.
 
-Only paths named in the config file are imported, once, in the supervisor before any
-fork; a job's kind only ever selects among them (never an import path of its own).
+Only paths and modules named in the config file are imported, once, in the supervisor
+before any fork; a job's kind only ever selects among them (never an import path of its
+own).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
+from pgworkerd.client.tasks import Task
 from pgworkerd.errors import PgworkerdError
 
 Handler = Callable[..., Any]
@@ -38,9 +41,12 @@ def resolve(path: str) -> Handler:
     return cast(Handler, target)
 
 
-def load_registry(handlers: Mapping[str, str]) -> dict[str, Handler]:
-    """kind -> callable for every configured handler, or HandlerError naming each kind
-    and path that failed, and why."""
+def load_registry(
+    handlers: Mapping[str, str], task_modules: Iterable[str] = ()
+) -> dict[str, Handler]:
+    """kind -> callable for every configured handler and every task of the listed
+    modules, or HandlerError naming each kind, path or module that failed, and why (a
+    kind claimed twice is one of those)."""
     registry: dict[str, Handler] = {}
     problems = []
     for kind, path in handlers.items():
@@ -49,8 +55,48 @@ def load_registry(handlers: Mapping[str, str]) -> dict[str, Handler]:
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            reason = " ".join(str(exc).split()) or type(exc).__name__
-            problems.append(f"handlers.{kind}: cannot use {path!r}: {type(exc).__name__}: {reason}")
+            problems.append(f"handlers.{kind}: cannot use {path!r}: {_reason(exc)}")
+    claimed_by = dict.fromkeys(handlers, "handlers")
+    for index, module_name in enumerate(task_modules):
+        where = f"task_modules[{index}]"
+        try:
+            tasks = tasks_of(module_name)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            problems.append(f"{where}: cannot import {module_name!r}: {_reason(exc)}")
+            continue
+        if not tasks:
+            problems.append(f"{where}: {module_name!r} defines no @pgworkerd.task")
+        for task in tasks:
+            if registry.get(task.kind) is task.fn:
+                continue  # the same task, listed through two modules
+            if task.kind in claimed_by:
+                problems.append(
+                    f"{where}: kind {task.kind!r} of {module_name!r} is already claimed by "
+                    f"{claimed_by[task.kind]}"
+                )
+                continue
+            claimed_by[task.kind] = where
+            # The plain function, not the Task: the worker tells a coroutine function
+            # from a plain one by inspecting what the registry holds.
+            registry[task.kind] = task.fn
     if problems:
         raise HandlerError(problems)
     return registry
+
+
+def tasks_of(module_name: str) -> list[Task[Any]]:
+    """The distinct tasks a module holds at its top level, in definition order (a task
+    imported into it from another module is listed there too: the config named it)."""
+    module = importlib.import_module(module_name)
+    found: dict[int, Task[Any]] = {}
+    for value in vars(module).values():
+        if isinstance(value, Task):
+            found.setdefault(id(value), value)
+    return list(found.values())
+
+
+def _reason(exc: BaseException) -> str:
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {reason}"

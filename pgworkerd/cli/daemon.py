@@ -55,7 +55,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args)
     log_format = args.log_format or config.log_format  # the flag wins over the file
     logs.setup(log_format, role="supervisor", level=config.log_level)
-    registry = handlers.load_registry(config.handlers)  # before any fork: bad paths exit 2
+    registry = handlers.load_registry(
+        config.handlers, config.task_modules
+    )  # before any fork: bad paths exit 2
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd run") as conn:
         migrations.check_version(conn, config.database.schema_name)
@@ -72,13 +74,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     config = load_config(args)
-    handlers.load_registry(config.handlers)
+    registry = handlers.load_registry(config.handlers, config.task_modules)
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd check") as conn:
         version = migrations.check_version(conn, config.database.schema_name)
         now = Reads(config.database.schema_name).clock(conn)
     print(
-        f"ok: {len(config.handlers)} handler(s) import, {len(config.pools())} pool(s), "
+        f"ok: {len(registry)} handler(s) import, {len(config.pools())} pool(s), "
         f"database reachable at {connections.redact(url)}, schema version {version}"
     )
     for entry in config.periodic:

@@ -19,6 +19,7 @@ from pgworkerd.config.periodic import PeriodicEntry, check_entries
 from pgworkerd.config.retention import Retention
 from pgworkerd.config.units import Bytes, Count, QueueName, Seconds, Section, host_port
 
+_MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _HANDLER_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
@@ -88,6 +89,9 @@ class Config(BaseSettings):
 
     database: DatabaseConfig = DatabaseConfig()
     handlers: dict[Annotated[str, Field(min_length=1, max_length=255)], str] = {}
+    task_modules: list[str] = Field(
+        [], description="modules whose @pgworkerd.task functions are handlers"
+    )
     queues: dict[QueueName, QueueConfig] = Field(
         default_factory=lambda: {"default": QueueConfig()}, min_length=1
     )
@@ -138,6 +142,14 @@ class Config(BaseSettings):
                     f"{kind}: {path!r} is not an import path like package.module:function"
                 )
         return handlers
+
+    @field_validator("task_modules")
+    @classmethod
+    def _module_names(cls, modules: list[str]) -> list[str]:
+        for module in modules:
+            if not _MODULE_NAME.match(module):
+                raise ValueError(f"{module!r} is not a module name like package.module")
+        return modules
 
     @model_validator(mode="after")
     def _pools_name_declared_queues(self) -> Config:

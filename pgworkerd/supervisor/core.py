@@ -216,7 +216,7 @@ class Supervisor:
             return
         try:
             new_config = config_module.load(self.config_path)
-            new_registry = handlers.load_registry(new_config.handlers)
+            new_registry = handlers.load_registry(new_config.handlers, new_config.task_modules)
         except (ConfigError, HandlerError) as exc:
             for problem in exc.problems:
                 logs.event(
