@@ -13,7 +13,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, Unpack, overload
 
-from pgworkerd.client.producer import EnqueueOptions, default_producer
+from pgworkerd.client.producer import (
+    AsyncConnectable,
+    Connectable,
+    EnqueueOptions,
+    default_producer,
+)
 from pgworkerd.errors import InvalidJob
 
 R = TypeVar("R")
@@ -38,12 +43,12 @@ class Task(Generic[R]):
     def __repr__(self) -> str:
         return f"<pgworkerd task {self.kind}>"
 
-    def enqueue(self, conn: Any, payload: Any, **options: Unpack[EnqueueOptions]) -> int:
+    def enqueue(self, conn: Connectable, payload: Any, **options: Unpack[EnqueueOptions]) -> int:
         """Enqueue a job of this task in `conn`'s transaction; returns its id."""
         return default_producer().enqueue(conn, self.kind, payload, **self._options(options))
 
     async def enqueue_async(
-        self, aconn: Any, payload: Any, **options: Unpack[EnqueueOptions]
+        self, aconn: AsyncConnectable, payload: Any, **options: Unpack[EnqueueOptions]
     ) -> int:
         """`enqueue` in `aconn`'s transaction."""
         merged = self._options(options)
