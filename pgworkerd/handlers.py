@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from pgworkerd.client.tasks import Task
+from pgworkerd.contrib import otel
 from pgworkerd.errors import PgworkerdError
 
 Handler = Callable[..., Any]
@@ -83,7 +84,8 @@ def load_registry(
             registry[task.kind] = task.fn
     if problems:
         raise HandlerError(problems)
-    return registry
+    # With the `otel` extra, each handler runs in its CONSUMER span; without it, bare.
+    return otel.instrument(registry)
 
 
 def tasks_of(module_name: str) -> list[Task[Any]]:

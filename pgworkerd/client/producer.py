@@ -22,6 +22,7 @@ from typing import Any, TypedDict, Unpack, cast
 import psycopg
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pgworkerd.contrib import otel
 from pgworkerd.contrib import sqlalchemy as sa_contrib
 from pgworkerd.encoding import dump_payload, dump_records
 from pgworkerd.errors import InvalidJob
@@ -145,10 +146,24 @@ class Producer:
     def _insert_steps(
         self, records: list[dict[str, Any]], unique_keys: bool, *, label_index: bool
     ) -> Steps:
-        """The insert's decisions, without I/O. Encoding, the last check, happens before
-        the first statement is yielded. `unique_keys`: whether any record has one."""
+        """The insert's decisions, without I/O, inside the PRODUCER span of the `otel`
+        extra (None without it), which records the trace context with the jobs."""
         if not records:
             return []
+        span = otel.start_send(records)
+        try:
+            ids = yield from self._insert_and_resolve(records, unique_keys, label_index)
+        except BaseException as exc:
+            otel.end_send(span, error=exc)
+            raise
+        otel.end_send(span, ids)
+        return ids
+
+    def _insert_and_resolve(
+        self, records: list[dict[str, Any]], unique_keys: bool, label_index: bool
+    ) -> Steps:
+        """Encoding, the last check, happens before the first statement is yielded.
+        `unique_keys`: whether any record has one."""
         ids: list[int | None] = yield self.store.insert_statement(
             self._encode(records, label_index=label_index),
             unique_keys=unique_keys,
@@ -351,11 +366,18 @@ async def _psycopg_async(aconn: Any) -> psycopg.AsyncConnection[Any]:
 
 # The two drivers of `Producer._insert_steps`: the only producer code written per I/O
 # style. A statement that fails leaves the steps unfinished; nothing else to undo.
+# A failed statement is thrown into the steps, so that they see it (the span records it)
+# before it reaches the caller.
 def _run(conn: psycopg.Connection[Any], steps: Steps) -> list[int]:
     result = None  # the first send starts the steps
     try:
         while True:
-            result = steps.send(result).run(conn)
+            statement = steps.send(result)
+            try:
+                result = statement.run(conn)
+            except BaseException as exc:
+                steps.throw(exc)
+                raise
     except StopIteration as done:
         ids: list[int] = done.value
         return ids
@@ -365,7 +387,12 @@ async def _run_async(aconn: psycopg.AsyncConnection[Any], steps: Steps) -> list[
     result = None
     try:
         while True:
-            result = await steps.send(result).run_async(aconn)
+            statement = steps.send(result)
+            try:
+                result = await statement.run_async(aconn)
+            except BaseException as exc:
+                steps.throw(exc)
+                raise
     except StopIteration as done:
         ids: list[int] = done.value
         return ids
