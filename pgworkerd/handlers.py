@@ -8,11 +8,14 @@ own).
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Iterable, Mapping
+from importlib.util import find_spec
 from typing import Any, cast
 
 from pgworkerd.client.tasks import Task
+from pgworkerd.config.settings import Config, DjangoConfig
 from pgworkerd.contrib import otel
 from pgworkerd.errors import PgworkerdError
 
@@ -102,3 +105,50 @@ def tasks_of(module_name: str) -> list[Task[Any]]:
 def _reason(exc: BaseException) -> str:
     reason = " ".join(str(exc).split()) or type(exc).__name__
     return f"{type(exc).__name__}: {reason}"
+
+
+# -- handlers a worker child loads after its fork (Django's) --------------------------------
+
+ChildLoader = Callable[[], dict[str, Handler]]
+
+
+def check_child_modules(config: Config) -> None:
+    """HandlerError unless the top-level packages of the `django:` modules exist. Found
+    without importing anything: Django is set up in the workers only, after the fork,
+    where an import that fails stops the daemon (the worker's boot error); `pgworkerd
+    check` imports them all (`child_loader(config)()`)."""
+    if config.django is None:
+        return
+    named = [("django.settings", config.django.settings)]
+    named += [(f"django.tasks[{i}]", m) for i, m in enumerate(config.django.tasks)]
+    problems = [
+        f"{where}: cannot use {module!r}: no module named {module.partition('.')[0]!r}"
+        for where, module in named
+        if find_spec(module.partition(".")[0]) is None
+    ]
+    if find_spec("django") is None:
+        problems.insert(0, "django: Django is not installed (pip install 'pgworkerd[django]')")
+    if problems:
+        raise HandlerError(problems)
+
+
+def child_loader(config: Config) -> ChildLoader | None:
+    """What a worker child calls after its fork for more handlers: None without `django:`."""
+    if config.django is None:
+        return None
+    return functools.partial(_load_django, config.django, frozenset(config.handlers))
+
+
+def _load_django(django_config: DjangoConfig, handler_kinds: frozenset[str]) -> dict[str, Handler]:
+    # Imported here, in the worker after the fork (or in `pgworkerd check`): the module
+    # imports Django, which only a config with `django:` uses.
+    from pgworkerd.contrib import django as django_contrib
+
+    try:
+        registry = django_contrib.worker_registry(django_config.settings, django_config.tasks)
+    except Exception as exc:
+        raise HandlerError([f"django: cannot set up Django tasks: {_reason(exc)}"]) from None
+    claimed = sorted(handler_kinds & set(registry))
+    if claimed:
+        raise HandlerError([f"django: kind {k!r} is already claimed by handlers" for k in claimed])
+    return otel.instrument(registry)

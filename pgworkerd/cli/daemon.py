@@ -55,9 +55,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args)
     log_format = args.log_format or config.log_format  # the flag wins over the file
     logs.setup(log_format, role="supervisor", level=config.log_level)
-    registry = handlers.load_registry(
-        config.handlers, config.task_modules
-    )  # before any fork: bad paths exit 2
+    # Before any fork: bad paths and modules exit 2.
+    registry = handlers.load_registry(config.handlers, config.task_modules)
+    handlers.check_child_modules(config)
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd run") as conn:
         migrations.check_version(conn, config.database.schema_name)
@@ -75,6 +75,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     config = load_config(args)
     registry = handlers.load_registry(config.handlers, config.task_modules)
+    handlers.check_child_modules(config)
+    loader = handlers.child_loader(config)
+    if loader is not None:  # check never forks: Django is set up here, as a worker would
+        registry.update(loader())
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd check") as conn:
         version = migrations.check_version(conn, config.database.schema_name)

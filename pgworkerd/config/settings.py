@@ -65,6 +65,31 @@ class HttpConfig(Section):
         return listen
 
 
+class DjangoConfig(Section):
+    """Django tasks (`pgworkerd[django]`): each worker sets Django up after the fork and
+    runs the `@task` functions of the listed modules."""
+
+    settings: str = Field(description="the settings module, as DJANGO_SETTINGS_MODULE")
+    tasks: list[str] = Field(min_length=1, description="modules whose Django tasks run")
+
+    @field_validator("settings")
+    @classmethod
+    def _settings_module(cls, module: str) -> str:
+        return _module_names([module])[0]
+
+    @field_validator("tasks")
+    @classmethod
+    def _task_modules(cls, modules: list[str]) -> list[str]:
+        return _module_names(modules)
+
+
+def _module_names(modules: list[str]) -> list[str]:
+    for module in modules:
+        if not _MODULE_NAME.match(module):
+            raise ValueError(f"{module!r} is not a module name like package.module")
+    return modules
+
+
 class Defaults(Section):
     max_attempts: Count = Field(5, ge=1, le=1_000_000)
     max_runtime: Seconds = 900.0
@@ -92,6 +117,7 @@ class Config(BaseSettings):
     task_modules: list[str] = Field(
         [], description="modules whose @pgworkerd.task functions are handlers"
     )
+    django: DjangoConfig | None = Field(None, description="absent: no Django tasks run")
     queues: dict[QueueName, QueueConfig] = Field(
         default_factory=lambda: {"default": QueueConfig()}, min_length=1
     )
@@ -145,11 +171,8 @@ class Config(BaseSettings):
 
     @field_validator("task_modules")
     @classmethod
-    def _module_names(cls, modules: list[str]) -> list[str]:
-        for module in modules:
-            if not _MODULE_NAME.match(module):
-                raise ValueError(f"{module!r} is not a module name like package.module")
-        return modules
+    def _task_module_names(cls, modules: list[str]) -> list[str]:
+        return _module_names(modules)
 
     @model_validator(mode="after")
     def _pools_name_declared_queues(self) -> Config:
