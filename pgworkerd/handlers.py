@@ -116,7 +116,7 @@ def check_child_modules(config: Config) -> None:
     """HandlerError unless the top-level packages of the `django:` modules exist. Found
     without importing anything: Django is set up in the workers only, after the fork,
     where an import that fails stops the daemon (the worker's boot error); `pgworkerd
-    check` imports them all (`child_loader(config)()`)."""
+    check` imports them all (`child_loader(config, registry)()`)."""
     if config.django is None:
         return
     named = [("django.settings", config.django.settings)]
@@ -132,14 +132,15 @@ def check_child_modules(config: Config) -> None:
         raise HandlerError(problems)
 
 
-def child_loader(config: Config) -> ChildLoader | None:
-    """What a worker child calls after its fork for more handlers: None without `django:`."""
+def child_loader(config: Config, registry: Mapping[str, Handler]) -> ChildLoader | None:
+    """What a worker child calls after its fork for more handlers (those of `registry`,
+    loaded before the fork, keep their kinds): None without `django:`."""
     if config.django is None:
         return None
-    return functools.partial(_load_django, config.django, frozenset(config.handlers))
+    return functools.partial(_load_django, config.django, frozenset(registry))
 
 
-def _load_django(django_config: DjangoConfig, handler_kinds: frozenset[str]) -> dict[str, Handler]:
+def _load_django(django_config: DjangoConfig, claimed_kinds: frozenset[str]) -> dict[str, Handler]:
     # Imported here, in the worker after the fork (or in `pgworkerd check`): the module
     # imports Django, which only a config with `django:` uses.
     from pgworkerd.contrib import django as django_contrib
@@ -148,7 +149,9 @@ def _load_django(django_config: DjangoConfig, handler_kinds: frozenset[str]) -> 
         registry = django_contrib.worker_registry(django_config.settings, django_config.tasks)
     except Exception as exc:
         raise HandlerError([f"django: cannot set up Django tasks: {_reason(exc)}"]) from None
-    claimed = sorted(handler_kinds & set(registry))
+    claimed = sorted(claimed_kinds & set(registry))
     if claimed:
-        raise HandlerError([f"django: kind {k!r} is already claimed by handlers" for k in claimed])
+        raise HandlerError(
+            [f"django: kind {k!r} is already claimed by handlers or task_modules" for k in claimed]
+        )
     return otel.instrument(registry)

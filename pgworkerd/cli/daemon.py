@@ -76,7 +76,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     config = load_config(args)
     registry = handlers.load_registry(config.handlers, config.task_modules)
     handlers.check_child_modules(config)
-    loader = handlers.child_loader(config)
+    loader = handlers.child_loader(config, registry)
     if loader is not None:  # check never forks: Django is set up here, as a worker would
         registry.update(loader())
     url = connections.database_url(config)

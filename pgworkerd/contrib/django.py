@@ -132,7 +132,11 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
         return raw
 
     def _result_of(self, row: dict[str, Any]) -> TaskResult:
-        task = import_string(row["kind"])
+        # As Django's own Task._reconstruct finds a task: by its path, the job's kind.
+        try:
+            task = import_string(row["kind"])
+        except ImportError:
+            task = None
         if not isinstance(task, Task):
             raise TaskResultDoesNotExist(f"{row['id']} is not a job of a Django task")
         payload = _json(row["payload"]) or {}

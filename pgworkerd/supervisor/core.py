@@ -290,7 +290,7 @@ class Supervisor:
             registry=self.registry,
             log_format=self.log_format,
             supervisor_pid=self.pid,
-            boot=handlers.child_loader(self.config),
+            boot=handlers.child_loader(self.config, self.registry),
         )
 
     # -- housekeeping and leases ----------------------------------------------------------

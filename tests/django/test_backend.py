@@ -67,8 +67,9 @@ def test_priority_queue_and_run_after_become_the_jobs(django_dsn, pg):
     assert (row["priority"], row["queue"], row["run_at"]) == (42, "fragile", later)
 
 
-def test_an_unknown_id_does_not_exist(django_dsn):
-    for unknown in ("999999999", "not-a-number"):
+def test_an_unknown_id_does_not_exist(django_dsn, pg):
+    not_a_task = pgworkerd.enqueue(pg, "send_email", {})  # a job, but not of a Django task
+    for unknown in ("999999999", "not-a-number", str(not_a_task)):
         with pytest.raises(TaskResultDoesNotExist):
             default_task_backend.get_result(unknown)
     with pytest.raises(TaskResultDoesNotExist):
