@@ -116,8 +116,8 @@ def test_an_enqueue_outside_a_request_starts_the_trace_at_its_producer_span(
 
 
 def test_a_producer_without_a_tracer_provider_stores_no_context(db_dsn, start_daemon, history_conn):
-    """`pgworkerd enqueue` has the API only (no SDK): its span records nothing, there is
-    no context to pass on, the column stays NULL and the handler's span is a root."""
+    """`pgworkerd enqueue` has the API but no TracerProvider configured: no span, no
+    context to pass on, the column stays NULL and the handler's span is a root."""
     history_conn.execute(SPANS_TABLE)
     result = pgworkerd_cli("enqueue", "succeed_async", env={"PGWORKERD_DATABASE_URL": db_dsn})
     assert result.returncode == 0, result.stderr
