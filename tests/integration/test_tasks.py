@@ -5,6 +5,7 @@ the listed modules are imported; a kind claimed twice is refused in one line, ex
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import sys
 
@@ -135,3 +136,14 @@ def test_a_task_module_name_that_is_not_a_module_name_is_a_config_error(tmp_path
     config.write_text(json.dumps({"task_modules": ["tests/tasks/shop.py"]}))
     result = pgworkerd("check", "-c", str(config), cwd=tmp_path)
     assert_one_line_error(result, 2, "task_modules: 'tests/tasks/shop.py' is not a module name")
+
+
+def test_a_django_config_without_django_installed_is_refused_before_any_fork(db_dsn, tmp_path):
+    """This venv (Python 3.11, the dev extra) has no Django: what a team on 3.11 gets."""
+    assert importlib.util.find_spec("django") is None, "this test needs a venv without Django"
+    config = tmp_path / "pgworkerd.yaml"
+    config.write_text(json.dumps({"django": {"settings": "json.tool", "tasks": ["json"]}}))
+    env = {"PGWORKERD_DATABASE_URL": db_dsn}
+    for command in ("check", "run"):
+        result = pgworkerd(command, "-c", str(config), env=env, cwd=tmp_path)
+        assert_one_line_error(result, 2, "django: Django is not installed")
