@@ -107,6 +107,25 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {reason}"
 
 
+def check_periodic_kinds(
+    config: Config, registry: Mapping[str, Handler], *, with_django: bool = False
+) -> None:
+    """HandlerError for each periodic entry whose kind has no handler in `registry`.
+    With `django:`, a kind may be a Django task's, known only after the fork: unless
+    `registry` holds Django's too (`with_django`, in `check`), the check is left to the
+    worker (a job of a kind no worker has ends `dead`, as any)."""
+    if config.django is not None and not with_django:
+        return
+    problems = [
+        f"periodic[{index}].kind: {entry.kind!r} is neither under handlers nor a task of "
+        "task_modules" + (" or django.tasks" if config.django is not None else "")
+        for index, entry in enumerate(config.periodic)
+        if entry.kind not in registry
+    ]
+    if problems:
+        raise HandlerError(problems)
+
+
 # -- handlers a worker child loads after its fork (Django's) --------------------------------
 
 ChildLoader = Callable[[], dict[str, Handler]]

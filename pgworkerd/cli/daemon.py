@@ -57,6 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     logs.setup(log_format, role="supervisor", level=config.log_level)
     # Before any fork: bad paths and modules exit 2.
     registry = handlers.load_registry(config.handlers, config.task_modules)
+    handlers.check_periodic_kinds(config, registry)
     handlers.check_child_modules(config)
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd run") as conn:
@@ -79,6 +80,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     loader = handlers.child_loader(config, registry)
     if loader is not None:  # check never forks: Django is set up here, as a worker would
         registry.update(loader())
+    handlers.check_periodic_kinds(config, registry, with_django=True)
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd check") as conn:
         version = migrations.check_version(conn, config.database.schema_name)

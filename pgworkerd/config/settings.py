@@ -182,7 +182,8 @@ class Config(BaseSettings):
                     raise ValueError(
                         f"workers[{index}].queues: {name!r} is not declared under queues"
                     )
-        check_entries(self.periodic, self.queues, self.handlers)
+        tasks_too = bool(self.task_modules) or self.django is not None
+        check_entries(self.periodic, self.queues, self.handlers, tasks_too=tasks_too)
         return self
 
     # -- derived settings ---------------------------------------------------------------

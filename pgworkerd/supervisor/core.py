@@ -217,6 +217,7 @@ class Supervisor:
         try:
             new_config = config_module.load(self.config_path)
             new_registry = handlers.load_registry(new_config.handlers, new_config.task_modules)
+            handlers.check_periodic_kinds(new_config, new_registry)
             handlers.check_child_modules(new_config)
         except (ConfigError, HandlerError) as exc:
             for problem in exc.problems:

@@ -56,3 +56,17 @@ def test_a_worker_that_cannot_set_django_up_stops_the_daemon(django_dsn, daemons
     assert daemon.wait() == 1
     log = daemon.log()
     assert "worker failed to boot" in log and "shop.no_such_tasks" in log
+
+
+def test_check_verifies_a_periodic_entry_naming_a_django_task(django_dsn, tmp_path):
+    config = tmp_path / "pgworkerd.yaml"
+    env = {"PGWORKERD_DATABASE_URL": django_dsn, "PYTHONPATH": ENV_PATH}
+    django = {"settings": "mysite.settings", "tasks": ["shop.tasks"]}
+    entry = {"kind": "shop.tasks.add", "every": "1h", "payload": {"args": [1, 2], "kwargs": {}}}
+    config.write_text(json.dumps({"django": django, "periodic": [entry]}))
+    result = pgworkerd("check", "-c", str(config), env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "periodic shop.tasks.add" in result.stdout
+    config.write_text(json.dumps({"django": django, "periodic": [{**entry, "kind": "shop.nope"}]}))
+    result = pgworkerd("check", "-c", str(config), env=env, cwd=tmp_path)
+    assert_one_line_error(result, 2, "periodic[0].kind: 'shop.nope' is neither under handlers")

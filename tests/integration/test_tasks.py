@@ -147,3 +147,21 @@ def test_a_django_config_without_django_installed_is_refused_before_any_fork(db_
     for command in ("check", "run"):
         result = pgworkerd(command, "-c", str(config), env=env, cwd=tmp_path)
         assert_one_line_error(result, 2, "django: Django is not installed")
+
+
+def test_a_periodic_entry_may_name_a_tasks_kind_and_check_says_when_none_has_it(db_dsn, tmp_path):
+    config = tmp_path / "pgworkerd.yaml"
+    env = {"PGWORKERD_DATABASE_URL": db_dsn, "PYTHONPATH": str(REPO)}
+    entry = {"kind": "tests.tasks.shop.send_receipt", "every": "1h", "payload": {"to": "a"}}
+    config.write_text(json.dumps({"task_modules": ["tests.tasks.shop"], "periodic": [entry]}))
+    result = pgworkerd("check", "-c", str(config), env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "periodic tests.tasks.shop.send_receipt" in result.stdout
+    config.write_text(
+        json.dumps({"task_modules": ["tests.tasks.shop"], "periodic": [{**entry, "kind": "nope"}]})
+    )
+    for command in ("check", "run"):
+        result = pgworkerd(command, "-c", str(config), env=env, cwd=tmp_path)
+        assert_one_line_error(
+            result, 2, "periodic[0].kind: 'nope' is neither under handlers nor a task"
+        )

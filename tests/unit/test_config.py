@@ -154,3 +154,10 @@ def test_task_modules_and_django_are_read() -> None:
     assert config.django is not None
     assert (config.django.settings, config.django.tasks) == ("mysite.settings", ["shop.tasks"])
     assert parse("").django is None and parse("").task_modules == []
+
+
+def test_a_periodic_kind_may_be_left_to_the_tasks_when_task_modules_are_listed() -> None:
+    text = "task_modules: [myapp.jobs]\nperiodic: [{kind: myapp.jobs.tick, every: 1m}]\n"
+    assert parse(text).periodic[0].kind == "myapp.jobs.tick"
+    with pytest.raises(ConfigError, match="has no entry under handlers"):
+        parse("periodic: [{kind: myapp.jobs.tick, every: 1m}]\n")
