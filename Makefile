@@ -9,7 +9,13 @@ SOURCES := pgworkerd tests bench examples
 # Extra pytest options, e.g. `make test PYTEST_ARGS=-x`.
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: test test-fast test-slow test-deps lint typecheck format bench demo stop-db clean
+# Django 6 needs Python >= 3.12 (the package itself keeps 3.11): its tier runs in a venv
+# of its own, from the Python 3.12 scripts/find-python312 finds; with none, `make test` fails.
+DJANGO_VENV := .venv-django
+DJANGO_STAMP := $(DJANGO_VENV)/.installed
+PYTHON312 ?= $(shell bash scripts/find-python312)
+
+.PHONY: test test-django test-fast test-slow test-deps lint typecheck format bench demo stop-db clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,25 +23,37 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+$(DJANGO_STAMP): pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "make: the Django tier needs Python 3.12 (python3.12 on PATH, or ~/.pyenv/versions/3.12*/bin/python3.12); none found" >&2; exit 1; }
+	$(PYTHON312) -m venv $(DJANGO_VENV)
+	$(DJANGO_VENV)/bin/pip install --quiet --upgrade pip
+	$(DJANGO_VENV)/bin/pip install --quiet -e '.[django]' 'pytest>=8' 'pytest-timeout>=2.3'
+	touch $(DJANGO_STAMP)
+
 # Best effort, never fails: libfaketime for the clock-skew test (which skips without it).
 test-deps:
 	@bash scripts/install-test-deps
 
 # Everything: lint, format, types, then all tiers (unit, integration, process), slow
-# scenarios included.
-test: $(STAMP) test-deps
+# scenarios included; then the Django tier (tests/django) in its Python 3.12 venv.
+test: $(STAMP) $(DJANGO_STAMP) test-deps
 	$(BIN)/ruff check $(SOURCES)
 	$(BIN)/ruff format --check $(SOURCES)
 	$(BIN)/mypy
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest --ignore=tests/django $(PYTEST_ARGS)
+	$(DJANGO_VENV)/bin/pytest tests/django $(PYTEST_ARGS)
+
+# Only the Django tier.
+test-django: $(DJANGO_STAMP)
+	$(DJANGO_VENV)/bin/pytest tests/django $(PYTEST_ARGS)
 
 # For development: every tier but the long scenarios marked slow.
 test-fast: $(STAMP) test-deps
-	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest --ignore=tests/django -m "not slow" $(PYTEST_ARGS)
 
 # Only the long fault and kill-storm scenarios.
 test-slow: $(STAMP) test-deps
-	$(BIN)/pytest -m slow $(PYTEST_ARGS)
+	$(BIN)/pytest --ignore=tests/django -m slow $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(SOURCES)
@@ -73,4 +91,4 @@ bench: $(BENCH_STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(DJANGO_VENV) .pytest_cache .mypy_cache

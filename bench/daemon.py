@@ -72,16 +72,21 @@ def daemon_env(code: Path | None = None) -> dict[str, str]:
     return env
 
 
-def command(code: Path | None = None) -> list[str]:
+def command(code: Path | None = None, python: Path | None = None) -> list[str]:
     """How to start `pgworkerd`: the installed script, or for another checkout's code,
-    this interpreter on it (the script would import the installed one)."""
+    this interpreter on it (the script would import the installed one); `python`: that
+    interpreter instead (another venv: other extras installed), on this checkout's code."""
+    if python is not None:
+        return [str(python), "-m", "pgworkerd"]
     return pgworkerd_command() if code is None else [sys.executable, "-m", "pgworkerd"]
 
 
-def migrate(config: Path, log_path: Path, *, code: Path | None = None) -> None:
+def migrate(
+    config: Path, log_path: Path, *, code: Path | None = None, python: Path | None = None
+) -> None:
     with log_path.open("ab") as log:
         subprocess.run(
-            [*command(code), "migrate", "-c", str(config)],
+            [*command(code, python), "migrate", "-c", str(config)],
             env=daemon_env(code),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -103,7 +108,14 @@ class TreeUsage:
 class Daemon:
     """One `pgworkerd run -c CONFIG` process tree."""
 
-    def __init__(self, config: Path, log_path: Path, *, code: Path | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log_path: Path,
+        *,
+        code: Path | None = None,
+        python: Path | None = None,
+    ) -> None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self._log = log_path.open("ab")
@@ -117,7 +129,7 @@ class Daemon:
         self.started = time.perf_counter()
         self.started_wall = time.time()  # to compare with the database's timestamps
         self.proc = subprocess.Popen(
-            [*command(code), "run", "-c", str(config)],
+            [*command(code, python), "run", "-c", str(config)],
             env={**daemon_env(code), "NOTIFY_SOCKET": self._notify.getsockname()},
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -4,11 +4,14 @@ drift falls on both alike.
 
     python -m bench.metrics_cost [-n 30000] [--rounds 4] [--batch-size 10]
     python -m bench.metrics_cost --against DIR [...]
+    python -m bench.metrics_cost --python-b PYTHON [...]
 
 Default: A = this checkout without a listener, B = the same with `http: {listen:
 127.0.0.1:<free port>}` (the supervisor then feeds its per-job counters and histograms;
 nothing scrapes it during the run). `--against DIR`: A = the pgworkerd in DIR (another
 checkout, e.g. `git archive <commit> | tar -x -C DIR`), B = this one, neither listening.
+`--python-b PYTHON`: A = this checkout under this interpreter, B = this checkout under
+PYTHON (another venv: e.g. with the `otel` extra installed, where this one has none).
 
 Each run: a fresh database migrated by the run's own code, N no-op jobs enqueued
 (enqueue_many, 1,000 a call), then `pgworkerd run` started and timed until the database
@@ -49,6 +52,7 @@ class Variant:
     label: str
     code: Path | None  # None: this checkout
     http: bool
+    python: Path | None = None  # None: this interpreter
 
 
 @dataclass(frozen=True)
@@ -67,13 +71,19 @@ def main(argv: list[str] | None = None) -> int:
             Variant(f"A: {args.against.name}", args.against.resolve(), http=False),
             Variant("B: this checkout", None, http=False),
         )
+    elif args.python_b is not None:
+        variants = (
+            Variant(f"A: {sys.executable}", None, http=False),
+            Variant(f"B: {args.python_b}", None, http=False, python=args.python_b),
+        )
     else:
         variants = (
             Variant("A: no listener", None, http=False),
             Variant("B: http.listen", None, http=True),
         )
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    work = args.out / f"{stamp}-{'against' if args.against else 'metrics-cost'}"
+    kind = "against" if args.against else "python-b" if args.python_b else "metrics-cost"
+    work = args.out / f"{stamp}-{kind}"
     logs = work / "logs"
     logs.mkdir(parents=True)
     runs: list[Run] = []
@@ -111,12 +121,12 @@ def _measure(
         extra["http"] = {"listen": f"127.0.0.1:{_free_port()}"}
     config = write_config(logs / f"{tag}.yaml", dsn, concurrency=2, extra=extra)
     log_path = logs / f"{tag}.log"
-    migrate(config, log_path, code=variant.code)
+    migrate(config, log_path, code=variant.code, python=variant.python)
     with psycopg.connect(dsn, autocommit=True) as conn:
         for start in range(0, args.n, 1000):
             count = min(1000, args.n - start)
             pgworkerd.enqueue_many(conn, [{"kind": "noop", "payload": {}, "queue": QUEUE}] * count)
-        daemon = Daemon(config, log_path, code=variant.code)
+        daemon = Daemon(config, log_path, code=variant.code, python=variant.python)
         try:
             _wait(lambda: daemon.ready is not None or daemon.proc.poll() is not None, 60)
             at_ready = daemon.usage()
@@ -145,11 +155,12 @@ def _report(
     args: argparse.Namespace,
     settings: dict[str, Any],
 ) -> str:
-    title = (
-        f"{variants[0].label[3:]} vs this checkout"
-        if args.against
-        else "the /metrics feed: no listener vs http.listen"
-    )
+    if args.against:
+        title = f"{variants[0].label[3:]} vs this checkout"
+    elif args.python_b:
+        title = f"this checkout under two interpreters: {variants[0].label[3:]} vs {args.python_b}"
+    else:
+        title = "the /metrics feed: no listener vs http.listen"
     lines = [
         f"# No-op throughput, ABAB: {title}",
         "",
@@ -203,6 +214,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=4, help="ABAB rounds (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=10, help="defaults.batch_size")
     parser.add_argument("--against", type=Path, help="another checkout's directory, as A")
+    parser.add_argument(
+        "--python-b", type=Path, help="another venv's interpreter, as B (this checkout's code)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     args = parser.parse_args(argv)
     if args.n < 1000 or args.rounds < 1:

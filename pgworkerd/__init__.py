@@ -16,6 +16,7 @@ from pgworkerd.client.producer import (
     enqueue_many_async,
 )
 from pgworkerd.client.results import result, wait, wait_async
+from pgworkerd.client.tasks import Task, task
 from pgworkerd.errors import InvalidJob, JobNotFound, NoResult, PgworkerdError, WaitError
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, Retry
 
@@ -31,6 +32,7 @@ __all__ = [
     "PgworkerdError",
     "Producer",
     "Retry",
+    "Task",
     "WaitError",
     "cancel",
     "enqueue",
@@ -41,6 +43,7 @@ __all__ = [
     "result",
     "resume_queue",
     "retry",
+    "task",
     "wait",
     "wait_async",
 ]

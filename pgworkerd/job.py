@@ -31,6 +31,9 @@ class Job:
     lease_token: uuid.UUID | None = field(default=None, repr=False)
     # Position of the job's queue in the claimer's queue list, for ordering a batch.
     queue_order: int = field(default=0, repr=False, compare=False)
+    # The W3C trace context (`traceparent`, `tracestate`) the job was enqueued under, or
+    # None: the parent of the handler's span when the `otel` extra is installed.
+    trace_context: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def progress(self, percent: float, stage: str | None = None) -> None:
         """Report how far the job got (0 to 100) and, optionally, in which stage; from

@@ -67,7 +67,7 @@ def drain(
     jobs and their outcomes are only in that transaction (which handlers opening their
     own connections do not see).
     """
-    registry = handlers.load_registry(config.handlers)
+    registry = handlers.load_registry(config.handlers, config.task_modules)
     schema = config.database.schema_name
     store = JobStore(
         schema, backoff=Backoff(config.defaults.backoff_base, config.defaults.backoff_max)

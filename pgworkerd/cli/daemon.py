@@ -55,7 +55,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args)
     log_format = args.log_format or config.log_format  # the flag wins over the file
     logs.setup(log_format, role="supervisor", level=config.log_level)
-    registry = handlers.load_registry(config.handlers)  # before any fork: bad paths exit 2
+    # Before any fork: bad paths and modules exit 2.
+    registry = handlers.load_registry(config.handlers, config.task_modules)
+    handlers.check_periodic_kinds(config, registry)
+    handlers.check_child_modules(config)
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd run") as conn:
         migrations.check_version(conn, config.database.schema_name)
@@ -72,13 +75,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     config = load_config(args)
-    handlers.load_registry(config.handlers)
+    registry = handlers.load_registry(config.handlers, config.task_modules)
+    handlers.check_child_modules(config)
+    loader = handlers.child_loader(config, registry)
+    if loader is not None:  # check never forks: Django is set up here, as a worker would
+        registry.update(loader())
+    handlers.check_periodic_kinds(config, registry, with_django=True)
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd check") as conn:
         version = migrations.check_version(conn, config.database.schema_name)
         now = Reads(config.database.schema_name).clock(conn)
     print(
-        f"ok: {len(config.handlers)} handler(s) import, {len(config.pools())} pool(s), "
+        f"ok: {len(registry)} handler(s) import, {len(config.pools())} pool(s), "
         f"database reachable at {connections.redact(url)}, schema version {version}"
     )
     for entry in config.periodic:

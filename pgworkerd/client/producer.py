@@ -5,6 +5,9 @@ Everything is validated before any SQL runs, so a refused job leaves the caller'
 transaction untouched; a whole list is inserted by one statement. The sync and async
 API share every decision: `Producer._insert_steps` yields the statements to run and is
 sent their results, and `_run` or `_run_async` drives it on the caller's connection.
+
+A SQLAlchemy Session, Connection, AsyncSession or AsyncConnection on the psycopg driver
+is taken too: the job goes in on the psycopg connection under it (contrib/sqlalchemy.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any, TypedDict, Unpack, cast
 import psycopg
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pgworkerd.contrib import otel
+from pgworkerd.contrib import sqlalchemy as sa_contrib
 from pgworkerd.encoding import dump_payload, dump_records
 from pgworkerd.errors import InvalidJob
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore, Statement
@@ -46,6 +51,11 @@ class EnqueueOptions(TypedDict, total=False):
     max_runtime: float | timedelta | None
 
 
+# What the enqueue functions take: a psycopg connection, or a SQLAlchemy Session or
+# Connection (AsyncSession or AsyncConnection) on the psycopg driver; SQLAlchemy's side is
+# typed loosely, as SQLAlchemy is an optional extra.
+Connectable = psycopg.Connection[Any] | Any
+AsyncConnectable = psycopg.AsyncConnection[Any] | Any
 ENQUEUE_KEYS = frozenset({"kind", "payload"}) | EnqueueOptions.__optional_keys__
 # What the insert's decisions yield (a statement to run), are sent (its decoded result)
 # and return (the ids).
@@ -75,36 +85,36 @@ class Producer:
 
     def enqueue(
         self,
-        conn: psycopg.Connection[Any],
+        conn: Connectable,
         kind: str,
         payload: Any,
         **options: Unpack[EnqueueOptions],
     ) -> int:
         """Enqueue one job in `conn`'s transaction; returns its id (or, for a
         `unique_key` held by a queued or running job, that job's id)."""
-        return _run(conn, self._one(kind, payload, options))[0]
+        return _run(_psycopg(conn), self._one(kind, payload, options))[0]
 
     async def enqueue_async(
         self,
-        aconn: psycopg.AsyncConnection[Any],
+        aconn: AsyncConnectable,
         kind: str,
         payload: Any,
         **options: Unpack[EnqueueOptions],
     ) -> int:
         """`enqueue` in `aconn`'s transaction."""
-        return (await _run_async(aconn, self._one(kind, payload, options)))[0]
+        steps = self._one(kind, payload, options)
+        return (await _run_async(await _psycopg_async(aconn), steps))[0]
 
-    def enqueue_many(
-        self, conn: psycopg.Connection[Any], jobs: Iterable[Mapping[str, Any]]
-    ) -> list[int]:
+    def enqueue_many(self, conn: Connectable, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Enqueue dicts with `enqueue`'s argument names in one statement; ids in order."""
-        return _run(conn, self._many(jobs))
+        return _run(_psycopg(conn), self._many(jobs))
 
     async def enqueue_many_async(
-        self, aconn: psycopg.AsyncConnection[Any], jobs: Iterable[Mapping[str, Any]]
+        self, aconn: AsyncConnectable, jobs: Iterable[Mapping[str, Any]]
     ) -> list[int]:
         """`enqueue_many` in `aconn`'s transaction."""
-        return await _run_async(aconn, self._many(jobs))
+        steps = self._many(jobs)
+        return await _run_async(await _psycopg_async(aconn), steps)
 
     # -- internals ------------------------------------------------------------------------
 
@@ -136,10 +146,24 @@ class Producer:
     def _insert_steps(
         self, records: list[dict[str, Any]], unique_keys: bool, *, label_index: bool
     ) -> Steps:
-        """The insert's decisions, without I/O. Encoding, the last check, happens before
-        the first statement is yielded. `unique_keys`: whether any record has one."""
+        """The insert's decisions, without I/O, inside the PRODUCER span of the `otel`
+        extra (None without it), which records the trace context with the jobs."""
         if not records:
             return []
+        span = otel.start_send(records)
+        try:
+            ids = yield from self._insert_and_resolve(records, unique_keys, label_index)
+        except BaseException as exc:
+            otel.end_send(span, error=exc)
+            raise
+        otel.end_send(span, ids)
+        return ids
+
+    def _insert_and_resolve(
+        self, records: list[dict[str, Any]], unique_keys: bool, label_index: bool
+    ) -> Steps:
+        """Encoding, the last check, happens before the first statement is yielded.
+        `unique_keys`: whether any record has one."""
         ids: list[int | None] = yield self.store.insert_statement(
             self._encode(records, label_index=label_index),
             unique_keys=unique_keys,
@@ -301,20 +325,18 @@ def schema_of(schema: str | None) -> str:
     return schema if schema is not None else default_producer().store.schema
 
 
-def enqueue(
-    conn: psycopg.Connection[Any], kind: str, payload: Any, **options: Unpack[EnqueueOptions]
-) -> int:
+def enqueue(conn: Connectable, kind: str, payload: Any, **options: Unpack[EnqueueOptions]) -> int:
     """`Producer.enqueue` with the environment's settings (see `ProducerSettings`)."""
     return default_producer().enqueue(conn, kind, payload, **options)
 
 
-def enqueue_many(conn: psycopg.Connection[Any], jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+def enqueue_many(conn: Connectable, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
     """`Producer.enqueue_many` with the environment's settings."""
     return default_producer().enqueue_many(conn, jobs)
 
 
 async def enqueue_async(
-    aconn: psycopg.AsyncConnection[Any],
+    aconn: AsyncConnectable,
     kind: str,
     payload: Any,
     **options: Unpack[EnqueueOptions],
@@ -324,19 +346,38 @@ async def enqueue_async(
 
 
 async def enqueue_many_async(
-    aconn: psycopg.AsyncConnection[Any], jobs: Iterable[Mapping[str, Any]]
+    aconn: AsyncConnectable, jobs: Iterable[Mapping[str, Any]]
 ) -> list[int]:
     """`Producer.enqueue_many_async` with the environment's settings."""
     return await default_producer().enqueue_many_async(aconn, jobs)
 
 
+# A SQLAlchemy object stands for the psycopg connection under it. The check reads class
+# names only: SQLAlchemy is imported by contrib/sqlalchemy.py when such an object comes.
+def _psycopg(conn: Any) -> psycopg.Connection[Any]:
+    return sa_contrib.psycopg_connection(conn) if sa_contrib.is_sqlalchemy(conn) else conn
+
+
+async def _psycopg_async(aconn: Any) -> psycopg.AsyncConnection[Any]:
+    if sa_contrib.is_sqlalchemy(aconn):
+        return await sa_contrib.psycopg_async_connection(aconn)
+    return cast(psycopg.AsyncConnection[Any], aconn)
+
+
 # The two drivers of `Producer._insert_steps`: the only producer code written per I/O
 # style. A statement that fails leaves the steps unfinished; nothing else to undo.
+# A failed statement is thrown into the steps, so that they see it (the span records it)
+# before it reaches the caller.
 def _run(conn: psycopg.Connection[Any], steps: Steps) -> list[int]:
     result = None  # the first send starts the steps
     try:
         while True:
-            result = steps.send(result).run(conn)
+            statement = steps.send(result)
+            try:
+                result = statement.run(conn)
+            except BaseException as exc:
+                steps.throw(exc)
+                raise
     except StopIteration as done:
         ids: list[int] = done.value
         return ids
@@ -346,7 +387,12 @@ async def _run_async(aconn: psycopg.AsyncConnection[Any], steps: Steps) -> list[
     result = None
     try:
         while True:
-            result = await steps.send(result).run_async(aconn)
+            statement = steps.send(result)
+            try:
+                result = await statement.run_async(aconn)
+            except BaseException as exc:
+                steps.throw(exc)
+                raise
     except StopIteration as done:
         ids: list[int] = done.value
         return ids

@@ -84,16 +84,22 @@ class PeriodicEntry(Section):
 
 
 def check_entries(
-    entries: list[PeriodicEntry], queues: dict[str, Any], handlers: dict[str, str]
+    entries: list[PeriodicEntry],
+    queues: dict[str, Any],
+    handlers: dict[str, str],
+    *,
+    tasks_too: bool = False,
 ) -> None:
     """Cross-checks against the rest of the config: a declared queue, a configured
-    handler, and no two entries with one identity (they would share their slots)."""
+    handler, and no two entries with one identity (they would share their slots).
+    `tasks_too`: task functions or Django tasks are configured too, whose kinds are
+    known only once their modules are imported (handlers.check_periodic_kinds)."""
     seen: dict[str, int] = {}
     for index, entry in enumerate(entries):
         where = f"periodic[{index}]"
         if entry.queue not in queues:
             raise ValueError(f"{where}.queue: {entry.queue!r} is not declared under queues")
-        if entry.kind not in handlers:
+        if entry.kind not in handlers and not tasks_too:
             raise ValueError(f"{where}.kind: {entry.kind!r} has no entry under handlers")
         if entry.key in seen:
             raise ValueError(

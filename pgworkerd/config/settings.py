@@ -19,6 +19,7 @@ from pgworkerd.config.periodic import PeriodicEntry, check_entries
 from pgworkerd.config.retention import Retention
 from pgworkerd.config.units import Bytes, Count, QueueName, Seconds, Section, host_port
 
+_MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _HANDLER_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
@@ -87,6 +88,31 @@ class WebConfig(Section):
         return listen
 
 
+class DjangoConfig(Section):
+    """Django tasks (`pgworkerd[django]`): each worker sets Django up after the fork and
+    runs the `@task` functions of the listed modules."""
+
+    settings: str = Field(description="the settings module, as DJANGO_SETTINGS_MODULE")
+    tasks: list[str] = Field(min_length=1, description="modules whose Django tasks run")
+
+    @field_validator("settings")
+    @classmethod
+    def _settings_module(cls, module: str) -> str:
+        return _module_names([module])[0]
+
+    @field_validator("tasks")
+    @classmethod
+    def _task_modules(cls, modules: list[str]) -> list[str]:
+        return _module_names(modules)
+
+
+def _module_names(modules: list[str]) -> list[str]:
+    for module in modules:
+        if not _MODULE_NAME.match(module):
+            raise ValueError(f"{module!r} is not a module name like package.module")
+    return modules
+
+
 class Defaults(Section):
     max_attempts: Count = Field(5, ge=1, le=1_000_000)
     max_runtime: Seconds = 900.0
@@ -111,6 +137,10 @@ class Config(BaseSettings):
 
     database: DatabaseConfig = DatabaseConfig()
     handlers: dict[Annotated[str, Field(min_length=1, max_length=255)], str] = {}
+    task_modules: list[str] = Field(
+        [], description="modules whose @pgworkerd.task functions are handlers"
+    )
+    django: DjangoConfig | None = Field(None, description="absent: no Django tasks run")
     queues: dict[QueueName, QueueConfig] = Field(
         default_factory=lambda: {"default": QueueConfig()}, min_length=1
     )
@@ -163,6 +193,11 @@ class Config(BaseSettings):
                 )
         return handlers
 
+    @field_validator("task_modules")
+    @classmethod
+    def _task_module_names(cls, modules: list[str]) -> list[str]:
+        return _module_names(modules)
+
     @model_validator(mode="after")
     def _pools_name_declared_queues(self) -> Config:
         for index, pool in enumerate(self.workers or []):
@@ -171,7 +206,8 @@ class Config(BaseSettings):
                     raise ValueError(
                         f"workers[{index}].queues: {name!r} is not declared under queues"
                     )
-        check_entries(self.periodic, self.queues, self.handlers)
+        tasks_too = bool(self.task_modules) or self.django is not None
+        check_entries(self.periodic, self.queues, self.handlers, tasks_too=tasks_too)
         return self
 
     # -- derived settings ---------------------------------------------------------------

@@ -560,4 +560,5 @@ def _job_from_row(row: dict[str, Any]) -> Job:
         created_at=row["created_at"],
         lease_token=row["lease_token"],
         queue_order=row["queue_ord"],
+        trace_context=row["trace_context"],
     )

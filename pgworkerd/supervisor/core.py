@@ -216,7 +216,9 @@ class Supervisor:
             return
         try:
             new_config = config_module.load(self.config_path)
-            new_registry = handlers.load_registry(new_config.handlers)
+            new_registry = handlers.load_registry(new_config.handlers, new_config.task_modules)
+            handlers.check_periodic_kinds(new_config, new_registry)
+            handlers.check_child_modules(new_config)
         except (ConfigError, HandlerError) as exc:
             for problem in exc.problems:
                 logs.event(
@@ -289,6 +291,7 @@ class Supervisor:
             registry=self.registry,
             log_format=self.log_format,
             supervisor_pid=self.pid,
+            boot=handlers.child_loader(self.config, self.registry),
         )
 
     # -- housekeeping and leases ----------------------------------------------------------

@@ -182,6 +182,7 @@ def worker_spec(
     registry: Mapping[str, Callable[..., Any]],
     log_format: str,
     supervisor_pid: int,
+    boot: Callable[[], Mapping[str, Callable[..., Any]]] | None = None,
 ) -> WorkerSpec:
     """What the child for `seat` is told at its fork, under `config`."""
     queues = tuple(config.claim_order(seat.pool))
@@ -204,4 +205,5 @@ def worker_spec(
         supervisor_pid=supervisor_pid,
         worker_id=f"{socket.gethostname()}:{supervisor_pid}/{seat.pool_name}#{seat.index}",
         threads=seat.pool.threads,
+        boot=boot,
     )

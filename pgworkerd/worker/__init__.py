@@ -5,6 +5,8 @@ waiting for one (success_buffer.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from pgworkerd.ipc import BootError, ControlReader, ExitCode, StartBoard, StatusWriter
 from pgworkerd.worker.base import BaseWorker
 from pgworkerd.worker.connection import WORKER_PLAN_CACHE_MODE
@@ -18,6 +20,8 @@ def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBo
     """Entry point in the forked child; returns the exit status."""
     status = StatusWriter(status_fd)
     try:
+        if spec.boot is not None:  # after the fork: what must not cross it (Django)
+            spec = dataclasses.replace(spec, registry={**spec.registry, **spec.boot()})
         kind: type[BaseWorker] = Worker
         if spec.threads > 1:
             # Imported in the child only: its thread pool and event loop cost the

@@ -31,6 +31,8 @@ class WorkerSpec:
     supervisor_pid: int
     worker_id: str  # written into jobs.worker: hostname:supervisor pid/pool#index
     threads: int = 1  # execution slots: jobs run at once (one start-board record each)
+    # More handlers, loaded by the child after the fork (Django's: handlers.child_loader).
+    boot: Callable[[], Mapping[str, Callable[..., Any]]] | None = None
 
     @property
     def name(self) -> str:

@@ -122,6 +122,12 @@ BAD_CONFIGS = [
     ("queues: {'': {}}\n", "queues"),
     # Once a traceback from `run` (the default pool over no queue); now refused up front.
     ("queues: {}\n", "queues: dictionary should have at least 1 item"),
+    ("task_modules: [myapp/jobs.py]\n", "task_modules: 'myapp/jobs.py' is not a module name"),
+    ("task_modules: myapp.jobs\n", "task_modules: input should be a valid list"),
+    ("django: {settings: mysite.settings}\n", "django.tasks: is required"),
+    ("django: {settings: mysite.settings, tasks: []}\n", "django.tasks: list should have"),
+    ("django: {settings: 'my site', tasks: [a]}\n", "django.settings: 'my site' is not a module"),
+    ("django: {settings: s, tasks: [a], colour: red}\n", "django.colour: unknown key"),
 ]
 
 
@@ -138,3 +144,20 @@ def test_every_problem_is_reported_not_just_the_first() -> None:
     with pytest.raises(ConfigError) as refused:
         parse("lease_ttl: x\nshutdown_timeout: y\ncolour: red\n")
     assert len(refused.value.problems) == 3
+
+
+def test_task_modules_and_django_are_read() -> None:
+    config = parse(
+        "task_modules: [myapp.jobs]\ndjango: {settings: mysite.settings, tasks: [shop.tasks]}\n"
+    )
+    assert config.task_modules == ["myapp.jobs"]
+    assert config.django is not None
+    assert (config.django.settings, config.django.tasks) == ("mysite.settings", ["shop.tasks"])
+    assert parse("").django is None and parse("").task_modules == []
+
+
+def test_a_periodic_kind_may_be_left_to_the_tasks_when_task_modules_are_listed() -> None:
+    text = "task_modules: [myapp.jobs]\nperiodic: [{kind: myapp.jobs.tick, every: 1m}]\n"
+    assert parse(text).periodic[0].kind == "myapp.jobs.tick"
+    with pytest.raises(ConfigError, match="has no entry under handlers"):
+        parse("periodic: [{kind: myapp.jobs.tick, every: 1m}]\n")

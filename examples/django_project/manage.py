@@ -1,0 +1,11 @@
+#!/usr/bin/env python
+"""The example project's manage.py (docs/django.md)."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

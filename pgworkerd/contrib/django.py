@@ -1,0 +1,289 @@
+"""Django (extra `django`): a `django.tasks` backend that enqueues pgworkerd jobs, and
+what the daemon runs them with (config `django: {settings: ..., tasks: [...]}`).
+
+```python
+TASKS = {"default": {"BACKEND": "pgworkerd.contrib.django.PgworkerdBackend",
+                     "QUEUES": [],  # empty: any queue
+                     "OPTIONS": {"schema": "pgworkerd", "database": "default"}}}
+```
+
+A task's job: kind = the task's `module_path`, queue = its `queue_name`, priority = its
+`priority` (Django's -100..100 is within pgworkerd's range: higher first in both),
+`run_at` = its `run_after`, payload `{"args": [...], "kwargs": {...}}`. The job is
+written on Django's own connection of the configured database, so it commits or rolls
+back with the caller's `transaction.atomic()` (in autocommit, at once).
+
+Statuses, from the job's state (docs/django.md): queued and waiting -> READY (a job
+waiting for its next attempt too: `errors` holds the failed ones); running -> RUNNING;
+succeeded -> SUCCESSFUL; dead -> FAILED; cancelled -> FAILED, with a last error of class
+`pgworkerd.job.JobCancelled` (Django has no cancelled status).
+
+This module imports Django: pgworkerd imports it only where Django is used, in the
+application (TASKS names it) and in the daemon's workers after the fork
+(pgworkerd/handlers.py, `child_loader`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import os
+import socket
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import django
+import psycopg
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils import timezone
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
+
+from pgworkerd.client.producer import Producer
+from pgworkerd.job import Job
+from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
+
+STATUSES = {
+    "queued": TaskResultStatus.READY,
+    "waiting": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "succeeded": TaskResultStatus.SUCCESSFUL,
+    "dead": TaskResultStatus.FAILED,
+    "cancelled": TaskResultStatus.FAILED,
+}
+CANCELLED_CLASS = "pgworkerd.job.JobCancelled"
+
+
+class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no types
+    """`django.tasks` on pgworkerd: retries, runtime kills, cancel, limits, cron."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.schema: str = self.options.get("schema", DEFAULT_SCHEMA)
+        self.database: str = self.options.get("database", DEFAULT_DB_ALIAS)
+        self.producer = Producer(schema=self.schema)
+        self.store = JobStore(self.schema)
+
+    def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
+        self.validate_task(task)  # Django's own checks first
+        options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority}
+        if task.run_after is not None:
+            run_at = task.run_after
+            if timezone.is_naive(run_at):  # USE_TZ = False: the project's time zone
+                run_at = timezone.make_aware(run_at)
+            options["run_at"] = run_at
+        payload = {"args": normalize_json(list(args)), "kwargs": normalize_json(kwargs)}
+        job_id = self.producer.enqueue(self._psycopg(), task.module_path, payload, **options)
+        result = TaskResult(
+            task=task,
+            id=str(job_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=timezone.now(),
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=payload["args"],
+            kwargs=payload["kwargs"],
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        try:
+            job_id = int(result_id)
+        except (TypeError, ValueError):
+            raise TaskResultDoesNotExist(result_id) from None
+        row = self.store.get(self._psycopg(), job_id)
+        if row is None:
+            raise TaskResultDoesNotExist(result_id)
+        return self._result_of(row)
+
+    # aget_result and aenqueue: BaseTaskBackend's, which run these in Django's
+    # thread-sensitive executor, on the thread whose connection holds the transaction.
+
+    def _psycopg(self) -> psycopg.Connection[Any]:
+        """Django's psycopg connection of the configured database, in its transaction."""
+        wrapper = connections[self.database]
+        wrapper.ensure_connection()
+        raw = wrapper.connection
+        if not isinstance(raw, psycopg.Connection):
+            raise ImproperlyConfigured(
+                f"TASKS[{self.alias!r}]: database {self.database!r} must use "
+                "django.db.backends.postgresql with psycopg 3 (pgworkerd joins its "
+                f"transactions), not {type(raw).__module__}"
+            )
+        return raw
+
+    def _result_of(self, row: dict[str, Any]) -> TaskResult:
+        # As Django's own Task._reconstruct finds a task: by its path, the job's kind.
+        try:
+            task = import_string(row["kind"])
+        except ImportError:
+            task = None
+        if not isinstance(task, Task):
+            raise TaskResultDoesNotExist(f"{row['id']} is not a job of a Django task")
+        payload = _json(row["payload"]) or {}
+        errors = [_task_error(entry["error"]) for entry in _json(row["errors"]) or []]
+        if row["state"] == "cancelled":
+            errors.append(TaskError(exception_class_path=CANCELLED_CLASS, traceback="cancelled"))
+        # pgworkerd keeps the worker of the latest attempt only; it stands for each
+        # attempt, so that `attempts` is the job's count of starts.
+        worker_ids = [row["worker"]] * row["attempt"] if row["worker"] else []
+        result = TaskResult(
+            task=task,
+            id=str(row["id"]),
+            status=STATUSES[row["state"]],
+            enqueued_at=row["created_at"],
+            started_at=row["started_at"],
+            last_attempted_at=row["started_at"],
+            finished_at=row["finished_at"],
+            args=payload.get("args", []),
+            kwargs=payload.get("kwargs", {}),
+            backend=self.alias,
+            errors=errors,
+            worker_ids=worker_ids,
+        )
+        if row["state"] == "succeeded":
+            object.__setattr__(result, "_return_value", _json(row["result"]))
+        return result
+
+
+def _json(value: Any) -> Any:
+    # Django's psycopg connection loads jsonb as text (its JSONField decodes it).
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _task_error(text: str) -> TaskError:
+    """A kept error (a traceback) as Django's TaskError: the class is read from its last
+    line, `module.Class: message` (`Class: message` for a builtin)."""
+    lines = text.strip().splitlines()
+    head = lines[-1].partition(":")[0].strip() if lines else ""
+    if not head or " " in head:
+        head = "Exception"
+    path = head if "." in head else f"builtins.{head}"
+    return TaskError(exception_class_path=path, traceback=text)
+
+
+# -- the daemon's side: the workers run the listed modules' tasks ----------------------------
+
+Handler = Callable[[Job], Any]
+
+
+def worker_registry(settings_module: str, modules: Sequence[str]) -> dict[str, Handler]:
+    """In a worker child, after the fork: set Django up with `settings_module`, import
+    `modules` and return kind (`module_path`) -> handler for each of their tasks."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings_module  # the config's, whatever was set
+    django.setup()
+    worker_id = f"{socket.gethostname()}:{os.getpid()}"
+    registry: dict[str, Handler] = {}
+    for module_name in modules:
+        module = importlib.import_module(module_name)
+        for value in vars(module).values():
+            if isinstance(value, Task):
+                registry[value.module_path] = _handler(value, worker_id)
+    return registry
+
+
+def _handler(task: Task, worker_id: str) -> Handler:
+    """The job's handler: Django's connections closed around it as a request cycle does,
+    the signals sent, the task called with the job's arguments; a coroutine function
+    stays one (the worker runs it on its event loop)."""
+    if inspect.iscoroutinefunction(task.func):
+
+        @functools.wraps(task.func)
+        async def run_async(job: Job) -> Any:
+            result = _running(task, job, worker_id)
+            await sync_to_async(close_old_connections)()
+            await task_started.asend(PgworkerdBackend, task_result=result)
+            try:
+                value = await task.acall(*_call_args(task, result), **result.kwargs)
+            except BaseException as exc:
+                await task_finished.asend(PgworkerdBackend, task_result=_failed(result, exc))
+                raise
+            finally:
+                await sync_to_async(close_old_connections)()
+            value = normalize_json(value)
+            await task_finished.asend(PgworkerdBackend, task_result=_succeeded(result, value))
+            return value
+
+        return run_async
+
+    @functools.wraps(task.func)
+    def run(job: Job) -> Any:
+        result = _running(task, job, worker_id)
+        close_old_connections()
+        task_started.send(PgworkerdBackend, task_result=result)
+        try:
+            value = normalize_json(task.call(*_call_args(task, result), **result.kwargs))
+        except BaseException as exc:
+            task_finished.send(PgworkerdBackend, task_result=_failed(result, exc))
+            raise
+        finally:
+            close_old_connections()
+        task_finished.send(PgworkerdBackend, task_result=_succeeded(result, value))
+        return value
+
+    return run
+
+
+def _call_args(task: Task, result: TaskResult) -> list[Any]:
+    """The positional arguments: the TaskContext first for a task that takes it."""
+    context = [TaskContext(task_result=result)] if task.takes_context else []
+    return [*context, *result.args]
+
+
+def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    now = timezone.now()
+    result = TaskResult(
+        task=task,
+        id=str(job.id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=job.created_at,
+        started_at=now,
+        last_attempted_at=now,
+        finished_at=None,
+        args=payload.get("args", []),
+        kwargs=payload.get("kwargs", {}),
+        backend=task.backend,
+        errors=[],
+        worker_ids=[worker_id] * job.attempt,  # so that TaskContext.attempt is the attempt
+    )
+    return result
+
+
+def _failed(result: TaskResult, exc: BaseException) -> TaskResult:
+    object.__setattr__(result, "status", TaskResultStatus.FAILED)
+    object.__setattr__(result, "finished_at", timezone.now())
+    kind = type(exc)
+    result.errors.append(
+        TaskError(
+            exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+            traceback="".join(traceback.format_exception(exc)),
+        )
+    )
+    return result
+
+
+def _succeeded(result: TaskResult, value: Any) -> TaskResult:
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "_return_value", value)
+    return result

@@ -1,0 +1,188 @@
+"""OpenTelemetry (extra `otel`): a trace begun where a job is enqueued continues in its
+handler, as the Celery instrumentation does across a broker.
+
+- At enqueue: a PRODUCER span `send <kind>`, child of the caller's current span; its W3C
+  context (`traceparent`, `tracestate`) goes into the job's `trace_context` column,
+  never into the payload.
+- In the worker: each handler runs inside a CONSUMER span `process <kind>` whose parent
+  is that stored context (every attempt: a retry stays in the same trace), with the
+  messaging attributes (system `pgworkerd`, destination = queue, message id = job id),
+  the attempt, and a failure recorded on the span.
+
+Whether OpenTelemetry is installed is asked once, when this module loads, without
+importing it (importlib.util.find_spec). Without it, `start_send` returns None at once
+and `instrument` hands the registry back untouched: the worker runs the bare handlers
+and pays nothing per job. With it but no TracerProvider configured (the API alone),
+no span is made and no context stored: the spans go wherever the application's
+TracerProvider sends them, and there is none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+from collections.abc import Callable, Iterator, Mapping
+from importlib.util import find_spec
+from typing import Any
+
+from pgworkerd.job import Job, Retry
+
+AVAILABLE = find_spec("opentelemetry") is not None and find_spec("opentelemetry.trace") is not None
+
+if AVAILABLE:
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import (
+        NoOpTracerProvider,
+        ProxyTracerProvider,
+        Span,
+        SpanKind,
+        Status,
+        StatusCode,
+    )
+
+# The global provider, once set (by code, or from OTEL_PYTHON_TRACER_PROVIDER at its
+# first use), is `trace._TRACER_PROVIDER` and never goes back to None: read directly, as
+# get_tracer_provider() looks the environment up at each call (about 2 us, twenty times
+# a no-op job's call). A provider named by the environment is loaded by that first use.
+_READ_GLOBAL = (
+    AVAILABLE
+    and hasattr(trace, "_TRACER_PROVIDER")
+    and "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ
+)
+
+SYSTEM = "pgworkerd"
+TRACER_NAME = "pgworkerd"
+
+Handler = Callable[..., Any]
+
+
+# -- the producer ---------------------------------------------------------------------------
+
+
+def tracing() -> bool:
+    """Whether the application configured a TracerProvider (an SDK's). Asked at each
+    enqueue and job, as an application may configure it late (after the fork, say): with
+    the API's default provider every span would be a no-op, which costs a handler
+    microseconds for nothing, so none is made."""
+    if _READ_GLOBAL:
+        return trace._TRACER_PROVIDER is not None
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, ProxyTracerProvider | NoOpTracerProvider)
+
+
+def start_send(records: list[dict[str, Any]]) -> Any:
+    """Open the PRODUCER span of one enqueue call and write its context into each
+    record (`trace_context`); None without OpenTelemetry or a configured TracerProvider.
+    End it with `end_send`."""
+    if not AVAILABLE or not tracing():
+        return None
+    kinds = {record["kind"] for record in records}
+    queues = {record["queue"] for record in records}
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+    }
+    if len(queues) == 1:
+        attributes["messaging.destination.name"] = next(iter(queues))
+    if len(records) > 1:
+        attributes["messaging.batch.message_count"] = len(records)
+    name = f"send {next(iter(kinds))}" if len(kinds) == 1 else "send"
+    # Not made current: the caller's context is left as it was, whatever the steps do.
+    span = trace.get_tracer(TRACER_NAME).start_span(
+        name, kind=SpanKind.PRODUCER, attributes=attributes
+    )
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    if carrier:  # empty when there is no valid context to pass on
+        for record in records:
+            record["trace_context"] = carrier
+    return span
+
+
+def end_send(span: Any, ids: list[int] | None = None, error: BaseException | None = None) -> None:
+    """End `start_send`'s span: with the job id (one job), or the error that stopped it."""
+    if span is None:
+        return
+    if error is not None and not isinstance(error, GeneratorExit):
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, _one_line(error)))
+    elif ids is not None and len(ids) == 1:
+        span.set_attribute("messaging.message.id", str(ids[0]))
+    span.end()
+
+
+# -- the worker -----------------------------------------------------------------------------
+
+
+def instrument(registry: Mapping[str, Handler]) -> dict[str, Handler]:
+    """The registry with each handler wrapped in its CONSUMER span; the same handlers,
+    unwrapped, without OpenTelemetry."""
+    if not AVAILABLE:
+        return dict(registry)
+    return {kind: traced(handler) for kind, handler in registry.items()}
+
+
+def traced(handler: Handler) -> Handler:
+    """`handler` inside a `process <kind>` span; a coroutine function stays one (the
+    worker runs it on its event loop)."""
+    if inspect.iscoroutinefunction(handler):
+
+        @functools.wraps(handler)
+        async def run_async(job: Job) -> Any:
+            if not tracing():
+                return await handler(job)
+            with _consumer_span(job):
+                return await handler(job)
+
+        return run_async
+
+    @functools.wraps(handler)
+    def run(job: Job) -> Any:
+        if not tracing():
+            return handler(job)
+        with _consumer_span(job):
+            return handler(job)
+
+    return run
+
+
+@contextlib.contextmanager
+def _consumer_span(job: Job) -> Iterator[Span]:
+    # The stored context is the parent; a job enqueued outside any trace starts one.
+    parent = propagate.extract(job.trace_context) if job.trace_context else None
+    attributes: dict[str, str | int] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": job.queue,
+        "messaging.message.id": str(job.id),
+        "pgworkerd.job.kind": job.kind,
+        "pgworkerd.job.attempt": job.attempt,
+        "pgworkerd.job.max_attempts": job.max_attempts,
+    }
+    tracer = trace.get_tracer(TRACER_NAME)
+    with tracer.start_as_current_span(
+        f"process {job.kind}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        record_exception=False,  # recorded below, where a Retry is told apart
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except Retry as exc:  # asked for, not a failure: an event, and the span stays OK
+            span.add_event("pgworkerd.retry", {"pgworkerd.retry.after_s": exc.after})
+            raise
+        except BaseException as exc:  # JobTimeout and JobCancelled included
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, _one_line(exc)))
+            raise
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,139 @@
+"""pgworkerd.contrib.django.PgworkerdBackend with Django itself, the example project
+(examples/django_project) and `pgworkerd run`: enqueue in the caller's atomic block,
+tasks run by the daemon (sync, async, with the ORM, failing, with context), results
+read back, and a task of a module the config does not list never runs."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.tasks import TaskResultStatus, default_task_backend, task_backends
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.utils import timezone
+
+import pgworkerd
+from pgworkerd.contrib.django import PgworkerdBackend
+from tests.daemon import job, wait_until
+
+
+def finished(result, timeout_s: float = 30.0):
+    """The result once its job is final, read back through the backend."""
+
+    def read():
+        result.refresh()
+        return result if result.is_finished else None
+
+    return wait_until(read, timeout_s=timeout_s, what=f"task {result.id} finished")
+
+
+def test_the_backend_is_pgworkerds_with_every_capability(django_dsn):
+    backend = task_backends["default"]
+    assert isinstance(backend, PgworkerdBackend)
+    assert backend.supports_defer and backend.supports_async_task
+    assert backend.supports_get_result and backend.supports_priority
+
+
+def test_a_rolled_back_atomic_block_leaves_no_job(django_dsn, pg):
+    from shop.tasks import add
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        dropped = add.enqueue(1, 2)
+        # Inside the block, on Django's connection, the job is there; outside, not yet.
+        assert default_task_backend.get_result(dropped.id).status == TaskResultStatus.READY
+        outside = pg.execute(
+            "SELECT count(*) FROM pgworkerd.jobs WHERE id = %s", (int(dropped.id),)
+        )
+        assert outside.fetchone()[0] == 0
+        raise RuntimeError("the view failed")
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(dropped.id)
+    with transaction.atomic():
+        kept = add.enqueue(2, 3)
+    row = job(pg, int(kept.id))
+    assert row["kind"] == "shop.tasks.add" and row["payload"] == {"args": [2, 3], "kwargs": {}}
+    assert default_task_backend.get_result(kept.id).status == TaskResultStatus.READY
+
+
+def test_priority_queue_and_run_after_become_the_jobs(django_dsn, pg):
+    from shop.tasks import add
+
+    later = timezone.now() + timedelta(hours=1)
+    result = add.using(priority=42, queue_name="fragile", run_after=later).enqueue(1, 1)
+    row = job(pg, int(result.id))
+    assert (row["priority"], row["queue"], row["run_at"]) == (42, "fragile", later)
+
+
+def test_an_unknown_id_does_not_exist(django_dsn, pg):
+    not_a_task = pgworkerd.enqueue(pg, "send_email", {})  # a job, but not of a Django task
+    for unknown in ("999999999", "not-a-number", str(not_a_task)):
+        with pytest.raises(TaskResultDoesNotExist):
+            default_task_backend.get_result(unknown)
+    with pytest.raises(TaskResultDoesNotExist):
+        asyncio.run(default_task_backend.aget_result("999999998"))
+
+
+def test_committed_tasks_run_in_pgworkerd_run(django_dsn, pg, django_daemon):
+    from shop.models import Order, SignalLog
+    from shop.tasks import add, explode, greet, send_receipt, which_attempt
+
+    ref = f"order-{uuid.uuid4().hex[:8]}"
+    with transaction.atomic():
+        Order.objects.create(ref=ref)
+        orm = send_receipt.enqueue(ref)
+    plain = add.enqueue(2, 40)
+    coroutine = asyncio.run(greet.aenqueue("ada", punctuation="?"))
+    failing = explode.enqueue("boom")
+    context = which_attempt.enqueue()
+    django_daemon()
+
+    assert finished(plain).return_value == 42
+    assert finished(coroutine).return_value == "hello ada?"
+    done = finished(orm)
+    assert done.return_value == Order.objects.get(ref=ref).pk
+    assert Order.objects.get(ref=ref).receipt_sent
+    assert finished(context).return_value == 1
+
+    failed = finished(failing)
+    assert failed.status == TaskResultStatus.FAILED
+    (error,) = failed.errors
+    assert error.exception_class is ValueError
+    assert "Traceback" in error.traceback and "ValueError: boom" in error.traceback
+    with pytest.raises(ValueError, match="Task failed"):
+        failed.return_value  # noqa: B018 - Django raises on a failed task's return value
+
+    for result in (done, failed):
+        assert result.worker_ids and result.attempts == 1
+        assert result.started_at is not None and result.finished_at >= result.started_at
+        assert result.enqueued_at <= result.started_at
+        logged = list(SignalLog.objects.filter(task_id=result.id).values_list("signal", "status"))
+        assert logged == [("started", "RUNNING"), ("finished", result.status.value)]
+    assert asyncio.run(default_task_backend.aget_result(plain.id)).return_value == 42
+
+
+def test_a_task_of_a_module_the_config_does_not_list_ends_dead_without_running(
+    django_dsn, pg, django_daemon
+):
+    from shop.models import Order
+    from shop.unlisted_tasks import never
+
+    ref = f"never-{uuid.uuid4().hex[:8]}"
+    result = never.enqueue(ref)
+    django_daemon()
+    wait_until(lambda: job(pg, int(result.id))["state"] == "dead", what="the job dead")
+    assert "no handler" in job(pg, int(result.id))["last_error"]
+    assert not Order.objects.filter(ref=ref).exists()
+    assert default_task_backend.get_result(result.id).status == TaskResultStatus.FAILED
+
+
+def test_a_cancelled_job_reads_as_failed_with_a_cancel_error(django_dsn, pg):
+    from shop.tasks import add
+
+    result = add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 1)
+    pgworkerd.cancel(pg, int(result.id))
+    read = default_task_backend.get_result(result.id)
+    assert read.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in read.errors] == ["pgworkerd.job.JobCancelled"]

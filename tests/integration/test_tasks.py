@@ -1,0 +1,167 @@
+"""`@pgworkerd.task` functions: their kind and options, `fn.enqueue` and
+`fn.enqueue_async` in the caller's transaction on a real server, and `task_modules` (only
+the listed modules are imported; a kind claimed twice is refused in one line, exit 2)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+
+import psycopg
+import pytest
+
+from pgworkerd import Job, Task
+from pgworkerd.config import parse
+from pgworkerd.handlers import HandlerError, load_registry
+from pgworkerd.storage.store import JobStore
+from pgworkerd.testing import drain
+from tests.daemon import REPO
+from tests.process.test_cli import assert_one_line_error, pgworkerd
+from tests.tasks import shop
+
+
+def test_the_kind_defaults_to_module_dot_function_and_the_task_still_runs_as_a_handler():
+    assert isinstance(shop.send_receipt, Task)
+    assert shop.send_receipt.kind == "tests.tasks.shop.send_receipt"
+    assert shop.send_receipt.__name__ == "send_receipt"
+    job = Job(
+        id=1,
+        kind=shop.send_receipt.kind,
+        queue="default",
+        payload={"to": "a"},
+        attempt=1,
+        max_attempts=5,
+    )
+    assert shop.send_receipt(job) == {"sent_to": "a", "attempt": 1}
+
+
+def test_enqueue_uses_the_decorators_options_and_the_calls_win(db_dsn, conn):
+    with psycopg.connect(db_dsn) as producer:
+        first = shop.refund.enqueue(producer, {"amount": 3})
+        second = shop.refund.enqueue(producer, {"amount": 4}, queue="default", priority=1)
+        producer.rollback()  # the caller's transaction decides: nothing is left
+    assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
+    with psycopg.connect(db_dsn) as producer:
+        first = shop.refund.enqueue(producer, {"amount": 3})
+        second = shop.refund.enqueue(producer, {"amount": 4}, queue="default", priority=1)
+    store = JobStore()
+    one, two = store.get(conn, first), store.get(conn, second)
+    assert (one["kind"], one["queue"], one["priority"], one["max_attempts"]) == (
+        "shop.refund",
+        "payments",
+        7,
+        2,
+    )
+    assert one["payload"] == {"amount": 3}
+    assert (two["queue"], two["priority"], two["max_attempts"]) == ("default", 1, 2)
+
+
+def test_enqueue_async_joins_the_async_transaction(db_dsn, conn):
+    async def produce(commit: bool) -> int:
+        async with await psycopg.AsyncConnection.connect(db_dsn) as aconn:
+            job_id = await shop.send_receipt.enqueue_async(aconn, {"to": "b"}, priority=3)
+            if not commit:
+                await aconn.rollback()
+            return job_id
+
+    asyncio.run(produce(commit=False))
+    assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
+    job_id = asyncio.run(produce(commit=True))
+    row = JobStore().get(conn, job_id)
+    assert (row["kind"], row["priority"]) == ("tests.tasks.shop.send_receipt", 3)
+
+
+def test_task_modules_make_every_task_a_handler_and_drain_runs_them(conn):
+    config = parse(
+        json.dumps(
+            {"task_modules": ["tests.tasks.shop"], "queues": {"default": {}, "payments": {}}}
+        )
+    )
+    shop.send_receipt.enqueue(conn, {"to": "c"})
+    shop.refund.enqueue(conn, {"amount": 5})
+    ran = {d.kind: (d.state, d.result) for d in drain(conn, config)}
+    assert ran == {
+        "tests.tasks.shop.send_receipt": ("succeeded", {"sent_to": "c", "attempt": 1}),
+        "shop.refund": ("succeeded", "refunded 5"),
+    }
+
+
+def test_only_the_listed_modules_are_imported():
+    sys.modules.pop("tests.tasks.unlisted", None)
+    registry = load_registry({"noop": "tests.handlers:noop"}, ["tests.tasks.shop"])
+    assert set(registry) == {"noop", "tests.tasks.shop.send_receipt", "shop.refund"}
+    assert "tests.tasks.unlisted" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("handlers", "modules", "expected"),
+    [
+        (
+            {"noop": "tests.handlers:noop"},
+            ["tests.tasks.clash"],
+            "task_modules[0]: kind 'noop' of 'tests.tasks.clash' is already claimed by handlers",
+        ),
+        (
+            {},
+            ["tests.tasks.no_such_module"],
+            "task_modules[0]: cannot import 'tests.tasks.no_such_module': ModuleNotFoundError",
+        ),
+        ({}, ["tests.tasks.empty"], "task_modules[0]: 'tests.tasks.empty' defines no"),
+    ],
+)
+def test_bad_task_modules_are_refused_one_line_each(handlers, modules, expected):
+    with pytest.raises(HandlerError) as caught:
+        load_registry(handlers, modules)
+    assert len(caught.value.problems) == 1
+    assert caught.value.problems[0].startswith(expected)
+
+
+def test_a_kind_claimed_twice_stops_check_with_exit_2(db_dsn, tmp_path):
+    config = tmp_path / "pgworkerd.yaml"
+    config.write_text(
+        json.dumps(
+            {"handlers": {"noop": "tests.handlers:noop"}, "task_modules": ["tests.tasks.clash"]}
+        )
+    )
+    env = {"PGWORKERD_DATABASE_URL": db_dsn, "PYTHONPATH": str(REPO)}
+    for command in ("check", "run"):
+        result = pgworkerd(command, "-c", str(config), env=env, cwd=tmp_path)
+        assert_one_line_error(result, 2, "kind 'noop' of 'tests.tasks.clash' is already claimed")
+
+
+def test_a_task_module_name_that_is_not_a_module_name_is_a_config_error(tmp_path):
+    config = tmp_path / "pgworkerd.yaml"
+    config.write_text(json.dumps({"task_modules": ["tests/tasks/shop.py"]}))
+    result = pgworkerd("check", "-c", str(config), cwd=tmp_path)
+    assert_one_line_error(result, 2, "task_modules: 'tests/tasks/shop.py' is not a module name")
+
+
+def test_a_django_config_without_django_installed_is_refused_before_any_fork(db_dsn, tmp_path):
+    """This venv (Python 3.11, the dev extra) has no Django: what a team on 3.11 gets."""
+    assert importlib.util.find_spec("django") is None, "this test needs a venv without Django"
+    config = tmp_path / "pgworkerd.yaml"
+    config.write_text(json.dumps({"django": {"settings": "json.tool", "tasks": ["json"]}}))
+    env = {"PGWORKERD_DATABASE_URL": db_dsn}
+    for command in ("check", "run"):
+        result = pgworkerd(command, "-c", str(config), env=env, cwd=tmp_path)
+        assert_one_line_error(result, 2, "django: Django is not installed")
+
+
+def test_a_periodic_entry_may_name_a_tasks_kind_and_check_says_when_none_has_it(db_dsn, tmp_path):
+    config = tmp_path / "pgworkerd.yaml"
+    env = {"PGWORKERD_DATABASE_URL": db_dsn, "PYTHONPATH": str(REPO)}
+    entry = {"kind": "tests.tasks.shop.send_receipt", "every": "1h", "payload": {"to": "a"}}
+    config.write_text(json.dumps({"task_modules": ["tests.tasks.shop"], "periodic": [entry]}))
+    result = pgworkerd("check", "-c", str(config), env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "periodic tests.tasks.shop.send_receipt" in result.stdout
+    config.write_text(
+        json.dumps({"task_modules": ["tests.tasks.shop"], "periodic": [{**entry, "kind": "nope"}]})
+    )
+    for command in ("check", "run"):
+        result = pgworkerd(command, "-c", str(config), env=env, cwd=tmp_path)
+        assert_one_line_error(
+            result, 2, "periodic[0].kind: 'nope' is neither under handlers nor a task"
+        )

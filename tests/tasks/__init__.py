@@ -1,0 +1,1 @@
+"""Modules of `@pgworkerd.task` functions that the tests list under `task_modules`."""

@@ -1,0 +1,1 @@
+"""A module listed under task_modules that defines no task: a config mistake."""
