@@ -28,6 +28,7 @@ class Job:
     max_runtime_s: float | None = None  # None: the queue's, else the defaults' setting
     run_at: datetime | None = None
     created_at: datetime | None = None
+    key: str | None = None  # the producer's key="...": its unit of key pauses
     lease_token: uuid.UUID | None = field(default=None, repr=False)
     # Position of the job's queue in the claimer's queue list, for ordering a batch.
     queue_order: int = field(default=0, repr=False, compare=False)

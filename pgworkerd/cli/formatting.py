@@ -231,6 +231,7 @@ def job(detail: dict[str, Any]) -> str:
         ("attempt", f"{d['attempt']} of {max_attempts}"),
         ("max runtime", "-" if d["max_runtime_s"] is None else f"{d['max_runtime_s']:g}s"),
         ("unique key", d["unique_key"] or "-"),
+        ("key", d.get("key") or "-"),
         ("held by", held),
         ("created", when(d["created_at"])),
         ("run at", when(d["run_at"])),

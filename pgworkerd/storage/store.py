@@ -558,6 +558,7 @@ def _job_from_row(row: dict[str, Any]) -> Job:
         max_runtime_s=row["max_runtime_s"],
         run_at=row["run_at"],
         created_at=row["created_at"],
+        key=row["key"],
         lease_token=row["lease_token"],
         queue_order=row["queue_ord"],
     )

@@ -30,16 +30,18 @@ WITH input AS MATERIALIZED (
     FROM ROWS FROM (
              jsonb_to_recordset(%(jobs)s::jsonb)
              AS (queue text, kind text, payload jsonb, priority int, run_at timestamptz,
-                 delay_s float8, unique_key text, max_attempts int, max_runtime_s float8)
+                 delay_s float8, unique_key text, max_attempts int, max_runtime_s float8,
+                 key text)
          ) WITH ORDINALITY AS t(queue, kind, payload, priority, run_at, delay_s, unique_key,
-                                max_attempts, max_runtime_s, ord)
+                                max_attempts, max_runtime_s, key, ord)
 ),
 inserted AS (
     INSERT INTO {schema}.jobs AS j
-        (id, queue, kind, payload, priority, run_at, unique_key, max_attempts, max_runtime)
+        (id, queue, kind, payload, priority, run_at, unique_key, max_attempts, max_runtime,
+         key)
     SELECT id, queue, kind, payload, COALESCE(priority, 0),
            COALESCE(run_at, now() + make_interval(secs => COALESCE(delay_s, 0))),
-           unique_key, max_attempts, make_interval(secs => max_runtime_s)
+           unique_key, max_attempts, make_interval(secs => max_runtime_s), key
     FROM input
     ORDER BY ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
@@ -67,17 +69,17 @@ ORDER BY input.ord;
 -- no ON CONFLICT arbiter check per row and no bookkeeping of what was left out.
 WITH inserted AS (
     INSERT INTO {schema}.jobs AS j
-        (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime)
+        (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime, key)
     SELECT nextval(%(sequence)s::regclass), t.queue, t.kind, t.payload,
            COALESCE(t.priority, 0),
            COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay_s, 0))),
-           t.max_attempts, make_interval(secs => t.max_runtime_s)
+           t.max_attempts, make_interval(secs => t.max_runtime_s), t.key
     FROM ROWS FROM (
              jsonb_to_recordset(%(jobs)s::jsonb)
              AS (queue text, kind text, payload jsonb, priority int, run_at timestamptz,
-                 delay_s float8, max_attempts int, max_runtime_s float8)
+                 delay_s float8, max_attempts int, max_runtime_s float8, key text)
          ) WITH ORDINALITY AS t(queue, kind, payload, priority, run_at, delay_s,
-                                max_attempts, max_runtime_s, ord)
+                                max_attempts, max_runtime_s, key, ord)
     RETURNING j.id, j.queue, j.run_at
 ),
 notified AS (  -- as in jobs_insert
@@ -195,7 +197,7 @@ FROM queues AS q
 WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked)) AND q.name = j.queue
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
-          j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord
+          j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord, j.key
 
 
 -- name: jobs_complete_and_claim
@@ -501,10 +503,10 @@ moved AS (
 INSERT INTO {schema}.jobs_archive
     (id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
      run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
-     finished_at, progress, progress_stage, progress_at)
+     finished_at, progress, progress_stage, progress_at, key)
 SELECT id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
        run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
-       finished_at, progress, progress_stage, progress_at
+       finished_at, progress, progress_stage, progress_at, key
 FROM moved;
 
 
