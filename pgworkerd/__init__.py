@@ -5,6 +5,7 @@ AsyncConnection), and the values a handler receives and raises; read a job's res
 wait for its end.
 """
 
+from pgworkerd.client.key_pauses import pause_key, resume_key
 from pgworkerd.client.operations import cancel, retry
 from pgworkerd.client.pausing import pause_queue, resume_queue
 from pgworkerd.client.producer import (
@@ -37,8 +38,10 @@ __all__ = [
     "enqueue_async",
     "enqueue_many",
     "enqueue_many_async",
+    "pause_key",
     "pause_queue",
     "result",
+    "resume_key",
     "resume_queue",
     "retry",
     "wait",

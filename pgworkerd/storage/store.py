@@ -310,13 +310,16 @@ class JobStore:
         job is claim_meta's."""
         meta = next(row for row in rows if row["id"] is None)
         jobs = _jobs_in_claim_order([row for row in rows if row["id"] is not None])
-        self.positions.advance(
-            queues,
-            jobs,
-            db_now=meta["db_now"],
-            exhausted=len(jobs) < limit,
-            paused=meta["paused_queues"],
-        )
+        # While a key is paused, the claim passed over its jobs: a position moved past
+        # them would miss them when the pause ends (KEY PAUSES in sql/queries.sql).
+        if not meta["keys_paused"]:
+            self.positions.advance(
+                queues,
+                jobs,
+                db_now=meta["db_now"],
+                exhausted=len(jobs) < limit,
+                paused=meta["paused_queues"],
+            )
         self.positions.claimed(queues, sweep)
         return jobs
 

@@ -10,3 +10,14 @@
 -- fair turns). NULL: a job without a key.
 ALTER TABLE jobs ADD COLUMN key text;
 ALTER TABLE jobs_archive ADD COLUMN key text;
+
+-- A key is paused while it has a row here whose `until` is in the future (database
+-- clock): no claim takes a job of that key (claim_picks' anti-join). A row whose
+-- `until` has passed is inert (a pause that ended) and is replaced by the next pause
+-- or deleted by a resume. A table of its own, as paused_queues: empty, or a few rows,
+-- almost always.
+CREATE TABLE paused_keys (
+    key        text        PRIMARY KEY,
+    until      timestamptz NOT NULL,
+    paused_at  timestamptz NOT NULL DEFAULT now()
+);
