@@ -18,7 +18,7 @@ from pgworkerd.client.producer import (
 )
 from pgworkerd.client.results import result, wait, wait_async
 from pgworkerd.errors import InvalidJob, JobNotFound, NoResult, PgworkerdError, WaitError
-from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, Retry
+from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
 
 __all__ = [
     "Discard",
@@ -29,9 +29,11 @@ __all__ = [
     "JobNotFound",
     "JobTimeout",
     "NoResult",
+    "PauseKey",
     "PgworkerdError",
     "Producer",
     "Retry",
+    "Snooze",
     "WaitError",
     "cancel",
     "enqueue",

@@ -359,6 +359,28 @@ class JobStore:
             error = f"retry requested in {delay_s:g}s"
         return self._fail(conn, lease, clean_error(error), discard=False, delay_s=delay_s)
 
+    def snooze(
+        self,
+        conn: psycopg.Connection[Any],
+        lease: Lease,
+        *,
+        delay_s: float | None,
+        until: datetime | None = None,
+        pause_key: bool = False,
+    ) -> FailedAttempt | None:
+        """Put the job back to `queued` uncharged (the start is given back), to run at
+        `until` or `delay_s` from now; `pause_key`: its key (if it has one) is paused
+        until then too, in the same fenced statement. None when the lease was lost."""
+        params = {
+            "id": lease.job_id,
+            "token": lease.token,
+            "delay_s": float(delay_s or 0.0),
+            "until": until,
+            "pause_key": pause_key,
+        }
+        row = conn.execute(self._sql["jobs_snooze"], params).fetchone()
+        return FailedAttempt(*row[:4]) if row else None
+
     def release(self, conn: psycopg.Connection[Any], leases: Iterable[Lease]) -> set[int]:
         """Give jobs back to `queued` at once without charging the start."""
         # They keep their run_at, behind the positions claims have passed: this

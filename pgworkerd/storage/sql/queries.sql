@@ -422,6 +422,42 @@ WHERE j.id = ANY(%(ids)s::bigint[])
 RETURNING j.id;
 
 
+-- name: jobs_snooze
+-- A handler's Snooze or PauseKey: the job goes back to `queued` to run at `until` (or
+-- `delay_s` from now), and this start is given back (attempt - 1), as a release gives
+-- it back. With `pause_key`, the job's key (if it has one) is paused until the same
+-- time in the same statement (a longer pause of the key is kept: greatest). FENCE: a
+-- holder that lost its lease changes neither the job nor the key.
+WITH target AS (
+    SELECT j.id, j.key,
+           coalesce(%(until)s::timestamptz,
+                    now() + make_interval(secs => %(delay_s)s::float8)) AS run_at
+    FROM {schema}.jobs AS j
+    WHERE j.id = %(id)s
+      AND j.lease_token = %(token)s AND j.state = 'running'  -- FENCE
+    FOR UPDATE
+),
+paused AS (
+    INSERT INTO {schema}.paused_keys AS p (key, until)
+    SELECT t.key, t.run_at FROM target AS t
+    WHERE %(pause_key)s AND t.key IS NOT NULL
+    ON CONFLICT (key) DO UPDATE
+    SET until     = greatest(p.until, EXCLUDED.until),
+        paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
+    RETURNING p.key
+)
+UPDATE {schema}.jobs AS j
+SET state            = 'queued',
+    attempt          = j.attempt - 1,              -- not charged
+    run_at           = t.run_at,
+    lease_token      = NULL,
+    lease_expires_at = NULL,
+    started_at       = NULL
+FROM target AS t
+WHERE j.id = t.id
+RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT count(*) FROM paused) AS keys_paused;
+
+
 -- name: jobs_renew
 -- Extends the leases still held. The ids missing from the result lost their lease.
 UPDATE {schema}.jobs AS j
