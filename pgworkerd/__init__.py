@@ -5,6 +5,7 @@ AsyncConnection), and the values a handler receives and raises; read a job's res
 wait for its end.
 """
 
+from pgworkerd.client.key_pauses import pause_key, resume_key
 from pgworkerd.client.operations import cancel, retry
 from pgworkerd.client.pausing import pause_queue, resume_queue
 from pgworkerd.client.producer import (
@@ -18,7 +19,7 @@ from pgworkerd.client.producer import (
 from pgworkerd.client.results import result, wait, wait_async
 from pgworkerd.client.tasks import Task, task
 from pgworkerd.errors import InvalidJob, JobNotFound, NoResult, PgworkerdError, WaitError
-from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, Retry
+from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
 
 __all__ = [
     "Discard",
@@ -29,9 +30,11 @@ __all__ = [
     "JobNotFound",
     "JobTimeout",
     "NoResult",
+    "PauseKey",
     "PgworkerdError",
     "Producer",
     "Retry",
+    "Snooze",
     "Task",
     "WaitError",
     "cancel",
@@ -39,8 +42,10 @@ __all__ = [
     "enqueue_async",
     "enqueue_many",
     "enqueue_many_async",
+    "pause_key",
     "pause_queue",
     "result",
+    "resume_key",
     "resume_queue",
     "retry",
     "task",

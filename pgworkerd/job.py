@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pgworkerd import progress as _progress
@@ -28,6 +28,7 @@ class Job:
     max_runtime_s: float | None = None  # None: the queue's, else the defaults' setting
     run_at: datetime | None = None
     created_at: datetime | None = None
+    key: str | None = None  # the producer's key="...": its unit of key pauses
     lease_token: uuid.UUID | None = field(default=None, repr=False)
     # Position of the job's queue in the claimer's queue list, for ordering a batch.
     queue_order: int = field(default=0, repr=False, compare=False)
@@ -71,6 +72,46 @@ class Retry(Exception):
         super().__init__(reason or f"retry requested in {after:g}s")
         self.after = float(after)
         self.reason = reason
+
+
+def _snooze_seconds(what: str, after: float | timedelta) -> float:
+    if isinstance(after, timedelta):
+        after = after.total_seconds()
+    if isinstance(after, bool) or not isinstance(after, int | float) or not 0 <= after < 1e12:
+        raise ValueError(f"{what} needs seconds or a timedelta >= 0, got {after!r}")
+    return float(after)
+
+
+class Snooze(Exception):
+    """Raise in a handler to run the job again `after` seconds (or a timedelta) from
+    now (database clock). This start is not charged: `attempt` is given back."""
+
+    def __init__(self, after: float | timedelta = 0.0) -> None:
+        self.after = _snooze_seconds("Snooze(after)", after)
+        super().__init__(f"snoozed for {self.after:g}s")
+
+
+class PauseKey(Exception):
+    """Raise in a handler to put the job back uncharged and pause its key: no job with
+    the same key starts on any daemon for `after` seconds (or a timedelta), or before
+    `until` (a timezone-aware datetime, database clock); other keys go on. The job runs
+    again when the pause ends. On a job without a key it acts as `Snooze`. A longer
+    pause of the key already running is kept."""
+
+    def __init__(
+        self, after: float | timedelta | None = None, *, until: datetime | None = None
+    ) -> None:
+        if (after is None) == (until is None):
+            raise ValueError("PauseKey needs after (seconds or a timedelta) or until=, one of them")
+        if until is not None and (
+            not isinstance(until, datetime) or until.tzinfo is None or until.utcoffset() is None
+        ):
+            raise ValueError(f"PauseKey(until=...) needs a timezone-aware datetime, got {until!r}")
+        self.after = None if after is None else _snooze_seconds("PauseKey(after)", after)
+        self.until = until
+        super().__init__(
+            f"key paused until {until.isoformat()}" if until else f"key paused for {self.after:g}s"
+        )
 
 
 class Discard(Exception):

@@ -54,6 +54,7 @@ BASE_CONFIG: dict[str, Any] = {
         "until_cancelled": "tests.handlers:until_cancelled",
         "until_cancelled_async": "tests.handlers:until_cancelled_async",
         "progress_steps": "tests.handlers:progress_steps",
+        "pause_key_once": "tests.handlers:pause_key_once",
     },
     "queues": {"default": {}},
     "workers": [{"queues": ["default"], "concurrency": 2}],

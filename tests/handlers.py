@@ -268,3 +268,16 @@ def progress_steps(job: pgworkerd.Job) -> str:
             if not job.payload.get("ignore_cancel"):
                 raise
     return "all steps done"
+
+
+def pause_key_once(job: pgworkerd.Job) -> str:
+    """Records each start; the first start of the job pauses its key for
+    payload["seconds"] (PauseKey), the next one succeeds."""
+    with psycopg.connect(os.environ["PGWORKERD_TEST_HISTORY_DSN"], autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM history WHERE job_id = %s AND event = 'start'", (job.id,)
+        ).fetchone()
+    _record(job, "start")
+    if row is not None and row[0] == 0:
+        raise pgworkerd.PauseKey(job.payload["seconds"])
+    return "ran"

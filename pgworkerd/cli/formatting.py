@@ -166,6 +166,24 @@ def queues(listing: Sequence[dict[str, Any]]) -> str:
     return table(headers, rows, cut_first=[0])
 
 
+def keys(listing: Sequence[dict[str, Any]]) -> str:
+    """`pgworkerd keys`: each key with its jobs running, ready and queued, and until when
+    it is paused (with the time left)."""
+    if not listing:
+        return "no keys"
+    rows = [
+        [
+            k["key"],
+            str(k["running"]),
+            str(k["ready"]),
+            str(k["queued"]),
+            f"{when(k['paused_until'])} ({age(k['paused_for_s'])} left)" if k["paused"] else "-",
+        ]
+        for k in listing
+    ]
+    return table(["KEY", "RUNNING", "READY", "QUEUED", "PAUSED UNTIL"], rows, cut_first=[0])
+
+
 def percent(value: float | None) -> str:
     """`42%`, `99.5%`, `-`."""
     return "-" if value is None else f"{value:.3g}%"
@@ -232,6 +250,7 @@ def job(detail: dict[str, Any]) -> str:
         ("attempt", f"{d['attempt']} of {max_attempts}"),
         ("max runtime", "-" if d["max_runtime_s"] is None else f"{d['max_runtime_s']:g}s"),
         ("unique key", d["unique_key"] or "-"),
+        ("key", d.get("key") or "-"),
         ("held by", held),
         ("created", when(d["created_at"])),
         ("run at", when(d["run_at"])),

@@ -40,6 +40,7 @@ def register(command: CommandAdder, common: Parser) -> None:
     enqueue.add_argument("--delay", metavar="DUR", help="e.g. 30, 30s, 15m, 1h")
     enqueue.add_argument("--run-at", metavar="ISO8601", help="with a timezone offset")
     enqueue.add_argument("--unique-key", metavar="K")
+    enqueue.add_argument("--key", metavar="KEY", help="the job's key, e.g. tenant:42")
     enqueue.add_argument("--max-attempts", type=int, metavar="N")
     status = command(
         "status", cmd_status, "queues, their jobs by state, live daemons, periodic entries"
@@ -77,6 +78,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         "queue": args.queue,
         "priority": args.priority,
         "unique_key": args.unique_key,
+        "key": args.key,
         "max_attempts": args.max_attempts,
     }
     if args.delay is not None:

@@ -14,7 +14,7 @@ from typing import NoReturn
 import psycopg
 
 from pgworkerd import config as config_module
-from pgworkerd.cli import daemon, health, jobs, queues, web
+from pgworkerd.cli import daemon, health, jobs, keys, queues, web
 from pgworkerd.cli.common import EXIT_BAD_INPUT, EXIT_FAILURE, Parser, UsageError, fail
 from pgworkerd.config import ConfigError
 from pgworkerd.errors import InvalidJob, SchemaError
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     health.register(command)
     jobs.register(command, common)
     queues.register(command, common)
+    keys.register(command, common)
     web.register(command)
     return parser
 

@@ -146,6 +146,7 @@ def job_detail(row: dict[str, Any]) -> dict[str, Any]:
         "max_attempts": row["max_attempts"],
         "max_runtime_s": json_value(row["max_runtime"]),
         "unique_key": row["unique_key"],
+        "key": row["key"],
         "worker": row["worker"],
         "lease_expires_at": json_value(row["lease_expires_at"]),
         "created_at": json_value(row["created_at"]),

@@ -29,7 +29,7 @@ from pgworkerd.errors import InvalidJob
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore, Statement
 
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
-MAX_NAME_CHARS = 255  # kind, queue and unique_key
+MAX_NAME_CHARS = 255  # kind, queue, unique_key and key
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # the column is a PostgreSQL integer
 MAX_ATTEMPTS_LIMIT = 1_000_000
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -39,8 +39,9 @@ MAX_UNIQUE_KEY_ROUNDS = 5
 
 class EnqueueOptions(TypedDict, total=False):
     """The keyword arguments of every enqueue call, sync or async, declared once.
-    Unset: queue "default", priority 0, no delay, run_at or unique_key, and the
-    queue's max_attempts and max_runtime."""
+    Unset: queue "default", priority 0, no delay, run_at, unique_key or key, and
+    the queue's max_attempts and max_runtime. `key` ("tenant:42") is the job's unit of
+    key pauses (`pause_key`, `PauseKey`)."""
 
     queue: str
     priority: int
@@ -49,6 +50,7 @@ class EnqueueOptions(TypedDict, total=False):
     unique_key: str | None
     max_attempts: int | None
     max_runtime: float | timedelta | None
+    key: str | None
 
 
 # What the enqueue functions take: a psycopg connection, or a SQLAlchemy Session or
@@ -227,6 +229,7 @@ def _job_record(
     unique_key: Any = None,
     max_attempts: Any = None,
     max_runtime: Any = None,
+    key: Any = None,
 ) -> dict[str, Any]:
     """One job's validated record, as `jobs_insert` reads it; unset options left out."""
     _check_name("kind", kind)
@@ -235,6 +238,9 @@ def _job_record(
     if unique_key is not None:
         _check_name("unique_key", unique_key)
         record["unique_key"] = unique_key
+    if key is not None:
+        _check_name("key", key)
+        record["key"] = key
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidJob(f"priority must be an integer, got {type(priority).__name__}")
     if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:

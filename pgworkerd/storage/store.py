@@ -310,13 +310,16 @@ class JobStore:
         job is claim_meta's."""
         meta = next(row for row in rows if row["id"] is None)
         jobs = _jobs_in_claim_order([row for row in rows if row["id"] is not None])
-        self.positions.advance(
-            queues,
-            jobs,
-            db_now=meta["db_now"],
-            exhausted=len(jobs) < limit,
-            paused=meta["paused_queues"],
-        )
+        # While a key is paused, the claim passed over its jobs: a position moved past
+        # them would miss them when the pause ends (KEY PAUSES in sql/queries.sql).
+        if not meta["keys_paused"]:
+            self.positions.advance(
+                queues,
+                jobs,
+                db_now=meta["db_now"],
+                exhausted=len(jobs) < limit,
+                paused=meta["paused_queues"],
+            )
         self.positions.claimed(queues, sweep)
         return jobs
 
@@ -355,6 +358,28 @@ class JobStore:
         if error is None:
             error = f"retry requested in {delay_s:g}s"
         return self._fail(conn, lease, clean_error(error), discard=False, delay_s=delay_s)
+
+    def snooze(
+        self,
+        conn: psycopg.Connection[Any],
+        lease: Lease,
+        *,
+        delay_s: float | None,
+        until: datetime | None = None,
+        pause_key: bool = False,
+    ) -> FailedAttempt | None:
+        """Put the job back to `queued` uncharged (the start is given back), to run at
+        `until` or `delay_s` from now; `pause_key`: its key (if it has one) is paused
+        until then too, in the same fenced statement. None when the lease was lost."""
+        params = {
+            "id": lease.job_id,
+            "token": lease.token,
+            "delay_s": float(delay_s or 0.0),
+            "until": until,
+            "pause_key": pause_key,
+        }
+        row = conn.execute(self._sql["jobs_snooze"], params).fetchone()
+        return FailedAttempt(*row[:4]) if row else None
 
     def release(self, conn: psycopg.Connection[Any], leases: Iterable[Lease]) -> set[int]:
         """Give jobs back to `queued` at once without charging the start."""
@@ -558,6 +583,7 @@ def _job_from_row(row: dict[str, Any]) -> Job:
         max_runtime_s=row["max_runtime_s"],
         run_at=row["run_at"],
         created_at=row["created_at"],
+        key=row["key"],
         lease_token=row["lease_token"],
         queue_order=row["queue_ord"],
         trace_context=row["trace_context"],

@@ -11,19 +11,23 @@ import inspect
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from pgworkerd.encoding import dump_result
-from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, Retry
+from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
 
-OutcomeKind = Literal["succeeded", "retry", "discarded", "failed", "timed_out", "cancelled"]
+OutcomeKind = Literal[
+    "succeeded", "retry", "snoozed", "key_paused", "discarded", "failed", "timed_out", "cancelled"
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     kind: OutcomeKind
     result_json: str | None = None  # succeeded
-    delay_s: float | None = None  # retry
+    delay_s: float | None = None  # retry, snoozed, key_paused (with no until)
+    until: datetime | None = None  # key_paused until then (database clock)
     error: str | None = None  # retry (reason), discarded, failed, timed_out
 
     @property
@@ -49,6 +53,10 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
     """A handler raised `exc` (KeyboardInterrupt is not the handler's: it goes on up)."""
     if isinstance(exc, Retry):
         return Outcome("retry", delay_s=exc.after, error=str(exc))
+    if isinstance(exc, Snooze):
+        return Outcome("snoozed", delay_s=exc.after, error=str(exc))
+    if isinstance(exc, PauseKey):
+        return Outcome("key_paused", delay_s=exc.after, until=exc.until, error=str(exc))
     if isinstance(exc, Discard):
         return Outcome("discarded", error=exc.reason or "discarded by handler")
     text = "".join(traceback.format_exception(exc))

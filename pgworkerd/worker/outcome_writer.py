@@ -127,6 +127,15 @@ class OutcomeWriter:
                 **fields,
             )
             return "lost"
+        if outcome.kind in ("snoozed", "key_paused"):
+            logs.event(
+                log,
+                logging.INFO,
+                f"job {outcome.kind.replace('_', ' ')}",
+                **fields,
+                run_at=result.run_at.isoformat(),
+            )
+            return "failed"  # back to queued; the supervisor settles it as any retry
         level = logging.ERROR if result.state == "dead" else logging.WARNING
         logs.event(
             log,
@@ -152,5 +161,13 @@ def write_unsuccessful(
     at the handler's delay, or with backoff, or dead. None when the lease was lost."""
     if outcome.kind == "retry":
         return store.retry_after(conn, job.lease, outcome.delay_s or 0.0, outcome.error)
+    if outcome.kind in ("snoozed", "key_paused"):
+        return store.snooze(
+            conn,
+            job.lease,
+            delay_s=outcome.delay_s,
+            until=outcome.until,
+            pause_key=outcome.kind == "key_paused",
+        )
     discard = outcome.kind == "discarded"
     return store.fail(conn, job.lease, outcome.error or outcome.kind, discard=discard)

@@ -23,6 +23,7 @@ DETAIL_KEYS = JOB_KEYS | {
     "priority",
     "max_runtime_s",
     "unique_key",
+    "key",
     "worker",
     "lease_expires_at",
     "created_at",
@@ -205,6 +206,16 @@ def test_retry_dead_of_one_queue_and_status_shows_daemons(cli, db_dsn):
 )
 def test_unknown_ids_and_bad_arguments_exit_2_with_one_line(cli, args, message):
     assert_one_line_error(cli(*args), 2, message)
+
+
+def test_enqueue_key_is_stored_and_shown_and_checked_like_queue(cli):
+    job = enqueue(cli, "k", "--key", "tenant:42")
+    assert ok_json(cli("jobs", "show", str(job), "--json"))["key"] == "tenant:42"
+    shown = cli("jobs", "show", str(job))
+    assert shown.returncode == 0 and "tenant:42" in shown.stdout
+    assert ok_json(cli("jobs", "show", str(enqueue(cli, "k")), "--json"))["key"] is None
+    assert_one_line_error(cli("enqueue", "k", "--key", "x" * 256), 2, "key is 256 characters")
+    assert_one_line_error(cli("enqueue", "k", "--key", "a\tb"), 2, "control characters")
 
 
 def test_a_missing_id_among_others_changes_nothing(cli):

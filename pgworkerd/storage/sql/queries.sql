@@ -31,17 +31,18 @@ WITH input AS MATERIALIZED (
              jsonb_to_recordset(%(jobs)s::jsonb)
              AS (queue text, kind text, payload jsonb, priority int, run_at timestamptz,
                  delay_s float8, unique_key text, max_attempts int, max_runtime_s float8,
-                 trace_context jsonb)
+                 trace_context jsonb, key text)
          ) WITH ORDINALITY AS t(queue, kind, payload, priority, run_at, delay_s, unique_key,
-                                max_attempts, max_runtime_s, trace_context, ord)
+                                max_attempts, max_runtime_s, trace_context, key, ord)
 ),
 inserted AS (
     INSERT INTO {schema}.jobs AS j
         (id, queue, kind, payload, priority, run_at, unique_key, max_attempts, max_runtime,
-         trace_context)
+         trace_context, key)
     SELECT id, queue, kind, payload, COALESCE(priority, 0),
            COALESCE(run_at, now() + make_interval(secs => COALESCE(delay_s, 0))),
-           unique_key, max_attempts, make_interval(secs => max_runtime_s), trace_context
+           unique_key, max_attempts, make_interval(secs => max_runtime_s), trace_context,
+           key
     FROM input
     ORDER BY ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
@@ -70,18 +71,18 @@ ORDER BY input.ord;
 WITH inserted AS (
     INSERT INTO {schema}.jobs AS j
         (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime,
-         trace_context)
+         trace_context, key)
     SELECT nextval(%(sequence)s::regclass), t.queue, t.kind, t.payload,
            COALESCE(t.priority, 0),
            COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay_s, 0))),
-           t.max_attempts, make_interval(secs => t.max_runtime_s), t.trace_context
+           t.max_attempts, make_interval(secs => t.max_runtime_s), t.trace_context, t.key
     FROM ROWS FROM (
              jsonb_to_recordset(%(jobs)s::jsonb)
              AS (queue text, kind text, payload jsonb, priority int, run_at timestamptz,
                  delay_s float8, max_attempts int, max_runtime_s float8,
-                 trace_context jsonb)
+                 trace_context jsonb, key text)
          ) WITH ORDINALITY AS t(queue, kind, payload, priority, run_at, delay_s,
-                                max_attempts, max_runtime_s, trace_context, ord)
+                                max_attempts, max_runtime_s, trace_context, key, ord)
     RETURNING j.id, j.queue, j.run_at
 ),
 notified AS (  -- as in jobs_insert
@@ -120,6 +121,12 @@ FULL JOIN ({claim_meta}) AS meta ON false;
 -- A paused queue is left out of the list (an anti-join on paused_queues, a table of a
 -- few rows at most): its jobs are never looked at. A claim already running when a pause
 -- commits does not see it; the next one does.
+-- KEY PAUSES: a job whose key has a pause until later than now() (paused_keys) is passed
+-- over, not locked. The test costs nothing for a job without a key, and one probe of
+-- paused_keys' primary key (an empty table, or a few rows) for a job with one. While
+-- any key is paused the claim's positions stay where they are (claim_meta's
+-- keys_paused): the jobs passed over are behind them, and must be found when the pause
+-- ends, without waiting for a sweep.
 --
 -- POSITIONS: the levels (queue, priority) to claim from come from the caller, each with
 -- the position (run_at, id) its claims have passed (JobStore's ClaimPositions). Each
@@ -159,6 +166,9 @@ picked AS MATERIALIZED (
         WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
           AND (j.run_at, j.id) > (l.after_run_at, l.after_id)  -- POSITIONS
           AND j.run_at <= now()
+          AND (j.key IS NULL OR NOT EXISTS (  -- KEY PAUSES
+                SELECT FROM {schema}.paused_keys AS pk
+                WHERE pk.key = j.key AND pk.until > now()))
         ORDER BY j.run_at, j.id
         LIMIT %(limit)s
         -- SKIP LOCKED: rows another claimer is taking right now are passed over, not
@@ -174,10 +184,12 @@ picked AS MATERIALIZED (
 -- Fragment of jobs_claim and jobs_complete_and_claim: the database clock, which moves
 -- the claim positions (never a worker's clock), and which of the queues asked for were
 -- paused (read in the claim's own snapshot: their levels were not scanned, so their
--- positions must not move).
+-- positions must not move), and whether any key was paused (KEY PAUSES: no position
+-- moves then).
 SELECT now() AS db_now,
        ARRAY(SELECT p.queue FROM {schema}.paused_queues AS p
-             WHERE p.queue = ANY(%(queues)s::text[])) AS paused_queues
+             WHERE p.queue = ANY(%(queues)s::text[])) AS paused_queues,
+       EXISTS (SELECT FROM {schema}.paused_keys AS pk WHERE pk.until > now()) AS keys_paused
 
 
 -- name: claim_update
@@ -199,7 +211,7 @@ FROM queues AS q
 WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked)) AND q.name = j.queue
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
-          j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord,
+          j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord, j.key,
           j.trace_context  -- the handler's span continues the enqueuer's trace
 
 
@@ -266,7 +278,9 @@ SELECT name, priority FROM levels;
 -- ready now), NULL when there is none: how long an idle worker may sleep. Levels and
 -- positions as in claim_picks (POSITIONS). Paused queues are left out as the claim
 -- leaves them out: their ready jobs would otherwise wake an idle worker again and
--- again for nothing it may claim.
+-- again for nothing it may claim. So are the jobs of a paused key (KEY PAUSES), and the
+-- earliest end of a key pause counts as a run_at: the idle worker wakes when it ends
+-- (at worst once for a key none of its queues holds) and claims what it held back.
 WITH queues AS (
     SELECT q.name, q.ord FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
     WHERE NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = q.name)
@@ -280,15 +294,21 @@ levels AS (
          AS l(queue, priority, after_run_at, after_id)
     JOIN queues AS q ON q.name = l.queue
 )
-SELECT extract(epoch FROM min(first.run_at) - now())::float8
-FROM levels AS l
-CROSS JOIN LATERAL (
-    SELECT j.run_at FROM {schema}.jobs AS j
-    WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
-      AND (j.run_at, j.id) > (l.after_run_at, l.after_id)  -- POSITIONS
-    ORDER BY j.run_at, j.id
-    LIMIT 1
-) AS first;
+SELECT extract(epoch FROM least(
+           (SELECT min(first.run_at)
+            FROM levels AS l
+            CROSS JOIN LATERAL (
+                SELECT j.run_at FROM {schema}.jobs AS j
+                WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
+                  AND (j.run_at, j.id) > (l.after_run_at, l.after_id)  -- POSITIONS
+                  AND (j.key IS NULL OR NOT EXISTS (  -- KEY PAUSES
+                        SELECT FROM {schema}.paused_keys AS pk
+                        WHERE pk.key = j.key AND pk.until > now()))
+                ORDER BY j.run_at, j.id
+                LIMIT 1
+            ) AS first),
+           (SELECT min(pk.until) FROM {schema}.paused_keys AS pk WHERE pk.until > now())
+       ) - now())::float8;
 
 
 -- name: jobs_complete
@@ -406,6 +426,42 @@ WHERE j.id = ANY(%(ids)s::bigint[])
 RETURNING j.id;
 
 
+-- name: jobs_snooze
+-- A handler's Snooze or PauseKey: the job goes back to `queued` to run at `until` (or
+-- `delay_s` from now), and this start is given back (attempt - 1), as a release gives
+-- it back. With `pause_key`, the job's key (if it has one) is paused until the same
+-- time in the same statement (a longer pause of the key is kept: greatest). FENCE: a
+-- holder that lost its lease changes neither the job nor the key.
+WITH target AS (
+    SELECT j.id, j.key,
+           coalesce(%(until)s::timestamptz,
+                    now() + make_interval(secs => %(delay_s)s::float8)) AS run_at
+    FROM {schema}.jobs AS j
+    WHERE j.id = %(id)s
+      AND j.lease_token = %(token)s AND j.state = 'running'  -- FENCE
+    FOR UPDATE
+),
+paused AS (
+    INSERT INTO {schema}.paused_keys AS p (key, until)
+    SELECT t.key, t.run_at FROM target AS t
+    WHERE %(pause_key)s AND t.key IS NOT NULL
+    ON CONFLICT (key) DO UPDATE
+    SET until     = greatest(p.until, EXCLUDED.until),
+        paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
+    RETURNING p.key
+)
+UPDATE {schema}.jobs AS j
+SET state            = 'queued',
+    attempt          = j.attempt - 1,              -- not charged
+    run_at           = t.run_at,
+    lease_token      = NULL,
+    lease_expires_at = NULL,
+    started_at       = NULL
+FROM target AS t
+WHERE j.id = t.id
+RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT count(*) FROM paused) AS keys_paused;
+
+
 -- name: jobs_renew
 -- Extends the leases still held. The ids missing from the result lost their lease.
 UPDATE {schema}.jobs AS j
@@ -506,10 +562,10 @@ moved AS (
 INSERT INTO {schema}.jobs_archive
     (id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
      run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
-     finished_at, progress, progress_stage, progress_at, trace_context)
+     finished_at, progress, progress_stage, progress_at, trace_context, key)
 SELECT id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
        run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
-       finished_at, progress, progress_stage, progress_at, trace_context
+       finished_at, progress, progress_stage, progress_at, trace_context, key
 FROM moved;
 
 
@@ -960,3 +1016,77 @@ SELECT coalesce(max(id), 0) AS max_id FROM {schema}.jobs;
 SELECT EXISTS (
     SELECT FROM information_schema.columns
     WHERE table_schema = %(schema)s AND table_name = 'jobs' AND column_name = 'key');
+
+
+-- name: keys_pause
+-- Pauses a key until `until` (database clock): no claim takes a job of that key before
+-- then (KEY PAUSES in claim_picks). `extend`: a pause already running longer is kept
+-- (a handler's PauseKey never shortens an operator's pause); otherwise the new `until`
+-- replaces it (an operator's `keys pause` means what it says). Returns the pause's end.
+INSERT INTO {schema}.paused_keys AS p (key, until)
+VALUES (%(key)s, %(until)s::timestamptz)
+ON CONFLICT (key) DO UPDATE
+SET until     = CASE WHEN %(extend)s THEN greatest(p.until, EXCLUDED.until)
+                     ELSE EXCLUDED.until END,
+    paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
+RETURNING p.until;
+
+
+-- name: keys_pause_for
+-- keys_pause for `seconds` from now (database clock).
+INSERT INTO {schema}.paused_keys AS p (key, until)
+VALUES (%(key)s, now() + make_interval(secs => %(seconds)s))
+ON CONFLICT (key) DO UPDATE
+SET until     = CASE WHEN %(extend)s THEN greatest(p.until, EXCLUDED.until)
+                     ELSE EXCLUDED.until END,
+    paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
+RETURNING p.until;
+
+
+-- name: keys_resume
+-- Ends a key's pause; returns whether one was running. Each queue holding queued jobs of
+-- the key is announced on the enqueue channel (at commit), as queues_resume does, so
+-- idle workers claim them at once. The queues are found by a pass over the queued jobs
+-- (no index on key): an operator's action, not a hot path.
+WITH resumed AS (
+    DELETE FROM {schema}.paused_keys AS p
+    WHERE p.key = %(key)s
+    RETURNING p.key, p.until > now() AS was_paused
+),
+notified AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT j.queue FROM {schema}.jobs AS j
+          WHERE j.state = 'queued' AND j.key IN (SELECT key FROM resumed)) AS q
+)
+SELECT coalesce(bool_or(resumed.was_paused), false) AS was_paused
+FROM resumed
+CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;  -- an unreferenced CTE never runs
+
+
+-- name: keys_list
+-- The operator's `keys`: every key that a queued or running job holds, or that is
+-- paused now, with its jobs running and ready (queued, run_at passed) and queued, and
+-- its pause. One pass over the live jobs: an operator's read, not a hot path.
+WITH counts AS (
+    SELECT key,
+           count(*) FILTER (WHERE state = 'running') AS running,
+           count(*) FILTER (WHERE state = 'queued' AND run_at <= now()) AS ready,
+           count(*) FILTER (WHERE state = 'queued') AS queued
+    FROM {schema}.jobs
+    WHERE key IS NOT NULL AND state IN ('queued', 'running')
+    GROUP BY key
+),
+paused AS (
+    SELECT key, until, paused_at FROM {schema}.paused_keys WHERE until > now()
+)
+SELECT coalesce(c.key, p.key) AS key,
+       coalesce(c.running, 0) AS running,
+       coalesce(c.ready, 0)   AS ready,
+       coalesce(c.queued, 0)  AS queued,
+       p.until AS paused_until,
+       p.paused_at,
+       extract(epoch FROM p.until - now())::float8 AS paused_for_s
+FROM counts AS c
+FULL JOIN paused AS p ON p.key = c.key
+ORDER BY 1
+LIMIT %(limit)s;

@@ -1,0 +1,105 @@
+"""Paused keys: the Python `pause_key` and `resume_key`, and what `pgworkerd keys`
+reads and writes.
+
+A key pause is a row in the schema's `paused_keys` table with an end (`until`, on the
+database clock), so it holds for every daemon and host and ends by itself: no claim
+takes a job of a paused key until then (storage/sql/queries.sql, KEY PAUSES); jobs of
+the key already running finish, and other keys go on. A handler pauses its own job's
+key with `raise pgworkerd.PauseKey(...)`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from pgworkerd.client.producer import check_name, schema_of
+from pgworkerd.errors import InvalidJob
+from pgworkerd.storage.key_pauses import KeyPauseStore
+from pgworkerd.storage.store import DEFAULT_SCHEMA
+
+DEFAULT_KEYS_LIMIT = 1000
+
+
+def pause_key(
+    conn: psycopg.Connection[Any],
+    key: str,
+    until: datetime | timedelta | float,
+    *,
+    schema: str | None = None,
+) -> datetime:
+    """Pause `key`: no daemon starts a job of that key before `until`, which is a
+    timezone-aware datetime, or a timedelta or seconds from now (the database's clock).
+    A pause of the key already set is replaced (to shorten one, pause again; to end it,
+    `resume_key`). Runs in the caller's transaction, like `enqueue`; `schema` defaults
+    as `enqueue`'s does. Returns when the pause ends (database clock)."""
+    return KeyPauses(schema_of(schema)).pause(conn, key, until)
+
+
+def resume_key(conn: psycopg.Connection[Any], key: str, *, schema: str | None = None) -> bool:
+    """End `key`'s pause; idle workers are told at commit and claim its jobs at once.
+    True if it was paused."""
+    return KeyPauses(schema_of(schema)).resume(conn, key)
+
+
+class KeyPauses:
+    """The paused keys of one schema."""
+
+    def __init__(self, schema: str = DEFAULT_SCHEMA) -> None:
+        self._store = KeyPauseStore(schema)
+
+    def pause(
+        self,
+        conn: psycopg.Connection[Any],
+        key: str,
+        until: datetime | timedelta | float,
+        *,
+        extend: bool = False,
+    ) -> datetime:
+        """Pauses `key` (checked as enqueue checks keys: InvalidJob) until `until`;
+        `extend`: a pause that already runs longer is kept. Returns its end."""
+        check_name("key", key)
+        if isinstance(until, datetime):
+            if until.tzinfo is None or until.utcoffset() is None:
+                raise InvalidJob("until must be timezone-aware (a naive datetime is ambiguous)")
+            return self._store.pause_until(conn, key, until, extend=extend)
+        return self._store.pause_for(conn, key, pause_seconds(until), extend=extend)
+
+    def resume(self, conn: psycopg.Connection[Any], key: str) -> bool:
+        return self._store.resume(conn, key)
+
+    def keys(
+        self, conn: psycopg.Connection[Any], *, limit: int = DEFAULT_KEYS_LIMIT
+    ) -> list[dict[str, Any]]:
+        """Keys of queued or running jobs, or paused now: JSON values, the `keys --json`
+        output."""
+        return [_key(row) for row in self._store.keys(conn, limit=limit)]
+
+
+def pause_seconds(duration: Any) -> float:
+    """A pause's length, seconds or a timedelta, as seconds >= 0 (InvalidJob if not)."""
+    if isinstance(duration, timedelta):
+        duration = duration.total_seconds()
+    if isinstance(duration, bool) or not isinstance(duration, int | float):
+        raise InvalidJob(
+            f"until must be a datetime, a timedelta or seconds, got {type(duration).__name__}"
+        )
+    if not duration >= 0 or duration == float("inf"):
+        raise InvalidJob(f"a pause must be a finite number of seconds >= 0, got {duration!r}")
+    return float(duration)
+
+
+def _key(row: dict[str, Any]) -> dict[str, Any]:
+    until = row["paused_until"]
+    return {
+        "key": row["key"],
+        "running": int(row["running"]),
+        "ready": int(row["ready"]),
+        "queued": int(row["queued"]),
+        "paused": until is not None,
+        "paused_until": None if until is None else until.isoformat(),
+        "paused_at": None if row["paused_at"] is None else row["paused_at"].isoformat(),
+        "paused_for_s": row["paused_for_s"],
+    }
