@@ -9,6 +9,7 @@ docs/design.md (Operator commands).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -222,7 +223,7 @@ def _horizon_status(horizon: Horizon | None, lease_ttl_s: float) -> dict[str, An
             "vacuum cannot remove the jobs finished since it began, and claims walk past "
             f"them; end it{end_it}"
         )
-    return {**horizon.as_json(), "describe": horizon.describe(), "warning": warning}
+    return {**dataclasses.asdict(horizon), "describe": horizon.describe(), "warning": warning}
 
 
 def _table_status(row: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -43,16 +43,6 @@ class Horizon:
         how_long = f"open {self.age_s:.0f}s" if self.age_s is not None else "open"
         return f"{who}, {how_long}, {self.xid_age or 0} transactions behind"
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "pid": self.pid,
-            "name": self.name,
-            "state": self.state,
-            "age_s": self.age_s,
-            "xid_age": self.xid_age,
-        }
-
 
 @dataclass(frozen=True)
 class StatusRows:
