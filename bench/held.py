@@ -115,7 +115,11 @@ def read_while_held(dsn: str, held_s: float) -> int:
 
     def reader(n: int) -> None:
         try:
-            with psycopg.connect(dsn, application_name=f"bench reader {n}") as conn:
+            # autocommit, so that the BEGIN below is the transaction's (psycopg would
+            # otherwise open a READ COMMITTED one before it, and this BEGIN be ignored).
+            with psycopg.connect(
+                dsn, autocommit=True, application_name=f"bench reader {n}"
+            ) as conn:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
                 while time.monotonic() < stop_at:
                     conn.execute(
@@ -125,7 +129,7 @@ def read_while_held(dsn: str, held_s: float) -> int:
                     ).fetchone()
                     scans[n] += 1
                     time.sleep(min(READER_PAUSE_S, max(0.0, stop_at - time.monotonic())))
-                conn.rollback()
+                conn.execute("ROLLBACK")
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -143,7 +147,7 @@ def _is_pgworkerd(conn: psycopg.Connection[Any]) -> bool:
     """Whether this database holds pgworkerd's jobs table (else PgQueuer's)."""
     row = conn.execute("SELECT to_regclass('pgworkerd.jobs') IS NOT NULL").fetchone()
     if row and row[0]:
-        conn.execute("SET LOCAL search_path = pgworkerd")
+        conn.execute("SET LOCAL search_path = pgworkerd")  # within the reader's transaction
         return True
     return False
 
@@ -169,12 +173,32 @@ def summarise(
             "latency_p50_ms": round(percentile(lat, 50), 1) if lat else float("nan"),
             "latency_p99_ms": round(percentile(lat, 99), 1) if lat else float("nan"),
         }
+    figures["slowest_seconds"] = slowest_seconds(pairs, bounds)
     figures["total"] = {
         "enqueued": len(pairs),
         "started": len(starts),
         "never_started": len(pairs) - len(starts),
     }
     return figures
+
+
+def slowest_seconds(
+    pairs: list[tuple[float, float | None]], bounds: dict[str, float], top: int = 3
+) -> list[str]:
+    """The `top` seconds of the run whose enqueued jobs waited longest, as "phase +N s:
+    max latency": where a stall sits (the start, a sweep, the hold, the release)."""
+    end = bounds["end"]
+    worst: dict[int, float] = {}
+    for t, s in pairs:
+        second = int(t - bounds["start"])
+        worst[second] = max(worst.get(second, 0.0), (s if s is not None else end) - t)
+    edges = [("before", bounds["start"]), ("held", bounds["held"]), ("after", bounds["after"])]
+    found = []
+    for second, latency in sorted(worst.items(), key=lambda kv: -kv[1])[:top]:
+        at = bounds["start"] + second
+        phase, since = next((n, e) for n, e in reversed(edges) if at >= e)
+        found.append(f"{phase} +{at - since:.0f} s: {latency * 1000:,.0f} ms")
+    return found
 
 
 def _depth(enq: list[float], starts: list[float], at: float) -> int:
@@ -219,6 +243,9 @@ def run_pgworkerd(dsn: str, shape: Shape, logs: Path, code: Path | None, tag: st
         rows = conn.execute(
             "SELECT (payload->>'t')::float8, (result->>'started')::float8 FROM pgworkerd.jobs"
         ).fetchall()
+    # As PgQueuer's side writes them: one [enqueued, started] pair a line, for a look at
+    # a stall afterwards (which second, how long).
+    (logs / f"{tag}.pairs").write_text("".join(json.dumps([t, s]) + "\n" for t, s in rows))
     return summarise([(t, s) for t, s in rows], bounds)
 
 
@@ -273,6 +300,11 @@ def table(results: dict[str, dict | None]) -> list[str]:
                 f" {f['depth_max']:,} | {f['depth_end']:,} | {f['latency_p50_ms']:,.0f} |"
                 f" {f['latency_p99_ms']:,.0f} |"
             )
+    lines.append("")
+    for system, figures in results.items():
+        if figures is not None:
+            slowest = "; ".join(figures["slowest_seconds"])
+            lines.append(f"- {system}, the seconds whose jobs waited longest: {slowest}")
     return lines
 
 
