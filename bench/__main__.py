@@ -103,6 +103,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--held-phases", default="30,90,60", help="seconds before,held,after (default %(default)s)"
     )
     parser.add_argument(
+        "--held-by",
+        choices=held.HOLDERS,
+        default="xid",
+        help="what holds the horizon in the middle phase: 'xid', one connection idle in "
+        "transaction with an xid; 'readers', four REPEATABLE READ transactions scanning "
+        "the jobs table over and over (default %(default)s)",
+    )
+    parser.add_argument(
         "--held-code",
         type=Path,
         default=None,

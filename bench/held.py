@@ -36,6 +36,14 @@ from bench.stats import percentile
 
 TICK_S = 0.02
 PHASES = ("before", "held", "after")
+HOLDERS = ("xid", "readers")
+READERS = 4
+HELD_BY = {
+    "xid": "a connection idle in transaction with an xid",
+    "readers": "four REPEATABLE READ transactions scanning the jobs table, a pause of "
+    "0.25 s between scans",
+}
+READER_PAUSE_S = 0.25  # between two scans of one reader: four readers, not four busy loops
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class Shape:
     after_s: float = 60.0
     concurrency: int = 4  # pgworkerd: processes
     threads: int = 8  # pgworkerd: jobs at once per process
+    held_by: str = "xid"  # HOLDERS
 
     @property
     def total_s(self) -> float:
@@ -75,19 +84,72 @@ class Producer(threading.Thread):
 
 
 def hold_phases(dsn: str, shape: Shape, started: float) -> dict[str, float]:
-    """Sleep through `before`, hold an xid through `held`, release, sleep through
-    `after`; the wall-clock boundaries of the phases."""
+    """Sleep through `before`, hold the horizon through `held` (as `shape.held_by`
+    says), release, sleep through `after`; the wall-clock boundaries of the phases."""
     bounds = {"start": started}
     time.sleep(max(0.0, started + shape.before_s - time.time()))
-    with psycopg.connect(dsn, application_name="bench holder") as holder:
-        holder.execute("SELECT txid_current()")  # an xid: the horizon stops here
+    if shape.held_by == "readers":
         bounds["held"] = time.time()
-        time.sleep(shape.held_s)
-        holder.rollback()
+        scans = read_while_held(dsn, shape.held_s)
+        print(f"    {READERS} readers made {scans} scans of the table while held", flush=True)
+    else:
+        with psycopg.connect(dsn, application_name="bench holder") as holder:
+            holder.execute("SELECT txid_current()")  # an xid: the horizon stops here
+            bounds["held"] = time.time()
+            time.sleep(shape.held_s)
+            holder.rollback()
     bounds["after"] = time.time()
     time.sleep(max(0.0, bounds["after"] + shape.after_s - time.time()))
     bounds["end"] = time.time()
     return bounds
+
+
+def read_while_held(dsn: str, held_s: float) -> int:
+    """READERS connections, each in one REPEATABLE READ transaction for `held_s`,
+    scanning the whole jobs table (count and payload sizes: a sequential scan), pausing
+    READER_PAUSE_S between scans: a reporting job's readers. Their snapshots, taken at
+    the first scan, hold the horizon until they end. How many scans they made."""
+    stop_at = time.monotonic() + held_s
+    scans = [0] * READERS
+    errors: list[BaseException] = []
+
+    def reader(n: int) -> None:
+        try:
+            # autocommit, so that the BEGIN below is the transaction's (psycopg would
+            # otherwise open a READ COMMITTED one before it, and this BEGIN be ignored).
+            with psycopg.connect(
+                dsn, autocommit=True, application_name=f"bench reader {n}"
+            ) as conn:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                while time.monotonic() < stop_at:
+                    conn.execute(
+                        "SELECT count(*), sum(octet_length(payload::text)) FROM jobs"
+                        if _is_pgworkerd(conn)
+                        else "SELECT count(*) FROM pgqueuer"
+                    ).fetchone()
+                    scans[n] += 1
+                    time.sleep(min(READER_PAUSE_S, max(0.0, stop_at - time.monotonic())))
+                conn.execute("ROLLBACK")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(n,), daemon=True) for n in range(READERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sum(scans)
+
+
+def _is_pgworkerd(conn: psycopg.Connection[Any]) -> bool:
+    """Whether this database holds pgworkerd's jobs table (else PgQueuer's)."""
+    row = conn.execute("SELECT to_regclass('pgworkerd.jobs') IS NOT NULL").fetchone()
+    if row and row[0]:
+        conn.execute("SET LOCAL search_path = pgworkerd")  # within the reader's transaction
+        return True
+    return False
 
 
 def summarise(
@@ -111,12 +173,32 @@ def summarise(
             "latency_p50_ms": round(percentile(lat, 50), 1) if lat else float("nan"),
             "latency_p99_ms": round(percentile(lat, 99), 1) if lat else float("nan"),
         }
+    figures["slowest_seconds"] = slowest_seconds(pairs, bounds)
     figures["total"] = {
         "enqueued": len(pairs),
         "started": len(starts),
         "never_started": len(pairs) - len(starts),
     }
     return figures
+
+
+def slowest_seconds(
+    pairs: list[tuple[float, float | None]], bounds: dict[str, float], top: int = 3
+) -> list[str]:
+    """The `top` seconds of the run whose enqueued jobs waited longest, as "phase +N s:
+    max latency": where a stall sits (the start, a sweep, the hold, the release)."""
+    end = bounds["end"]
+    worst: dict[int, float] = {}
+    for t, s in pairs:
+        second = int(t - bounds["start"])
+        worst[second] = max(worst.get(second, 0.0), (s if s is not None else end) - t)
+    edges = [("before", bounds["start"]), ("held", bounds["held"]), ("after", bounds["after"])]
+    found = []
+    for second, latency in sorted(worst.items(), key=lambda kv: -kv[1])[:top]:
+        at = bounds["start"] + second
+        phase, since = next((n, e) for n, e in reversed(edges) if at >= e)
+        found.append(f"{phase} +{at - since:.0f} s: {latency * 1000:,.0f} ms")
+    return found
 
 
 def _depth(enq: list[float], starts: list[float], at: float) -> int:
@@ -161,6 +243,9 @@ def run_pgworkerd(dsn: str, shape: Shape, logs: Path, code: Path | None, tag: st
         rows = conn.execute(
             "SELECT (payload->>'t')::float8, (result->>'started')::float8 FROM pgworkerd.jobs"
         ).fetchall()
+    # As PgQueuer's side writes them: one [enqueued, started] pair a line, for a look at
+    # a stall afterwards (which second, how long).
+    (logs / f"{tag}.pairs").write_text("".join(json.dumps([t, s]) + "\n" for t, s in rows))
     return summarise([(t, s) for t, s in rows], bounds)
 
 
@@ -215,6 +300,11 @@ def table(results: dict[str, dict | None]) -> list[str]:
                 f" {f['depth_max']:,} | {f['depth_end']:,} | {f['latency_p50_ms']:,.0f} |"
                 f" {f['latency_p99_ms']:,.0f} |"
             )
+    lines.append("")
+    for system, figures in results.items():
+        if figures is not None:
+            slowest = "; ".join(figures["slowest_seconds"])
+            lines.append(f"- {system}, the seconds whose jobs waited longest: {slowest}")
     return lines
 
 
@@ -225,7 +315,13 @@ def main(args: Any, out: Path) -> int:
     from bench.cluster import fresh_database, server_settings, throwaway_cluster
 
     before_s, held_s, after_s = (float(x) for x in args.held_phases.split(","))
-    shape = Shape(rate=args.held_rate, before_s=before_s, held_s=held_s, after_s=after_s)
+    shape = Shape(
+        rate=args.held_rate,
+        before_s=before_s,
+        held_s=held_s,
+        after_s=after_s,
+        held_by=args.held_by,
+    )
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict | None] = {}
@@ -250,8 +346,8 @@ def main(args: Any, out: Path) -> int:
     header = [
         f"### Held snapshot, {time.strftime('%Y-%m-%d %H:%M')}: {shape.rate:g} jobs/s offered",
         "",
-        f"Phases: before {before_s:g} s, held {held_s:g} s (a connection idle in transaction"
-        f" with an xid), after {after_s:g} s. pgworkerd: {shape.concurrency} processes x "
+        f"Phases: before {before_s:g} s, held {held_s:g} s ({HELD_BY[shape.held_by]}), "
+        f"after {after_s:g} s. pgworkerd: {shape.concurrency} processes x "
         f"{shape.threads} threads, handler `stamp`; PgQueuer: one QueueManager, batch 10. "
         f"PostgreSQL {settings.get('server_version', '?').split()[0]}, "
         f"fsync {settings.get('fsync')}, synchronous_commit {settings.get('synchronous_commit')}."

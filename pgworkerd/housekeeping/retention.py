@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -66,9 +67,18 @@ def prune_round(
     batch: int = PRUNE_BATCH,
     budget_s: float = PRUNE_BUDGET_S,
     clock: Callable[[], float] = time.monotonic,
+    positions: dict[FinishedState, datetime | None] | None = None,
 ) -> Pruned:
-    """Batches of each state in turn until each is done or the budget is spent."""
+    """Batches of each state in turn until each is done or the budget is spent.
+
+    Each batch starts where the one before it stopped (its position: the newest
+    finished_at it removed), kept in `positions` across the rounds of a backlog: while
+    a snapshot holds back vacuum, the rows already pruned stay in the index, and a batch
+    that started from the oldest would walk past all of them each time. A state that a
+    round finishes starts from the oldest again at its next round: what a position
+    passed by (a row locked at that moment, a finish committed late) is found then."""
     store = JobStore(schema)
+    positions = {} if positions is None else positions
     stop_at = clock() + budget_s
     counts: dict[FinishedState, int] = dict.fromkeys(FINISHED_STATES, 0)
     backlog = False
@@ -76,26 +86,34 @@ def prune_round(
         while True:
             if clock() >= stop_at:
                 return Pruned(counts, backlog=True)
-            removed = store.prune_batch(
+            done = store.prune_batch(
                 conn,
                 state=state,
                 retention_s=policy.keep_s[state],
                 limit=batch,
                 archive=policy.archive,
+                after=positions.get(state),
             )
-            counts[state] += removed
-            if removed < batch:
+            counts[state] += done.removed
+            if done.removed < batch:
+                positions.pop(state, None)
                 break
+            positions[state] = done.position
     return Pruned(counts, backlog)
 
 
 def prune(
-    session: DatabaseSession, store: JobStore, policy: Policy, *, lease_ttl_s: float
+    session: DatabaseSession,
+    store: JobStore,
+    policy: Policy,
+    *,
+    lease_ttl_s: float,
+    positions: dict[FinishedState, datetime | None] | None = None,
 ) -> Result[Pruned]:
     """A round of pruning, then the daemons long silent."""
 
     def work(conn: psycopg.Connection[Any]) -> Pruned:
-        pruned = prune_round(conn, store.schema, policy)
+        pruned = prune_round(conn, store.schema, policy, positions=positions)
         store.prune_stale_daemons(conn, stale_after_s=max(300.0, 10 * lease_ttl_s))
         return pruned
 
@@ -117,11 +135,19 @@ class PruneDuty(IntervalDuty):
         super().__init__(PRUNE_INTERVAL_S)
         self.policy = Policy.from_config(config)
         self.lease_ttl_s = lease_ttl_s
+        # Where the next batch of each state starts while a backlog lasts (prune_round).
+        self.positions: dict[FinishedState, datetime | None] = {}
 
     def follow(self, config: Config) -> None:
         self.policy = Policy.from_config(config)
 
     def work(self, round_: Round) -> None:
-        pruned = prune(round_.session, round_.store, self.policy, lease_ttl_s=self.lease_ttl_s)
+        pruned = prune(
+            round_.session,
+            round_.store,
+            self.policy,
+            lease_ttl_s=self.lease_ttl_s,
+            positions=self.positions,
+        )
         if pruned.ok and pruned.value.backlog:
             self.schedule.next_at = round_.now + PRUNE_BACKLOG_INTERVAL_S

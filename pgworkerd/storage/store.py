@@ -156,6 +156,16 @@ class ClaimPositions:
             self._swept_at[tuple(queues)] = time.monotonic()
 
 
+@dataclass(frozen=True, slots=True)
+class PruneBatch:
+    """What one batch of pruning removed: how many rows, and the newest finished_at among
+    them (where the next batch of the round starts; the batch's own `after` when it
+    removed nothing)."""
+
+    removed: int
+    position: datetime | None
+
+
 @dataclass(slots=True)  # not frozen: that would triple the cost of making one per enqueue
 class Statement(Generic[T]):
     """A statement, its parameters and the decoding of its rows, written once; `run`
@@ -453,12 +463,17 @@ class JobStore:
         retention_s: float,
         limit: int,
         archive: bool,
-    ) -> int:
+        after: datetime | None = None,
+    ) -> PruneBatch:
         """Deletes (or moves to jobs_archive) up to `limit` jobs of a final `state` that
-        finished more than `retention_s` ago; how many."""
+        finished more than `retention_s` ago, from `after` on (a finished_at: the
+        previous batch's position; None from the oldest)."""
         name = "jobs_archive_move" if archive else "jobs_prune"
-        params = {"state": state, "retention_s": retention_s, "limit": limit}
-        return conn.execute(self._sql[name], params).rowcount
+        params = {"state": state, "retention_s": retention_s, "limit": limit, "after": after}
+        row = conn.execute(self._sql[name], params).fetchone()
+        assert row is not None  # an aggregate: always one row
+        removed, position = row
+        return PruneBatch(removed, position if position is not None else after)
 
     def get(self, conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any] | None:
         with conn.cursor(row_factory=dict_row) as cur:

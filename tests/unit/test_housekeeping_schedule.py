@@ -88,7 +88,6 @@ class FakeConnection:
 
     def __init__(self, calls: list[str]) -> None:
         self.calls = calls
-        self.rowcount = 0
 
     def transaction(self) -> nullcontext[None]:
         return nullcontext()
@@ -97,6 +96,9 @@ class FakeConnection:
         assert "state" in params, "pruning is the only statement run on this connection"
         self.calls.append(f"prune {params['state']}")
         return self
+
+    def fetchone(self) -> tuple[int, None]:
+        return (0, None)  # a batch that removed nothing
 
 
 class FakeSession:

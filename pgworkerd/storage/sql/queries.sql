@@ -531,10 +531,17 @@ RETURNING j.id;
 -- older than its retention, oldest first, by jobs_finished_idx, locked; a row another
 -- transaction holds is skipped: pruning never waits on a lock. The state is one of the
 -- three finished ones: a queued or running job never matches.
+-- POSITIONS, as the claim's: a round of pruning passes the oldest finished_at its
+-- previous batch removed (`after`; NULL from the start of the state). While a snapshot
+-- holds back vacuum, the rows a batch deleted stay in jobs_finished_idx, and a batch
+-- that scanned from the start would walk past every row pruned since the snapshot
+-- began, again and again. Rows that finished with an earlier finished_at and committed
+-- later are found by the next round, which starts from NULL.
 SELECT id FROM {schema}.jobs
 WHERE state = %(state)s
   AND state IN ('succeeded', 'dead', 'cancelled')
   AND finished_at < now() - make_interval(secs => %(retention_s)s)
+  AND finished_at >= coalesce(%(after)s::timestamptz, '-infinity')  -- POSITIONS
 ORDER BY finished_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -542,9 +549,14 @@ FOR UPDATE SKIP LOCKED
 
 -- name: jobs_prune
 -- Deletes the prune_picks. A short statement of its own (autocommit): pruning never
--- holds a lock long.
-DELETE FROM {schema}.jobs
-WHERE id IN ({prune_picks});
+-- holds a lock long. Returns how many, and the newest finished_at removed (the next
+-- batch's position).
+WITH removed AS (
+    DELETE FROM {schema}.jobs
+    WHERE id IN ({prune_picks})
+    RETURNING finished_at
+)
+SELECT count(*) AS removed, max(finished_at) AS position FROM removed;
 
 
 -- name: jobs_archive_move
@@ -558,15 +570,19 @@ moved AS (
     USING picked
     WHERE j.id = picked.id AND j.state IN ('succeeded', 'dead', 'cancelled')
     RETURNING j.*
+),
+archived AS (
+    INSERT INTO {schema}.jobs_archive
+        (id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
+         run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
+         finished_at, progress, progress_stage, progress_at, trace_context, key)
+    SELECT id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
+           run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
+           finished_at, progress, progress_stage, progress_at, trace_context, key
+    FROM moved
+    RETURNING finished_at
 )
-INSERT INTO {schema}.jobs_archive
-    (id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
-     run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
-     finished_at, progress, progress_stage, progress_at, trace_context, key)
-SELECT id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
-       run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
-       finished_at, progress, progress_stage, progress_at, trace_context, key
-FROM moved;
+SELECT count(*) AS removed, max(finished_at) AS position FROM archived;
 
 
 -- name: periodic_entries_register
