@@ -97,6 +97,150 @@ CROSS JOIN (SELECT count(*) FROM notified) AS force_notify
 ORDER BY inserted.id;
 
 
+-- name: jobs_insert_throttled
+-- Enqueues one job with `throttle`: at most one job per unique_key is created per window
+-- of throttle_s seconds; within the window the window's job id is returned, whatever its
+-- state (pruned included). The slot's row is the arbiter (0008_uniqueness.sql): a
+-- concurrent producer's uncommitted row makes ON CONFLICT wait for its transaction, then
+-- update the committed row, so of two producers racing, the second sees the first's
+-- window and job. DO UPDATE (never DO NOTHING) so that RETURNING always yields the
+-- slot's job: the id drawn here went into the slot, and the job is inserted, only when
+-- the window had ended (or the key was last used with debounce).
+WITH input AS MATERIALIZED (
+    SELECT nextval(%(sequence)s::regclass) AS id, t.*
+    FROM jsonb_to_recordset(%(jobs)s::jsonb)
+         AS t(queue text, kind text, payload jsonb, priority int, run_at timestamptz,
+              delay_s float8, unique_key text, max_attempts int, max_runtime_s float8,
+              trace_context jsonb, key text, throttle_s float8)
+),
+slot AS (
+    INSERT INTO {schema}.unique_slots AS s (unique_key, mode, job_id, window_ends_at)
+    SELECT unique_key, 'throttle', id, now() + make_interval(secs => throttle_s)
+    FROM input
+    ON CONFLICT (unique_key) DO UPDATE
+    SET job_id = CASE WHEN s.mode = 'throttle' AND s.window_ends_at > now()
+                      THEN s.job_id ELSE EXCLUDED.job_id END,
+        window_ends_at = CASE WHEN s.mode = 'throttle' AND s.window_ends_at > now()
+                              THEN s.window_ends_at ELSE EXCLUDED.window_ends_at END,
+        mode = 'throttle',
+        touched_at = now()
+    RETURNING s.job_id
+),
+inserted AS (
+    INSERT INTO {schema}.jobs AS j
+        (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime,
+         trace_context, key)
+    SELECT input.id, queue, kind, payload, COALESCE(priority, 0),
+           COALESCE(run_at, now() + make_interval(secs => COALESCE(delay_s, 0))),
+           max_attempts, make_interval(secs => max_runtime_s), trace_context, key
+    FROM input
+    JOIN slot ON slot.job_id = input.id
+    RETURNING j.id, j.queue
+),
+notified AS (  -- as in jobs_insert
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT slot.job_id AS id
+FROM slot
+CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
+
+
+-- name: jobs_insert_debounced
+-- Enqueues one job with `debounce`, first step: takes the unique_key's slot (0008),
+-- locking its row until the caller's transaction ends, so producers of one key go one
+-- at a time (a concurrent producer's uncommitted row makes ON CONFLICT wait for it).
+-- A key without a slot (or last used with throttle) gets its job here, to run
+-- debounce_s from now: `created`. Otherwise the slot's job is returned, not created, and
+-- jobs_debounce_fold runs next, as a statement of its own: its snapshot, taken after
+-- this lock was granted, sees what the producer before us committed (a job inserted by
+-- a transaction that committed while this statement waited is invisible to it).
+WITH input AS MATERIALIZED (
+    SELECT nextval(%(sequence)s::regclass) AS id, t.*
+    FROM jsonb_to_recordset(%(jobs)s::jsonb)
+         AS t(queue text, kind text, payload jsonb, priority int, unique_key text,
+              max_attempts int, max_runtime_s float8, trace_context jsonb, key text,
+              debounce_s float8)
+),
+slot AS (
+    INSERT INTO {schema}.unique_slots AS s (unique_key, mode, job_id)
+    SELECT unique_key, 'debounce', id FROM input
+    ON CONFLICT (unique_key) DO UPDATE
+    SET job_id = CASE WHEN s.mode = 'debounce' THEN s.job_id ELSE EXCLUDED.job_id END,
+        mode = 'debounce',
+        window_ends_at = NULL,
+        touched_at = now()
+    RETURNING s.job_id
+),
+inserted AS (
+    INSERT INTO {schema}.jobs AS j
+        (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime,
+         trace_context, key)
+    SELECT input.id, queue, kind, payload, COALESCE(priority, 0),
+           now() + make_interval(secs => debounce_s),
+           max_attempts, make_interval(secs => max_runtime_s), trace_context, key
+    FROM input
+    JOIN slot ON slot.job_id = input.id
+    RETURNING j.id, j.queue
+),
+notified AS (  -- as in jobs_insert
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT slot.job_id AS id, slot.job_id = input.id AS created
+FROM slot
+CROSS JOIN input
+CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
+
+
+-- name: jobs_debounce_fold
+-- Enqueues one job with `debounce`, second step (the slot's row is ours): if the slot's
+-- job (%(target)s) is still queued it takes this enqueue's payload and runs debounce_s
+-- from now; if it is running, final or gone (pruned), a new job is made and the slot
+-- points to it, so later enqueues fold into that one. A claim racing the fold: either
+-- the fold locks the queued row first (the claim's SKIP LOCKED passes it over), or the
+-- fold waits for the claim and re-reads the row, now running: a new job.
+WITH input AS MATERIALIZED (
+    SELECT t.*
+    FROM jsonb_to_recordset(%(jobs)s::jsonb)
+         AS t(queue text, kind text, payload jsonb, priority int, unique_key text,
+              max_attempts int, max_runtime_s float8, trace_context jsonb, key text,
+              debounce_s float8)
+),
+folded AS (
+    UPDATE {schema}.jobs AS j
+    SET payload = input.payload,
+        trace_context = input.trace_context,
+        run_at = now() + make_interval(secs => input.debounce_s)
+    FROM input
+    WHERE j.id = %(target)s AND j.state = 'queued'
+    RETURNING j.id
+),
+inserted AS (
+    INSERT INTO {schema}.jobs AS j
+        (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime,
+         trace_context, key)
+    SELECT nextval(%(sequence)s::regclass), queue, kind, payload, COALESCE(priority, 0),
+           now() + make_interval(secs => debounce_s),
+           max_attempts, make_interval(secs => max_runtime_s), trace_context, key
+    FROM input
+    WHERE NOT EXISTS (SELECT FROM folded)
+    RETURNING j.id, j.queue
+),
+repointed AS (
+    UPDATE {schema}.unique_slots AS s
+    SET job_id = inserted.id
+    FROM inserted, input
+    WHERE s.unique_key = input.unique_key
+),
+notified AS (  -- as in jobs_insert
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT coalesce((SELECT id FROM folded), (SELECT id FROM inserted)) AS id
+FROM (SELECT count(*) FROM notified) AS force_notify;
+
+
 -- name: jobs_find_live_by_unique_key
 SELECT id FROM {schema}.jobs
 WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running');
