@@ -1234,3 +1234,64 @@ FROM counts AS c
 FULL JOIN paused AS p ON p.key = c.key
 ORDER BY 1
 LIMIT %(limit)s;
+
+
+-- name: keys_paused_holding
+-- `status`: the keys paused now, with how many ready jobs (queued, run_at passed) each
+-- holds back. One range scan of jobs_key_queued_idx (0008) per paused key: no pass
+-- over the queued jobs, however many.
+SELECT p.key, p.until, p.paused_at,
+       extract(epoch FROM p.until - now())::float8 AS paused_for_s,
+       (SELECT count(*) FROM {schema}.jobs AS j
+        WHERE j.key = p.key AND j.key IS NOT NULL AND j.state = 'queued'
+          AND j.run_at <= now()) AS held_back
+FROM {schema}.paused_keys AS p
+WHERE p.until > now()
+ORDER BY p.key
+LIMIT %(limit)s;
+
+
+-- name: keys_paused_holding_by_queue
+-- The metrics' sample: ready jobs held back by a key pause, by queue, among `queues`.
+-- As keys_paused_holding: one range scan of jobs_key_queued_idx per paused key. LATERAL
+-- makes it so: as a plain join the planner, misled by a never-analysed paused_keys,
+-- hashes it against a pass over the whole jobs table.
+SELECT held.queue, sum(held.n)::bigint AS held_back
+FROM {schema}.paused_keys AS p
+CROSS JOIN LATERAL (
+    SELECT j.queue, count(*) AS n
+    FROM {schema}.jobs AS j
+    WHERE j.key = p.key AND j.key IS NOT NULL AND j.state = 'queued' AND j.run_at <= now()
+      AND j.queue = ANY(%(queues)s::text[])
+    GROUP BY j.queue
+) AS held
+WHERE p.until > now()
+GROUP BY held.queue;
+
+
+-- name: flow_tidy
+-- Housekeeping: forgets the rows of flow control that no longer mean anything, so that
+-- paused_keys and unique_slots hold about the keys in use. Kept for `keep_s` after they
+-- stopped mattering (an operator may still look at a pause that just ended).
+-- A pause that ended (an ended row holds nothing back: claims test until > now()).
+-- A slot no enqueue touched for `keep_s` whose throttle window has ended, or whose
+-- debounce job is no longer queued or running (final, or pruned): with no row, the
+-- next enqueue of the key does what it would have done with this one.
+-- Racing a producer: a producer that updated the row first holds its lock; this DELETE
+-- waits, then re-checks its WHERE on the new row, whose touched_at is now: kept. One
+-- that comes after the DELETE sees no row and starts afresh, as explained above.
+WITH ended_pauses AS (
+    DELETE FROM {schema}.paused_keys
+    WHERE until < now() - make_interval(secs => %(keep_s)s)
+    RETURNING 1
+),
+idle_slots AS (
+    DELETE FROM {schema}.unique_slots AS s
+    WHERE s.touched_at < now() - make_interval(secs => %(keep_s)s)
+      AND CASE WHEN s.mode = 'throttle' THEN s.window_ends_at < now()
+               ELSE NOT EXISTS (SELECT FROM {schema}.jobs AS j
+                                WHERE j.id = s.job_id AND j.state IN ('queued', 'running'))
+          END
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ended_pauses) AS pauses, (SELECT count(*) FROM idle_slots) AS slots;
