@@ -6,6 +6,7 @@ transactions, and threads hammering one key."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -13,12 +14,16 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
 import pgworkerd
 from pgworkerd import InvalidJob
 from pgworkerd.storage.store import JobStore
 from tests.integration.producer_ways import AsyncWay, SyncWay
 from tests.integration.store_helpers import claim, db_now
+from tests.integration.test_sqlalchemy import sqlalchemy_url
+from tests.tasks import shop
 from tests.integration.test_producer import _wait_for_lock_waiter
 
 
@@ -301,3 +306,35 @@ def test_debounce_racing_a_claim_never_folds_into_a_running_job(db_dsn, store):
         states = {i: s for i, s, _ in jobs(conn)}
         assert states == {job: "running", result["id"]: "queued"}
         assert db_now(conn) is not None
+
+
+# -- the paths that pass enqueue options through -------------------------------------------
+
+
+def test_task_functions_take_the_modes_sync_and_async(db_dsn, conn):
+    with psycopg.connect(db_dsn, autocommit=True) as producer:
+        first = shop.refund.enqueue(producer, {"n": 1}, unique_key="r", debounce=60)
+        assert shop.refund.enqueue(producer, {"n": 2}, unique_key="r", debounce=60) == first
+
+    async def produce() -> int:
+        async with await psycopg.AsyncConnection.connect(db_dsn, autocommit=True) as aconn:
+            return await shop.refund.enqueue_async(aconn, {"n": 3}, unique_key="r", debounce=60)
+
+    assert asyncio.run(produce()) == first
+    assert jobs(conn) == [(first, "queued", {"n": 3})]
+    assert JobStore().get(conn, first)["queue"] == "payments", "the decorator's options stay"
+
+
+def test_sqlalchemy_sessions_take_the_modes(db_dsn, conn):
+    engine = create_engine(sqlalchemy_url(db_dsn))
+    try:
+        with Session(engine) as session:
+            first = pgworkerd.enqueue(session, "k", {}, unique_key="s", throttle=60)
+            again = pgworkerd.enqueue_many(
+                session, [{"kind": "k", "payload": {}, "unique_key": "s", "throttle": 60}]
+            )
+            assert again == [first] and jobs(conn) == [], "in the session's transaction"
+            session.commit()
+    finally:
+        engine.dispose()
+    assert [i for i, _, _ in jobs(conn)] == [first]
