@@ -22,9 +22,9 @@ from pgworkerd import InvalidJob
 from pgworkerd.storage.store import JobStore
 from tests.integration.producer_ways import AsyncWay, SyncWay
 from tests.integration.store_helpers import claim, db_now
+from tests.integration.test_producer import _wait_for_lock_waiter
 from tests.integration.test_sqlalchemy import sqlalchemy_url
 from tests.tasks import shop
-from tests.integration.test_producer import _wait_for_lock_waiter
 
 
 @pytest.fixture(params=["sync", "async"])
