@@ -1190,8 +1190,8 @@ RETURNING p.until;
 -- name: keys_resume
 -- Ends a key's pause; returns whether one was running. Each queue holding queued jobs of
 -- the key is announced on the enqueue channel (at commit), as queues_resume does, so
--- idle workers claim them at once. The queues are found by a pass over the queued jobs
--- (no index on key): an operator's action, not a hot path.
+-- idle workers claim them at once. The queues are found from the key's queued jobs
+-- (jobs_key_queued_idx, 0008, when the planner takes it): an operator's action.
 WITH resumed AS (
     DELETE FROM {schema}.paused_keys AS p
     WHERE p.key = %(key)s
