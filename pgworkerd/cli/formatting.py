@@ -125,6 +125,8 @@ def status(report: dict[str, Any]) -> str:
     if progress_rows:
         headers = ["RUNNING JOB", "QUEUE", "KIND", "DONE", "STAGE", "REPORTED"]
         parts.append(table(headers, progress_rows, cut_first=[4, 2]))
+    if report.get("paused_keys"):
+        parts.append(paused_keys(report["paused_keys"], more=report["paused_keys_more"]))
     if report.get("periodic"):
         parts.append(periodic(report["periodic"]))
     database = vacuum(report.get("jobs_table"), report.get("horizon"))
@@ -182,6 +184,16 @@ def keys(listing: Sequence[dict[str, Any]]) -> str:
         for k in listing
     ]
     return table(["KEY", "RUNNING", "READY", "QUEUED", "PAUSED UNTIL"], rows, cut_first=[0])
+
+
+def paused_keys(keys: Sequence[dict[str, Any]], *, more: bool) -> str:
+    """`status`: the keys paused now, until when, and the ready jobs each holds back."""
+    rows = [
+        [k["key"], f"{when(k['until'])} ({age(k['paused_for_s'])} left)", str(k["held_back"])]
+        for k in keys
+    ]
+    shown = table(["PAUSED KEY", "UNTIL", "HELD BACK"], rows, cut_first=[0])
+    return shown + ("\n(more: pgworkerd keys lists them all)" if more else "")
 
 
 def percent(value: float | None) -> str:

@@ -40,6 +40,13 @@ def register(command: CommandAdder, common: Parser) -> None:
     enqueue.add_argument("--delay", metavar="DUR", help="e.g. 30, 30s, 15m, 1h")
     enqueue.add_argument("--run-at", metavar="ISO8601", help="with a timezone offset")
     enqueue.add_argument("--unique-key", metavar="K")
+    mode = enqueue.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--debounce", metavar="DUR", help="with --unique-key: one job, DUR after the last enqueue"
+    )
+    mode.add_argument(
+        "--throttle", metavar="DUR", help="with --unique-key: at most one job per DUR"
+    )
     enqueue.add_argument("--key", metavar="KEY", help="the job's key, e.g. tenant:42")
     enqueue.add_argument("--max-attempts", type=int, metavar="N")
     status = command(
@@ -83,6 +90,10 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     }
     if args.delay is not None:
         options["delay"] = duration_argument("--delay", args.delay)
+    for mode in ("debounce", "throttle"):
+        text = getattr(args, mode)
+        if text is not None:
+            options[mode] = duration_argument(f"--{mode}", text)
     if args.run_at is not None:
         try:
             options["run_at"] = datetime.fromisoformat(args.run_at)

@@ -18,6 +18,7 @@ import psycopg
 
 from pgworkerd.client.producer import schema_of
 from pgworkerd.config.periodic import PeriodicEntry
+from pgworkerd.storage.key_pauses import KeyPauseStore
 from pgworkerd.storage.queue_pauses import QueuePauseStore
 from pgworkerd.storage.reads import HORIZON_WARN_LEASES, Horizon, Reads
 from pgworkerd.storage.store import DEFAULT_SCHEMA, STATES, JobStore
@@ -26,6 +27,7 @@ FINISHED_WINDOW_MIN = 5  # `finished_per_minute` averages over this many minutes
 # `status` lists at most this many running jobs that reported progress (longest running
 # first): a glance, not a listing; `jobs show ID` has any one job's.
 STATUS_PROGRESS_JOBS = 10
+STATUS_PAUSED_KEYS = 20  # `pgworkerd keys` lists them all
 DEFAULT_LEASE_TTL_S = 30.0  # the config's default, for callers without a config
 
 # The columns `jobs list` shows, in this order.
@@ -68,6 +70,7 @@ class Operations:
         self.store = JobStore(schema)
         self._reads = Reads(schema)
         self._pauses = QueuePauseStore(schema)
+        self._key_pauses = KeyPauseStore(schema)
 
     def status(
         self,
@@ -88,6 +91,8 @@ class Operations:
         # A paused queue without jobs is shown too: the pause is what the operator looks for.
         queue_rows += [_no_jobs(name) for name in paused.keys() - {r["queue"] for r in queue_rows}]
         last = {row["entry_key"]: row for row in rows.periodic_last}
+        # One more than shown: whether to say that there are more.
+        paused_keys = self._key_pauses.holding(conn, limit=STATUS_PAUSED_KEYS + 1)
         return {
             "at": json_value(rows.now),
             "queues": [
@@ -95,6 +100,11 @@ class Operations:
                 for row in sorted(queue_rows, key=lambda r: str(r["queue"]))
             ],
             "daemons": [_daemon_status(row) for row in rows.daemons],
+            "paused_keys": [
+                {key: json_value(row[key]) for key in row}
+                for row in paused_keys[:STATUS_PAUSED_KEYS]
+            ],
+            "paused_keys_more": len(paused_keys) > STATUS_PAUSED_KEYS,
             "progress": [{key: json_value(row[key]) for key in row} for row in rows.progress],
             "periodic": [_periodic_status(e, last.get(e.key), rows.now) for e in periodic],
             "horizon": _horizon_status(rows.horizon, lease_ttl_s),

@@ -41,7 +41,8 @@ class EnqueueOptions(TypedDict, total=False):
     """The keyword arguments of every enqueue call, sync or async, declared once.
     Unset: queue "default", priority 0, no delay, run_at, unique_key or key, and
     the queue's max_attempts and max_runtime. `key` ("tenant:42") is the job's unit of
-    key pauses (`pause_key`, `PauseKey`)."""
+    key pauses (`pause_key`, `PauseKey`). `debounce` or `throttle` (seconds or a
+    timedelta, with `unique_key`): the uniqueness modes, see `_mode_steps`."""
 
     queue: str
     priority: int
@@ -51,6 +52,8 @@ class EnqueueOptions(TypedDict, total=False):
     max_attempts: int | None
     max_runtime: float | timedelta | None
     key: str | None
+    debounce: float | timedelta | None
+    throttle: float | timedelta | None
 
 
 # What the enqueue functions take: a psycopg connection, or a SQLAlchemy Session or
@@ -124,10 +127,12 @@ class Producer:
     # they encode them, before their first statement: no SQL runs for a refused job.
     def _one(self, kind: Any, payload: Any, options: EnqueueOptions) -> Steps:
         record = _job_record(kind=kind, payload=payload, **options)
-        return self._insert_steps([record], "unique_key" in record, label_index=False)
+        modes = "debounce_s" in record or "throttle_s" in record
+        return self._insert_steps([record], "unique_key" in record, label_index=False, modes=modes)
 
     def _many(self, jobs: Iterable[Mapping[str, Any]]) -> Steps:
         records = []
+        modes = False
         for index, spec in enumerate(jobs):
             if not isinstance(spec, Mapping):
                 raise InvalidJob(f"jobs[{index}] must be a dict, got {type(spec).__name__}")
@@ -139,14 +144,21 @@ class Producer:
                 if required not in spec:
                     raise InvalidJob(f"jobs[{index}] lacks {required!r}")
             try:
-                records.append(_job_record(**spec))
+                record = _job_record(**spec)
             except InvalidJob as exc:
                 raise InvalidJob(f"jobs[{index}]: {exc}") from None
+            records.append(record)
+            modes = modes or "debounce_s" in record or "throttle_s" in record
         unique_keys = any("unique_key" in r for r in records)
-        return self._insert_steps(records, unique_keys, label_index=True)
+        return self._insert_steps(records, unique_keys, label_index=True, modes=modes)
 
     def _insert_steps(
-        self, records: list[dict[str, Any]], unique_keys: bool, *, label_index: bool
+        self,
+        records: list[dict[str, Any]],
+        unique_keys: bool,
+        *,
+        label_index: bool,
+        modes: bool = False,
     ) -> Steps:
         """The insert's decisions, without I/O, inside the PRODUCER span of the `otel`
         extra (None without it), which records the trace context with the jobs."""
@@ -154,7 +166,10 @@ class Producer:
             return []
         span = otel.start_send(records)
         try:
-            ids = yield from self._insert_and_resolve(records, unique_keys, label_index)
+            if modes:
+                ids = yield from self._insert_with_modes(records, label_index)
+            else:
+                ids = yield from self._insert_and_resolve(records, unique_keys, label_index)
         except BaseException as exc:
             otel.end_send(span, error=exc)
             raise
@@ -189,6 +204,45 @@ class Producer:
                 holder = yield from self._live_or_insert_steps(record)
             resolved.append(holder)
         return resolved
+
+    def _insert_with_modes(self, records: list[dict[str, Any]], label_index: bool) -> Steps:
+        """A list in which some jobs have `debounce` or `throttle`: the others go in as
+        usual, in one statement; each of these, one after the other (`_mode_steps`)."""
+        self._encode(records, label_index=label_index)  # every payload, before any SQL
+        ids: list[int] = [0] * len(records)
+        plain = [i for i, r in enumerate(records) if not _has_mode(r)]
+        if plain:
+            subset = [records[i] for i in plain]
+            unique_keys = any("unique_key" in r for r in subset)
+            got = yield from self._insert_and_resolve(subset, unique_keys, label_index)
+            for index, job_id in zip(plain, got, strict=True):
+                ids[index] = job_id
+        # In key order (list order within a key: the last payload wins): two lists that
+        # name the same keys lock their slots in the same order, so they cannot deadlock.
+        moded = sorted(
+            (i for i, r in enumerate(records) if _has_mode(r)),
+            key=lambda i: str(records[i]["unique_key"]),
+        )
+        for index in moded:
+            ids[index] = yield from self._mode_steps(records[index])
+        return ids
+
+    def _mode_steps(self, record: dict[str, Any]) -> Generator[Statement[Any], Any, int]:
+        """One job with a uniqueness mode; the key's row in `unique_slots` arbitrates
+        between producers (docs/design.md, "Debounce and throttle").
+        throttle: one statement; the job of the key's current window (maybe this one).
+        debounce: the first statement takes the key's slot (and makes the job when the
+        key has none); the second folds this enqueue into the slot's job while it is
+        queued (last payload, runs debounce after now) or makes a new one."""
+        text = self._encode([record], label_index=False)
+        if "throttle_s" in record:
+            throttled: int = yield self.store.throttled_statement(text)
+            return throttled
+        target, created = yield self.store.debounced_statement(text)
+        if created:
+            return cast(int, target)
+        folded: int = yield self.store.debounce_fold_statement(text, target)
+        return folded
 
     def _live_or_insert_steps(self, record: dict[str, Any]) -> Generator[Statement[Any], Any, int]:
         key = record["unique_key"]
@@ -230,6 +284,8 @@ def _job_record(
     max_attempts: Any = None,
     max_runtime: Any = None,
     key: Any = None,
+    debounce: Any = None,
+    throttle: Any = None,
 ) -> dict[str, Any]:
     """One job's validated record, as `jobs_insert` reads it; unset options left out."""
     _check_name("kind", kind)
@@ -270,7 +326,27 @@ def _job_record(
         record["max_attempts"] = max_attempts
     if max_runtime is not None:
         record["max_runtime_s"] = _seconds("max_runtime", max_runtime, allow_zero=False)
+    if debounce is not None or throttle is not None:
+        _add_mode(record, debounce, throttle)
     return record
+
+
+def _add_mode(record: dict[str, Any], debounce: Any, throttle: Any) -> None:
+    if debounce is not None and throttle is not None:
+        raise InvalidJob("give debounce or throttle, not both")
+    mode = "debounce" if debounce is not None else "throttle"
+    if "unique_key" not in record:
+        raise InvalidJob(f"{mode} needs a unique_key (the key it debounces or throttles)")
+    if debounce is not None:
+        if "delay_s" in record or "run_at" in record:
+            raise InvalidJob("debounce sets when the job runs: give no delay or run_at")
+        record["debounce_s"] = _seconds("debounce", debounce, allow_zero=False)
+    else:
+        record["throttle_s"] = _seconds("throttle", throttle, allow_zero=False)
+
+
+def _has_mode(record: dict[str, Any]) -> bool:
+    return "debounce_s" in record or "throttle_s" in record
 
 
 # Names that passed _check_name: a bulk list repeats a few kinds and queues thousands

@@ -8,6 +8,7 @@ children that died, and listen for enqueue and cancel notifications.
     schedule.py       when an interval duty is due (pure: the caller brings the time)
     duties.py         renewal + heartbeat, rescue, queue sampling, unregister
     retention.py      pruning finished jobs by state (or archiving them)
+    tidying.py        forgetting ended key pauses and idle debounce/throttle slots
     periodic.py       enqueuing the slots of the periodic entries
     settlements.py    the queue of writes for the jobs of dead children
     notifications.py  LISTEN and what it brought
@@ -28,6 +29,7 @@ from pgworkerd.housekeeping.periodic import PeriodicDuty
 from pgworkerd.housekeeping.retention import PruneDuty
 from pgworkerd.housekeeping.session import Answer, DatabaseSession, Failure, Result
 from pgworkerd.housekeeping.settlements import PendingSettlements, Settlement
+from pgworkerd.housekeeping.tidying import TidyingDuty
 from pgworkerd.job import Lease
 from pgworkerd.storage.channels import cancel_channel
 from pgworkerd.storage.store import JobStore
@@ -80,14 +82,17 @@ class Housekeeper:
         self.sampling = QueueSampling()
         self.periodic = PeriodicDuty(store.schema)
         self.pruning = PruneDuty(config(), lease_ttl_s=lease_ttl_s)
+        self.tidying = TidyingDuty()
         # Run in this order when due together: the renewal first (leases are what must
-        # not lapse), then the rescue, the metrics sample, periodic slots, pruning.
+        # not lapse), then the rescue, the metrics sample, periodic slots, pruning, and
+        # the tidying of flow control's rows.
         self.duties: tuple[Duty, ...] = (
             self.renewal,
             self.rescue,
             self.sampling,
             self.periodic,
             self.pruning,
+            self.tidying,
         )
 
     # -- periodic work --------------------------------------------------------------------

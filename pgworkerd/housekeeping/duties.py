@@ -10,7 +10,7 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -19,6 +19,7 @@ from pgworkerd import logs
 from pgworkerd.housekeeping.duty import NEVER, IntervalDuty, Round
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.job import Lease
+from pgworkerd.storage.key_pauses import KeyPauseStore
 from pgworkerd.storage.reads import Horizon, Reads
 from pgworkerd.storage.store import JobStore
 from pgworkerd.supervisor.metrics import METRICS
@@ -113,15 +114,19 @@ class Sample:
     queues: list[tuple[str, int, float | None]]  # queue, jobs ready now, oldest's age (s)
     horizon: Horizon | None  # the oldest holder of the xmin horizon
     jobs_table: dict[str, Any] | None  # live_tuples, dead_tuples, last_vacuum_at
+    # queue -> ready jobs held back by a key pause (queues without any: left out)
+    held_by_key_pause: dict[str, int] = field(default_factory=dict)
 
 
 def sample(session: DatabaseSession, store: JobStore, queues: Sequence[str]) -> Result[Sample]:
-    """The queues' depth, and what holds back vacuum, in one round trip's worth."""
+    """The queues' depth, the jobs key pauses hold back, and what holds back vacuum."""
     reads = Reads(store.schema)
+    key_pauses = KeyPauseStore(store.schema)
 
     def work(conn: psycopg.Connection[Any]) -> Sample:
         ready = store.ready_by_queue(conn, queues)
-        return Sample(ready, reads.horizon(conn), reads.jobs_table(conn))
+        held = key_pauses.holding_by_queue(conn, queues)
+        return Sample(ready, reads.horizon(conn), reads.jobs_table(conn), held)
 
     return session.attempt("sample queues", work)
 
@@ -180,4 +185,5 @@ class QueueSampling(IntervalDuty):
         if result.ok:
             self.latest = result.value
             METRICS.queues_sampled(result.value.queues)
+            METRICS.key_pauses_sampled(self.queues, result.value.held_by_key_pause)
             METRICS.database_sampled(result.value.horizon, result.value.jobs_table)

@@ -5,6 +5,7 @@ found by the idle workers' next-due query (jobs_next_run_at)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +47,20 @@ class KeyPauseStore:
         queued, paused_until, paused_at, paused_for_s."""
         with conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(self._sql["keys_list"], {"limit": limit}).fetchall()
+
+    def holding(self, conn: psycopg.Connection[Any], *, limit: int) -> list[dict[str, Any]]:
+        """Keys paused now, by name, at most `limit`: key, until, paused_at,
+        paused_for_s, held_back (their ready jobs)."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(self._sql["keys_paused_holding"], {"limit": limit}).fetchall()
+
+    def holding_by_queue(
+        self, conn: psycopg.Connection[Any], queues: Sequence[str]
+    ) -> dict[str, int]:
+        """Ready jobs of `queues` held back by a key pause, by queue (none: left out)."""
+        query = self._sql["keys_paused_holding_by_queue"]
+        rows = conn.execute(query, {"queues": list(queues)}).fetchall()
+        return {str(queue): int(count) for queue, count in rows}
 
 
 def _end(row: Any) -> datetime:

@@ -227,6 +227,28 @@ class JobStore:
         query = self._sql["jobs_find_live_by_unique_key"]
         return Statement(query, {"unique_key": unique_key}, _first_id)
 
+    def throttled_statement(self, record_json: str) -> Statement[int]:
+        """Insert one job with `throttle` (its record, with throttle_s, as a JSON array of
+        one): the id of the job created in the key's current window, this one or an
+        earlier one (`jobs_insert_throttled`)."""
+        return Statement(self._sql["jobs_insert_throttled"], self._one_job(record_json), _id)
+
+    def debounced_statement(self, record_json: str) -> Statement[tuple[int, bool]]:
+        """Take the key's slot for one job with `debounce` (`jobs_insert_debounced`):
+        (the slot's job id, whether this statement created it). Not created: run
+        `debounce_fold_statement` next, in the same transaction."""
+        query = self._sql["jobs_insert_debounced"]
+        return Statement(query, self._one_job(record_json), _id_and_created)
+
+    def debounce_fold_statement(self, record_json: str, target: int) -> Statement[int]:
+        """Fold the job into the slot's job `target` if still queued, else make a new
+        one; its id (`jobs_debounce_fold`)."""
+        params = {**self._one_job(record_json), "target": target}
+        return Statement(self._sql["jobs_debounce_fold"], params, _id)
+
+    def _one_job(self, record_json: str) -> dict[str, Any]:
+        return {"sequence": self._sequence, "channel": self.notify_channel, "jobs": record_json}
+
     # -- the lease life cycle -------------------------------------------------------------
 
     def claim(
@@ -548,6 +570,15 @@ def _quote_ident(name: str) -> str:
 
 def _ids_or_none(rows: list[Any]) -> list[int | None]:
     return [None if left_out else job_id for job_id, left_out in rows]
+
+
+def _id(rows: list[Any]) -> int:
+    job_id: int = rows[0][0]
+    return job_id
+
+
+def _id_and_created(rows: list[Any]) -> tuple[int, bool]:
+    return rows[0][0], rows[0][1]
 
 
 def _first_id(rows: list[Any]) -> int | None:

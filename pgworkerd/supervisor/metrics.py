@@ -67,6 +67,12 @@ class SupervisorMetrics:
             ("queue",),
             registry=r,
         )
+        self.held_by_key_pause = Gauge(
+            "pgworkerd_jobs_held_by_key_pause",
+            "Jobs ready to run now that a key pause holds back",
+            ("queue",),
+            registry=r,
+        )
         self.horizon_age = Gauge(
             "pgworkerd_xmin_horizon_age_seconds",
             "How long the oldest holder of the xmin horizon (a transaction, prepared "
@@ -152,6 +158,13 @@ class SupervisorMetrics:
         for queue, depth, age_s in rows:
             self.queue_depth.labels(queue).set(depth)
             self.oldest_ready_age.labels(queue).set(age_s or 0.0)
+
+    def key_pauses_sampled(self, queues: Iterable[str], held: dict[str, int]) -> None:
+        """Ready jobs held back by a key pause, for each of the sampled `queues` (0 for
+        a queue with none, so a pause that ended shows as a drop, not a gap)."""
+        self.held_by_key_pause.clear()
+        for queue in queues:
+            self.held_by_key_pause.labels(queue).set(held.get(queue, 0))
 
     def database_sampled(self, horizon: Horizon | None, table: dict[str, Any] | None) -> None:
         """The holder of the xmin horizon (none: the gauges are empty) and the jobs

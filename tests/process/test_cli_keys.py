@@ -54,3 +54,26 @@ def test_pause_list_and_resume_a_key(cli):
 )
 def test_bad_arguments_exit_2_with_one_line(cli, args, message):
     assert_one_line_error(cli(*args), 2, message)
+
+
+def test_status_shows_the_paused_keys_and_the_ready_jobs_they_hold_back(cli):
+    for key in ("tenant:1", "tenant:1", "tenant:2"):
+        assert cli("enqueue", "k", "--key", key).returncode == 0
+    assert cli("enqueue", "k", "--key", "tenant:1", "--delay", "1h").returncode == 0  # not ready
+    assert cli("keys", "pause", "tenant:1", "--for", "10m").returncode == 0
+    status = cli("status", "--json")
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    [paused] = report["paused_keys"]
+    assert (paused["key"], paused["held_back"]) == ("tenant:1", 2)
+    assert 500 < paused["paused_for_s"] <= 600 and paused["until"]
+    assert report["paused_keys_more"] is False
+    human = cli("status")
+    assert human.returncode == 0, human.stderr
+    [line] = [line for line in human.stdout.splitlines() if line.startswith("tenant:1")]
+    assert line.split()[-1] == "2" and "left" in line
+    assert "PAUSED KEY" in human.stdout and "tenant:2" not in human.stdout
+
+    cli("keys", "resume", "tenant:1")
+    assert json.loads(cli("status", "--json").stdout)["paused_keys"] == []
+    assert "PAUSED KEY" not in cli("status").stdout

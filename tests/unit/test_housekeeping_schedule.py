@@ -21,6 +21,7 @@ LEASE_TTL_S = 30.0  # renewal every 10 s, rescue every 5 s, prune every 60 s
 T0 = 1000.0  # the fake clock's first reading
 CONFIG = Config()  # no periodic entries: those are tests/unit/test_periodic.py's
 PRUNED = ["prune succeeded", "prune dead", "prune cancelled", "prune daemons"]
+TIDIED = ["tidy flow control"]  # ended key pauses, idle uniqueness slots: every 60 s
 
 
 # -- Every ------------------------------------------------------------------------------
@@ -83,8 +84,8 @@ class FakeStore:
 
 
 class FakeConnection:
-    """Runs what the duties send as plain statements (pruning): counts them, finds
-    nothing."""
+    """Runs what the duties send as plain statements (pruning, tidying): counts them,
+    finds nothing."""
 
     def __init__(self, calls: list[str]) -> None:
         self.calls = calls
@@ -93,12 +94,17 @@ class FakeConnection:
         return nullcontext()
 
     def execute(self, statement: bytes, params: dict[str, Any]) -> Any:
-        assert "state" in params, "pruning is the only statement run on this connection"
+        if "keep_s" in params:
+            self.calls.append("tidy flow control")
+            return self
+        assert "state" in params, "pruning and tidying are the statements run here"
         self.calls.append(f"prune {params['state']}")
         return self
 
-    def fetchone(self) -> tuple[int, None]:
-        return (0, None)  # a batch that removed nothing
+    def fetchone(self) -> tuple[int, int | None]:
+        if self.calls[-1] == "tidy flow control":
+            return (0, 0)  # tidying: nothing deleted
+        return (0, None)  # a batch of pruning that removed nothing (count, position)
 
 
 class FakeSession:
@@ -173,7 +179,7 @@ def test_every_duty_runs_at_the_first_turn_renewal_first(
     assert keeper.next_due_at() == -math.inf, "due at once"
     loop = Loop([lease(1), lease(2), lease(3)])
     renewal = run(keeper, calls, T0, loop)
-    assert calls == ["heartbeat", "renew", "rescue", *PRUNED]
+    assert calls == ["heartbeat", "renew", "rescue", *PRUNED, *TIDIED]
     assert renewal == Renewal(renewed=frozenset({1, 3}), sent_at=T0)
     assert loop.asked == 1
     assert keeper.next_due_at() == T0 + 5, "the rescue, every min(5, lease_ttl / 2) s"
@@ -201,7 +207,7 @@ def test_only_what_is_due_runs(keeper: Housekeeper, calls: list[str]) -> None:
     run(keeper, calls, T0 + 59.9, loop)
     assert not any(c.startswith("prune") for c in calls), "pruning waits its 60 s"
     run(keeper, calls, T0 + 60, loop)
-    assert calls == PRUNED, "each finished state, then the silent daemons"
+    assert calls == [*PRUNED, *TIDIED], "each finished state, the silent daemons, tidying"
 
 
 def test_intervals_follow_the_lease_ttl(calls: list[str], session: FakeSession) -> None:

@@ -97,6 +97,150 @@ CROSS JOIN (SELECT count(*) FROM notified) AS force_notify
 ORDER BY inserted.id;
 
 
+-- name: jobs_insert_throttled
+-- Enqueues one job with `throttle`: at most one job per unique_key is created per window
+-- of throttle_s seconds; within the window the window's job id is returned, whatever its
+-- state (pruned included). The slot's row is the arbiter (0008_uniqueness.sql): a
+-- concurrent producer's uncommitted row makes ON CONFLICT wait for its transaction, then
+-- update the committed row, so of two producers racing, the second sees the first's
+-- window and job. DO UPDATE (never DO NOTHING) so that RETURNING always yields the
+-- slot's job: the id drawn here went into the slot, and the job is inserted, only when
+-- the window had ended (or the key was last used with debounce).
+WITH input AS MATERIALIZED (
+    SELECT nextval(%(sequence)s::regclass) AS id, t.*
+    FROM jsonb_to_recordset(%(jobs)s::jsonb)
+         AS t(queue text, kind text, payload jsonb, priority int, run_at timestamptz,
+              delay_s float8, unique_key text, max_attempts int, max_runtime_s float8,
+              trace_context jsonb, key text, throttle_s float8)
+),
+slot AS (
+    INSERT INTO {schema}.unique_slots AS s (unique_key, mode, job_id, window_ends_at)
+    SELECT unique_key, 'throttle', id, now() + make_interval(secs => throttle_s)
+    FROM input
+    ON CONFLICT (unique_key) DO UPDATE
+    SET job_id = CASE WHEN s.mode = 'throttle' AND s.window_ends_at > now()
+                      THEN s.job_id ELSE EXCLUDED.job_id END,
+        window_ends_at = CASE WHEN s.mode = 'throttle' AND s.window_ends_at > now()
+                              THEN s.window_ends_at ELSE EXCLUDED.window_ends_at END,
+        mode = 'throttle',
+        touched_at = now()
+    RETURNING s.job_id
+),
+inserted AS (
+    INSERT INTO {schema}.jobs AS j
+        (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime,
+         trace_context, key)
+    SELECT input.id, queue, kind, payload, COALESCE(priority, 0),
+           COALESCE(run_at, now() + make_interval(secs => COALESCE(delay_s, 0))),
+           max_attempts, make_interval(secs => max_runtime_s), trace_context, key
+    FROM input
+    JOIN slot ON slot.job_id = input.id
+    RETURNING j.id, j.queue
+),
+notified AS (  -- as in jobs_insert
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT slot.job_id AS id
+FROM slot
+CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
+
+
+-- name: jobs_insert_debounced
+-- Enqueues one job with `debounce`, first step: takes the unique_key's slot (0008),
+-- locking its row until the caller's transaction ends, so producers of one key go one
+-- at a time (a concurrent producer's uncommitted row makes ON CONFLICT wait for it).
+-- A key without a slot (or last used with throttle) gets its job here, to run
+-- debounce_s from now: `created`. Otherwise the slot's job is returned, not created, and
+-- jobs_debounce_fold runs next, as a statement of its own: its snapshot, taken after
+-- this lock was granted, sees what the producer before us committed (a job inserted by
+-- a transaction that committed while this statement waited is invisible to it).
+WITH input AS MATERIALIZED (
+    SELECT nextval(%(sequence)s::regclass) AS id, t.*
+    FROM jsonb_to_recordset(%(jobs)s::jsonb)
+         AS t(queue text, kind text, payload jsonb, priority int, unique_key text,
+              max_attempts int, max_runtime_s float8, trace_context jsonb, key text,
+              debounce_s float8)
+),
+slot AS (
+    INSERT INTO {schema}.unique_slots AS s (unique_key, mode, job_id)
+    SELECT unique_key, 'debounce', id FROM input
+    ON CONFLICT (unique_key) DO UPDATE
+    SET job_id = CASE WHEN s.mode = 'debounce' THEN s.job_id ELSE EXCLUDED.job_id END,
+        mode = 'debounce',
+        window_ends_at = NULL,
+        touched_at = now()
+    RETURNING s.job_id
+),
+inserted AS (
+    INSERT INTO {schema}.jobs AS j
+        (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime,
+         trace_context, key)
+    SELECT input.id, queue, kind, payload, COALESCE(priority, 0),
+           now() + make_interval(secs => debounce_s),
+           max_attempts, make_interval(secs => max_runtime_s), trace_context, key
+    FROM input
+    JOIN slot ON slot.job_id = input.id
+    RETURNING j.id, j.queue
+),
+notified AS (  -- as in jobs_insert
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT slot.job_id AS id, slot.job_id = input.id AS created
+FROM slot
+CROSS JOIN input
+CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
+
+
+-- name: jobs_debounce_fold
+-- Enqueues one job with `debounce`, second step (the slot's row is ours): if the slot's
+-- job (%(target)s) is still queued it takes this enqueue's payload and runs debounce_s
+-- from now; if it is running, final or gone (pruned), a new job is made and the slot
+-- points to it, so later enqueues fold into that one. A claim racing the fold: either
+-- the fold locks the queued row first (the claim's SKIP LOCKED passes it over), or the
+-- fold waits for the claim and re-reads the row, now running: a new job.
+WITH input AS MATERIALIZED (
+    SELECT t.*
+    FROM jsonb_to_recordset(%(jobs)s::jsonb)
+         AS t(queue text, kind text, payload jsonb, priority int, unique_key text,
+              max_attempts int, max_runtime_s float8, trace_context jsonb, key text,
+              debounce_s float8)
+),
+folded AS (
+    UPDATE {schema}.jobs AS j
+    SET payload = input.payload,
+        trace_context = input.trace_context,
+        run_at = now() + make_interval(secs => input.debounce_s)
+    FROM input
+    WHERE j.id = %(target)s AND j.state = 'queued'
+    RETURNING j.id
+),
+inserted AS (
+    INSERT INTO {schema}.jobs AS j
+        (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime,
+         trace_context, key)
+    SELECT nextval(%(sequence)s::regclass), queue, kind, payload, COALESCE(priority, 0),
+           now() + make_interval(secs => debounce_s),
+           max_attempts, make_interval(secs => max_runtime_s), trace_context, key
+    FROM input
+    WHERE NOT EXISTS (SELECT FROM folded)
+    RETURNING j.id, j.queue
+),
+repointed AS (
+    UPDATE {schema}.unique_slots AS s
+    SET job_id = inserted.id
+    FROM inserted, input
+    WHERE s.unique_key = input.unique_key
+),
+notified AS (  -- as in jobs_insert
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT coalesce((SELECT id FROM folded), (SELECT id FROM inserted)) AS id
+FROM (SELECT count(*) FROM notified) AS force_notify;
+
+
 -- name: jobs_find_live_by_unique_key
 SELECT id FROM {schema}.jobs
 WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running');
@@ -1062,8 +1206,8 @@ RETURNING p.until;
 -- name: keys_resume
 -- Ends a key's pause; returns whether one was running. Each queue holding queued jobs of
 -- the key is announced on the enqueue channel (at commit), as queues_resume does, so
--- idle workers claim them at once. The queues are found by a pass over the queued jobs
--- (no index on key): an operator's action, not a hot path.
+-- idle workers claim them at once. The queues are found from the key's queued jobs
+-- (jobs_key_queued_idx, 0008, when the planner takes it): an operator's action.
 WITH resumed AS (
     DELETE FROM {schema}.paused_keys AS p
     WHERE p.key = %(key)s
@@ -1106,3 +1250,64 @@ FROM counts AS c
 FULL JOIN paused AS p ON p.key = c.key
 ORDER BY 1
 LIMIT %(limit)s;
+
+
+-- name: keys_paused_holding
+-- `status`: the keys paused now, with how many ready jobs (queued, run_at passed) each
+-- holds back. One range scan of jobs_key_queued_idx (0008) per paused key: no pass
+-- over the queued jobs, however many.
+SELECT p.key, p.until, p.paused_at,
+       extract(epoch FROM p.until - now())::float8 AS paused_for_s,
+       (SELECT count(*) FROM {schema}.jobs AS j
+        WHERE j.key = p.key AND j.key IS NOT NULL AND j.state = 'queued'
+          AND j.run_at <= now()) AS held_back
+FROM {schema}.paused_keys AS p
+WHERE p.until > now()
+ORDER BY p.key
+LIMIT %(limit)s;
+
+
+-- name: keys_paused_holding_by_queue
+-- The metrics' sample: ready jobs held back by a key pause, by queue, among `queues`.
+-- As keys_paused_holding: one range scan of jobs_key_queued_idx per paused key. LATERAL
+-- makes it so: as a plain join the planner, misled by a never-analysed paused_keys,
+-- hashes it against a pass over the whole jobs table.
+SELECT held.queue, sum(held.n)::bigint AS held_back
+FROM {schema}.paused_keys AS p
+CROSS JOIN LATERAL (
+    SELECT j.queue, count(*) AS n
+    FROM {schema}.jobs AS j
+    WHERE j.key = p.key AND j.key IS NOT NULL AND j.state = 'queued' AND j.run_at <= now()
+      AND j.queue = ANY(%(queues)s::text[])
+    GROUP BY j.queue
+) AS held
+WHERE p.until > now()
+GROUP BY held.queue;
+
+
+-- name: flow_tidy
+-- Housekeeping: forgets the rows of flow control that no longer mean anything, so that
+-- paused_keys and unique_slots hold about the keys in use. Kept for `keep_s` after they
+-- stopped mattering (an operator may still look at a pause that just ended).
+-- A pause that ended (an ended row holds nothing back: claims test until > now()).
+-- A slot no enqueue touched for `keep_s` whose throttle window has ended, or whose
+-- debounce job is no longer queued or running (final, or pruned): with no row, the
+-- next enqueue of the key does what it would have done with this one.
+-- Racing a producer: a producer that updated the row first holds its lock; this DELETE
+-- waits, then re-checks its WHERE on the new row, whose touched_at is now: kept. One
+-- that comes after the DELETE sees no row and starts afresh, as explained above.
+WITH ended_pauses AS (
+    DELETE FROM {schema}.paused_keys
+    WHERE until < now() - make_interval(secs => %(keep_s)s)
+    RETURNING 1
+),
+idle_slots AS (
+    DELETE FROM {schema}.unique_slots AS s
+    WHERE s.touched_at < now() - make_interval(secs => %(keep_s)s)
+      AND CASE WHEN s.mode = 'throttle' THEN s.window_ends_at < now()
+               ELSE NOT EXISTS (SELECT FROM {schema}.jobs AS j
+                                WHERE j.id = s.job_id AND j.state IN ('queued', 'running'))
+          END
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ended_pauses) AS pauses, (SELECT count(*) FROM idle_slots) AS slots;
