@@ -25,6 +25,8 @@ CHART_MINUTES = 60  # the overview's throughput chart: one bar a minute over the
 # Ids a jobs page walks at most (see dashboard_jobs_page): about 100 ms of heap where
 # nothing matches.
 SCAN_WINDOW = 300_000
+# Paused keys the overview lists at most (by name); `pgworkerd keys` lists them all.
+PAUSED_KEYS_SHOWN = 100
 
 
 class DashboardReads:
@@ -60,6 +62,14 @@ class DashboardReads:
     def overview_dead(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         with conn.cursor(row_factory=dict_row) as cur:
             return {"dead": cur.execute(self._sql["dashboard_dead_by_queue"]).fetchall()}
+
+    def overview_paused_keys(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        """The keys paused now (at most PAUSED_KEYS_SHOWN) with the ready jobs each holds
+        back; on a schema with the `key` column only (the caller asks has_key_column)."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            statement = self._sql["dashboard_keys_paused"]
+            rows = cur.execute(statement, {"limit": PAUSED_KEYS_SHOWN}).fetchall()
+            return {"paused_keys": rows}
 
     def overview_finished(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         with conn.cursor(row_factory=dict_row) as cur:

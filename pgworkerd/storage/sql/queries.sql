@@ -968,6 +968,32 @@ FROM (
 GROUP BY 1, 2, 3;
 
 
+-- name: dashboard_keys_paused
+-- The keys paused now, by name, at most `limit`, each with how long is left and the ready
+-- jobs (queued, run_at passed) it holds back. paused_keys is empty or a few rows: with
+-- none paused the hash semi-join's inner side is empty and PostgreSQL never reads the
+-- jobs. With some, one pass over the queued rows (jobs_claim_idx, which has no key:
+-- the heap for each ready row's key), whatever the number of keys; never the finished
+-- rows. bench/web_cost.py times it with keys paused.
+WITH paused AS MATERIALIZED (
+    SELECT key, until, paused_at FROM {schema}.paused_keys
+    WHERE until > now()
+    ORDER BY key
+    LIMIT %(limit)s
+),
+held AS (
+    SELECT j.key, count(*) AS ready
+    FROM {schema}.jobs AS j
+    WHERE j.state = 'queued' AND j.run_at <= now()
+      AND j.key IN (SELECT key FROM paused)
+    GROUP BY j.key
+)
+SELECT p.key, p.until, p.paused_at,
+       extract(epoch FROM p.until - now())::float8 AS left_s,
+       coalesce(h.ready, 0) AS ready
+FROM paused AS p
+LEFT JOIN held AS h ON h.key = p.key
+ORDER BY p.key;
 -- name: jobs_estimate
 -- The planner's estimate of the table's rows (as of the last ANALYZE): what the overview
 -- shows as "about N jobs", instead of counting them. NULL before the first ANALYZE
