@@ -95,12 +95,14 @@ class DashboardReads:
         queue: str | None,
         kind: str | None,
         key: str | None,
+        keyed: bool,
         before: int,
         floor: int,
         limit: int,
     ) -> list[dict[str, Any]]:
-        """Up to `limit` jobs newest first with `floor` <= id < `before`. `key` only on a
-        schema with the column (the caller asks has_key_column once)."""
+        """Up to `limit` jobs newest first with `floor` <= id < `before`. `keyed`: the
+        schema has the `key` column (the caller asks has_key_column once): each row has
+        its key, and `key` filters; without it, `key` must be None."""
         params = {
             "floor": floor,
             "state": state,
@@ -110,7 +112,8 @@ class DashboardReads:
             "before": before,
             "limit": limit,
         }
-        name = "dashboard_jobs_page" if key is None else "dashboard_jobs_page_by_key"
+        assert keyed or key is None
+        name = "dashboard_jobs_page_by_key" if keyed else "dashboard_jobs_page"
         statement = self._sql[name]
         with conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(statement, params).fetchall()

@@ -150,6 +150,7 @@ class _Pages:
             queue=filters.get("queue"),
             kind=filters.get("kind"),
             key=filters.get("key") if has_key else None,
+            keyed=has_key,
             before=start,
             floor=floor,
             limit=PAGE_SIZE + 1,  # one more than shown: is there an older page?

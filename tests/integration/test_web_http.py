@@ -518,3 +518,16 @@ def test_the_overview_of_a_schema_without_key_pauses_has_no_keys_section(db_dsn,
 def _paused(conn) -> list[str]:
     rows = conn.execute("SELECT key FROM pgworkerd.paused_keys WHERE until > now()")
     return sorted(row[0] for row in rows.fetchall())
+
+
+def test_the_jobs_list_and_a_job_page_show_the_job_key(client, conn):
+    keyed = pgworkerd.enqueue(conn, "k", {}, key="tenant:42")
+    plain = pgworkerd.enqueue(conn, "k", {})
+
+    listing = client.get("/jobs").text
+    rows = dict(re.findall(r'href="/jobs/(\d+)">\d+</a></td>(.*?)</tr>', listing, re.S))
+    assert '<a href="/jobs?key=tenant%3A42">tenant:42</a>' in rows[str(keyed)]
+    assert '<td class="key">—</td>' in rows[str(plain)]
+    page = client.get(f"/jobs/{keyed}").text
+    assert '<dt>Key</dt><dd><a href="/jobs?key=tenant%3A42">tenant:42</a></dd>' in page
+    assert "<dt>Key</dt><dd>—</dd>" in client.get(f"/jobs/{plain}").text

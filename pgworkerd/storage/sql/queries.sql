@@ -1019,9 +1019,10 @@ LIMIT %(limit)s;
 
 
 -- name: dashboard_jobs_page_by_key
--- dashboard_jobs_page, by key too (on a schema with the `key` column).
+-- dashboard_jobs_page on a schema with the `key` column: each job's key, and the key
+-- filter too.
 SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, worker, last_error
+       started_at, finished_at, worker, last_error, key
 FROM {schema}.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
