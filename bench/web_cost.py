@@ -198,9 +198,12 @@ def _plans(dsn: str) -> dict[str, str]:
     plans = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for name, statement, params in cases:
+            if statement == sql["dashboard_queues_live"]:
+                conn.execute(sql["dashboard_serial"])  # as the overview's live part runs it
             explain = b"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement
             rows = conn.execute(explain, params, prepare=False).fetchall()
             plans[name] = "\n".join(row[0] for row in rows)
+            conn.execute("RESET ALL")
     return plans
 
 

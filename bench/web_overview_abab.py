@@ -13,8 +13,9 @@ its statements in both. Then, each alternated the same way:
   failure and an operator's retry do (the only transitions the index costs);
 - the paused keys' read (dashboard_keys_paused) with no key paused and with three keys
   paused, 10 % of the queued jobs carrying a key;
-- two other ways to spell the overview's slower statements: the last hour by minute with
-  a float8 epoch instead of numeric, and the queued count without parallel workers.
+- two other ways to run the overview's slower statements: the last hour by minute with a
+  float8 epoch (as now) against numeric (as before), and the queued count without
+  parallel workers (as the overview's live part runs it now) against with them.
 Prints markdown with EXPLAIN (ANALYZE, BUFFERS) of the dead count in both arms, and
 writes it to bench/results/<timestamp>-web-overview-abab.md.
 """
@@ -43,7 +44,8 @@ RESULTS = REPO / "bench" / "results"
 MIGRATION = REPO / "pgworkerd" / "storage" / "sql" / "0009_dashboard.sql"
 INDEX = "pgworkerd.jobs_dead_queue_idx"
 
-# The statement as it was before this bench's run chose float8 (kept here to compare).
+# dashboard_finished_by_minute's minute as it was before this bench chose float8, kept
+# here to compare the two spellings.
 NUMERIC_MINUTE = b"floor(extract(epoch FROM now() - finished_at) / 60)::int"
 FLOAT_MINUTE = b"floor(date_part('epoch', now() - finished_at) / 60)::int"
 
@@ -73,12 +75,14 @@ def main(argv: list[str] | None = None) -> int:
                 web.wait(timeout=10)
             statements = {
                 name: arms.alternate(
-                    args.rounds, _statement(conn, sql[name], params, args.requests), index=True
+                    args.rounds,
+                    _statement(conn, sql[name], params, args.requests, setting),
+                    index=True,
                 )
-                for name, params in (
-                    ("dashboard_dead_by_queue", {}),
-                    ("dashboard_queues_live", {}),
-                    ("dashboard_finished_by_minute", {"minutes": CHART_MINUTES}),
+                for name, params, setting in (
+                    ("dashboard_dead_by_queue", {}, None),
+                    ("dashboard_queues_live", {}, sql["dashboard_serial"]),
+                    ("dashboard_finished_by_minute", {"minutes": CHART_MINUTES}, None),
                 )
             }
             plans = {arm: arms.with_index(arm, lambda: _plan(conn, sql)) for arm in (False, True)}
@@ -150,15 +154,25 @@ class _Arms:
 
 
 def _statement(
-    conn: psycopg.Connection[Any], statement: bytes, params: dict[str, Any], n: int
+    conn: psycopg.Connection[Any],
+    statement: bytes,
+    params: dict[str, Any],
+    n: int,
+    setting: bytes | None = None,
 ) -> Callable[[], list[float]]:
+    """`statement` timed `n` times; under `setting` (a SET) if given, as the page runs it."""
+
     def run() -> list[float]:
+        if setting is not None:
+            conn.execute(setting)
         conn.execute(statement, params).fetchall()  # warm-up
         times = []
         for _ in range(n):
             started = time.perf_counter()
             conn.execute(statement, params, prepare=False).fetchall()
             times.append((time.perf_counter() - started) * 1000)
+        if setting is not None:
+            conn.execute("RESET ALL")
         return times
 
     return run
@@ -207,9 +221,8 @@ def _spellings(
         by_minute["B"].append(_statement(conn, floated, params, args.requests)())
         parallel = out["queued and running: parallel / not"]
         parallel["A"].append(_statement(conn, live, {}, args.requests)())
-        conn.execute("SET max_parallel_workers_per_gather = 0")
-        parallel["B"].append(_statement(conn, live, {}, args.requests)())
-        conn.execute("RESET max_parallel_workers_per_gather")
+        serial = sql["dashboard_serial"]  # what the overview's live part sets
+        parallel["B"].append(_statement(conn, live, {}, args.requests, serial)())
     return out
 
 

@@ -51,6 +51,7 @@ class DashboardReads:
         estimate = statements["jobs_estimate"]
         table = sql.Identifier(self.schema, "jobs").as_string(conn)
         with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(statements["dashboard_serial"])
             return {
                 "now": _one(cur.execute(statements["clock_read"]))["now"],
                 "live": cur.execute(statements["dashboard_queues_live"]).fetchall(),
