@@ -159,13 +159,14 @@ def _time(web: Any, path: str, requests: int) -> list[float]:
 
 def _plans(dsn: str) -> dict[str, str]:
     sql = queries.statements("pgworkerd")
-    page_sql = sql["dashboard_jobs_page"]
+    page_sql = sql["dashboard_jobs_page_by_key"]  # what a migrated schema's pages run
     with psycopg.connect(dsn, autocommit=True) as conn:
         top = int(conn.execute(sql["jobs_max_id"]).fetchone()[0]) + 1  # type: ignore[index]
     page: dict[str, Any] = {
         "state": None,
         "queue": None,
         "kind": None,
+        "key": None,
         "before": top,
         "floor": max(1, top - SCAN_WINDOW),
     }
@@ -179,6 +180,7 @@ def _plans(dsn: str) -> dict[str, str]:
         ),
         ("dashboard row estimate", sql["jobs_estimate"], {"table": '"pgworkerd"."jobs"'}),
         ("shared queues_paused", sql["queues_paused"], {}),
+        ("dashboard paused keys (none paused)", sql["dashboard_keys_paused"], {"limit": 100}),
         ("shared daemons_list", sql["daemons_list"], {}),
         ("jobs page, no filter", page_sql, {**page, "limit": 51}),
         ("jobs page, state=dead", page_sql, {**page, "state": "dead", "limit": 51}),
@@ -196,9 +198,12 @@ def _plans(dsn: str) -> dict[str, str]:
     plans = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for name, statement, params in cases:
+            if statement == sql["dashboard_queues_live"]:
+                conn.execute(sql["dashboard_serial"])  # as the overview's live part runs it
             explain = b"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement
             rows = conn.execute(explain, params, prepare=False).fetchall()
             plans[name] = "\n".join(row[0] for row in rows)
+            conn.execute("RESET ALL")
     return plans
 
 

@@ -46,6 +46,11 @@ def main() -> int:
         env = {**os.environ, "PGWORKERD_DATABASE_URL": dsn, "PYTHONPATH": str(REPO)}
         with psycopg.connect(dsn, autocommit=True) as conn:
             poison = _enqueue(conn)
+            # A tenant's key paused (as a handler's PauseKey does on an HTTP 429): the
+            # overview lists it with the ready jobs it holds back.
+            pgworkerd.pause_key(conn, "tenant:42", 900)
+            keyed = [{"kind": "hello", "payload": {}, "key": "tenant:42"}] * 12
+            pgworkerd.enqueue_many(conn, keyed)
             procs.append(_start(["run", "-c", str(path)], env, base / "run.log"))
             _wait(lambda: _state(conn, poison) == "dead", "the poison job to die")
             pgworkerd.pause_queue(conn, "slow")

@@ -25,6 +25,8 @@ CHART_MINUTES = 60  # the overview's throughput chart: one bar a minute over the
 # Ids a jobs page walks at most (see dashboard_jobs_page): about 100 ms of heap where
 # nothing matches.
 SCAN_WINDOW = 300_000
+# Paused keys the overview lists at most (by name); `pgworkerd keys` lists them all.
+PAUSED_KEYS_SHOWN = 100
 
 
 class DashboardReads:
@@ -49,6 +51,7 @@ class DashboardReads:
         estimate = statements["jobs_estimate"]
         table = sql.Identifier(self.schema, "jobs").as_string(conn)
         with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(statements["dashboard_serial"])
             return {
                 "now": _one(cur.execute(statements["clock_read"]))["now"],
                 "live": cur.execute(statements["dashboard_queues_live"]).fetchall(),
@@ -60,6 +63,14 @@ class DashboardReads:
     def overview_dead(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         with conn.cursor(row_factory=dict_row) as cur:
             return {"dead": cur.execute(self._sql["dashboard_dead_by_queue"]).fetchall()}
+
+    def overview_paused_keys(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        """The keys paused now (at most PAUSED_KEYS_SHOWN) with the ready jobs each holds
+        back; on a schema with the `key` column only (the caller asks has_key_column)."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            statement = self._sql["dashboard_keys_paused"]
+            rows = cur.execute(statement, {"limit": PAUSED_KEYS_SHOWN}).fetchall()
+            return {"paused_keys": rows}
 
     def overview_finished(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         with conn.cursor(row_factory=dict_row) as cur:
@@ -85,12 +96,14 @@ class DashboardReads:
         queue: str | None,
         kind: str | None,
         key: str | None,
+        keyed: bool,
         before: int,
         floor: int,
         limit: int,
     ) -> list[dict[str, Any]]:
-        """Up to `limit` jobs newest first with `floor` <= id < `before`. `key` only on a
-        schema with the column (the caller asks has_key_column once)."""
+        """Up to `limit` jobs newest first with `floor` <= id < `before`. `keyed`: the
+        schema has the `key` column (the caller asks has_key_column once): each row has
+        its key, and `key` filters; without it, `key` must be None."""
         params = {
             "floor": floor,
             "state": state,
@@ -100,7 +113,8 @@ class DashboardReads:
             "before": before,
             "limit": limit,
         }
-        name = "dashboard_jobs_page" if key is None else "dashboard_jobs_page_by_key"
+        assert keyed or key is None
+        name = "dashboard_jobs_page_by_key" if keyed else "dashboard_jobs_page"
         statement = self._sql[name]
         with conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(statement, params).fetchall()

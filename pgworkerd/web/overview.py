@@ -63,7 +63,24 @@ def build(
         "estimate": rows["estimate"],
         "daemons": [_daemon(row) for row in rows["daemons"]],
         "periodic": [_periodic(e, periodic_last.get(e.key), now) for e in periodic],
+        # None: a schema without key pauses (before flow control's migration).
+        "paused_keys": _paused_keys(rows.get("paused_keys")),
     }
+
+
+def _paused_keys(rows: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    if rows is None:
+        return None
+    return [
+        {
+            "key": row["key"],
+            "until": row["until"],
+            "paused_at": row["paused_at"],
+            "left_s": row["left_s"],
+            "ready": int(row["ready"]),
+        }
+        for row in rows
+    ]
 
 
 def _daemon(row: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import pgworkerd
 from pgworkerd.client.operations import Operations
 from pgworkerd.errors import InvalidJob
 from pgworkerd.storage import connections
-from pgworkerd.storage.dashboard import SCAN_WINDOW, DashboardReads
+from pgworkerd.storage.dashboard import PAUSED_KEYS_SHOWN, SCAN_WINDOW, DashboardReads
 from pgworkerd.storage.store import STATES
 from pgworkerd.web import overview
 from pgworkerd.web.settings import Settings
@@ -53,6 +53,8 @@ NOTICES = {
     "paused": "Queue paused: no daemon claims its jobs; running jobs finish.",
     "resumed": "Queue resumed.",
     "retried_dead": "Dead jobs of the queue queued again: {n}.",
+    "key_resumed": "Key resumed: its jobs start again.",
+    "key_not_resumed": "Not resumed: the key's pause had already ended.",
 }
 
 _templates = jinja2.Environment(
@@ -71,6 +73,7 @@ def routes(settings: Settings) -> list[Route]:
         Route("/jobs/{job_id:int}", pages.job, name="job"),
         Route("/jobs/{job_id:int}/{action:str}", pages.job_action, methods=["POST"]),
         Route("/queues/{action:str}", pages.queue_action, methods=["POST"]),
+        Route("/keys/resume", pages.key_resume, methods=["POST"]),
     ]
 
 
@@ -106,18 +109,27 @@ class _Pages:
     async def overview(self, request: Request) -> Response:
         parts = await asyncio.gather(
             self._db(self._overview_live),
-            self._db(self.reads.overview_dead),
+            self._db(self._overview_dead_and_keys),
             self._db(self.reads.overview_finished),
         )
         rows = {key: value for part in parts for key, value in part.items()}
         periodic = self.settings.periodic
         data = overview.build(rows, self.settings.queues, periodic, rows["periodic_last"])
+        data["paused_keys_shown"] = PAUSED_KEYS_SHOWN
         return _render(request, "overview.html", {**data, "title": "Overview"}, self.settings)
 
     def _overview_live(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         keys = [entry.key for entry in self.settings.periodic]
         last = self.reads.periodic_last(conn, keys) if keys else {}
         return {**self.reads.overview_live(conn), "periodic_last": last}
+
+    def _overview_dead_and_keys(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        # The paused keys ride with the dead count: both are quick next to the last
+        # hour's pass, and a fourth connection would cost more than either.
+        dead = self.reads.overview_dead(conn)
+        if not self._has_key(conn):  # a schema from before flow control: no key pauses
+            return {**dead, "paused_keys": None}
+        return {**dead, **self.reads.overview_paused_keys(conn)}
 
     async def jobs(self, request: Request) -> Response:
         filters = _filters(request)
@@ -138,6 +150,7 @@ class _Pages:
             queue=filters.get("queue"),
             kind=filters.get("kind"),
             key=filters.get("key") if has_key else None,
+            keyed=has_key,
             before=start,
             floor=floor,
             limit=PAGE_SIZE + 1,  # one more than shown: is there an older page?
@@ -214,6 +227,17 @@ class _Pages:
             return _redirect(request, "/", "retried_dead", n=len(done))
         return _redirect(request, "/", {"pause": "paused", "resume": "resumed"}[action])
 
+    async def key_resume(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        key = form.get("key", "")
+        if not key:
+            raise HTTPException(404, "No such action.")
+        if form.get("confirmed") != "1":
+            return _confirm(request, f"Resume key {key}?", form)
+        schema = self.settings.schema
+        done = await self._db(lambda c: pgworkerd.resume_key(c, key, schema=schema))
+        return _redirect(request, "/", "key_resumed" if done else "key_not_resumed")
+
     async def _checked_form(self, request: Request) -> dict[str, str]:
         """The POSTed form, once the token and origin are checked (else 403); and 403 in
         read-only mode, whatever the form."""
@@ -281,7 +305,7 @@ def _render(
 
 def _confirm(request: Request, question: str, form: dict[str, str]) -> HTMLResponse:
     """Without script (no dialog asked), the action asks on a page of its own."""
-    fields = {k: v for k, v in form.items() if k == "queue"}
+    fields = {k: v for k, v in form.items() if k in ("queue", "key")}
     context = {"title": "Confirm", "question": question, "fields": fields, "refresh_s": 0}
     context["action"] = request.url.path[len(request.scope.get("root_path", "")) :]
     return _render(request, "confirm.html", context, None)

@@ -161,3 +161,41 @@ def test_a_script_payload_does_not_run(dashboards, page, conn: Conn):
     page.goto(f"{dashboard.url}/jobs/{job_id}")
     expect(page.locator("pre.payload")).to_contain_text("<script>window.pwned = 1</script>")
     assert page.locator("img").count() == 0
+
+
+def test_resume_a_paused_key_and_see_its_job_run(dashboards, page, start_daemon, history_conn):
+    held = pgworkerd.enqueue(history_conn, "record", {}, key="tenant:42")
+    pgworkerd.pause_key(history_conn, "tenant:42", 3600)
+    other = pgworkerd.enqueue(history_conn, "record", {}, key="tenant:7")
+    start_daemon(**ONE_WORKER)
+    # Another key's job runs: the daemon claims, and passes the paused key's job over.
+    wait_until(lambda: job(history_conn, other)["state"] == "succeeded", what="tenant:7's job")
+    dashboard = dashboards()
+
+    page.goto(dashboard.url + "/")
+    row = page.locator('tr[data-key="tenant:42"]')
+    expect(row.get_by_role("cell").nth(2)).to_contain_text(re.compile(r"^(59|60) min$"))
+    expect(row.get_by_role("link", name="1", exact=True)).to_be_visible()  # held back
+    assert job(history_conn, held)["state"] == "queued"
+
+    row.get_by_role("button", name="Resume").click()  # the dialog is accepted
+
+    expect(page.get_by_role("status")).to_have_text("Key resumed: its jobs start again.")
+    expect(page.get_by_text("No key is paused.")).to_be_visible()
+    wait_until(lambda: job(history_conn, held)["state"] == "succeeded", what="tenant:42's job")
+    assert page.console_errors == []
+
+
+def test_a_paused_key_links_to_its_jobs(dashboards, page, conn: Conn):
+    held = pgworkerd.enqueue(conn, "k", {}, key="tenant:42")
+    pgworkerd.enqueue(conn, "k", {}, key="tenant:7")
+    pgworkerd.pause_key(conn, "tenant:42", 600)
+    dashboard = dashboards()
+
+    page.goto(dashboard.url + "/")
+    page.locator('tr[data-key="tenant:42"]').get_by_role("link", name="tenant:42").click()
+
+    expect(page).to_have_url(re.compile(r"/jobs\?key=tenant%3A42$"))
+    expect(page.get_by_label("Key")).to_have_value("tenant:42")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(1)
+    expect(page.get_by_role("link", name=str(held), exact=True)).to_be_visible()

@@ -429,3 +429,105 @@ def test_a_rare_filter_walks_one_window_of_ids_a_page(client, conn, monkeypatch)
         pages += 1
     assert pages == 3, "46 ids, 20 a page: the rare job is on the third"
     assert max(common) - rare == 45
+
+
+def _key_row(html: str, key: str) -> str:
+    match = re.search(rf'<tr data-key="{re.escape(key)}">(.*?)</tr>', html, re.S)
+    assert match, f"no row for key {key}"
+    return match[1]
+
+
+def test_overview_lists_paused_keys_with_their_ready_jobs(client, conn, store):
+    assert "No key is paused." in client.get("/").text
+    # tenant:42 holds two ready jobs back (one scheduled for later and one running are
+    # not ready); tenant:7 is paused with none; tenant:9's pause has ended.
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "key": "tenant:42"}] * 3)
+    [running] = claim(store, conn, limit=1)
+    pgworkerd.enqueue(conn, "k", {}, key="tenant:42", delay=3600)
+    pgworkerd.enqueue(conn, "k", {}, key="tenant:8")
+    pgworkerd.pause_key(conn, "tenant:42", 600)
+    pgworkerd.pause_key(conn, "tenant:7", 90)
+    pgworkerd.pause_key(conn, "tenant:9", 0)
+
+    page = client.get("/")
+
+    assert page.status_code == 200
+    keys = re.findall(r'<tr data-key="([^"]+)">', page.text)
+    assert keys == ["tenant:42", "tenant:7"]
+    row = _key_row(page.text, "tenant:42")
+    assert 'href="/jobs?key=tenant%3A42"' in row, "the jobs page's key filter"
+    assert re.search(r'href="/jobs\?key=tenant%3A42&amp;state=queued">2<', row), row
+    assert re.search(r"<td>(9 min|10 min)</td>", row), "how long is left"
+    assert re.search(r'state=queued">0<', _key_row(page.text, "tenant:7"))
+    assert 'name="key" value="tenant:42"' in row and ">Resume</button>" in row
+    held = conn.execute("SELECT key FROM pgworkerd.jobs WHERE id = %s", [running.id])
+    assert held.fetchone() == ("tenant:42",), "the running job is the key's: not counted"
+
+
+def test_resume_a_key_from_the_overview(client, conn):
+    pgworkerd.pause_key(conn, "tenant:42", 600)
+    token = csrf_token(client)
+
+    asked = client.post("/keys/resume", data={"csrf_token": token, "key": "tenant:42"})
+    assert asked.status_code == 200 and "Resume key tenant:42?" in asked.text
+    assert 'name="key" value="tenant:42"' in asked.text, "the confirm page carries the key"
+    assert _paused(conn) == ["tenant:42"]
+
+    form = {"csrf_token": token, "confirmed": "1", "key": "tenant:42"}
+    done = client.post("/keys/resume", data=form, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/?notice=key_resumed"
+    assert _paused(conn) == []
+    page = client.get(done.headers["location"]).text
+    assert "Key resumed: its jobs start again." in page and "No key is paused." in page
+    again = client.post("/keys/resume", data=form)
+    assert "Not resumed: the key&#39;s pause had already ended." in again.text
+    assert client.post("/keys/resume", data={**form, "key": ""}).status_code == 404
+
+
+@pytest.mark.parametrize("form", [{}, {"csrf_token": "forged"}], ids=["no token", "wrong token"])
+def test_resuming_a_key_without_the_page_token_is_refused(client, conn, form):
+    pgworkerd.pause_key(conn, "tenant:42", 600)
+    csrf_token(client)
+
+    refused = client.post("/keys/resume", data={**form, "confirmed": "1", "key": "tenant:42"})
+
+    assert refused.status_code == 403
+    assert _paused(conn) == ["tenant:42"]
+
+
+def test_read_only_lists_paused_keys_without_the_resume_action(db_dsn, conn):
+    pgworkerd.pause_key(conn, "tenant:42", 600)
+    with TestClient(create_app(dsn=db_dsn, read_only=True)) as client:
+        page = client.get("/").text
+        row = _key_row(page, "tenant:42")
+        assert "<form" not in row and "Resume" not in row
+        token = client.cookies.get("pgworkerd_csrf")
+        form = {"csrf_token": token, "confirmed": "1", "key": "tenant:42"}
+        assert client.post("/keys/resume", data=form).status_code == 403
+    assert _paused(conn) == ["tenant:42"]
+
+
+def test_the_overview_of_a_schema_without_key_pauses_has_no_keys_section(db_dsn, conn):
+    conn.execute("ALTER TABLE pgworkerd.jobs DROP COLUMN key")
+    conn.execute("DROP TABLE pgworkerd.paused_keys")
+    with TestClient(create_app(dsn=db_dsn)) as client:
+        page = client.get("/")
+    assert page.status_code == 200 and "Paused keys" not in page.text
+
+
+def _paused(conn) -> list[str]:
+    rows = conn.execute("SELECT key FROM pgworkerd.paused_keys WHERE until > now()")
+    return sorted(row[0] for row in rows.fetchall())
+
+
+def test_the_jobs_list_and_a_job_page_show_the_job_key(client, conn):
+    keyed = pgworkerd.enqueue(conn, "k", {}, key="tenant:42")
+    plain = pgworkerd.enqueue(conn, "k", {})
+
+    listing = client.get("/jobs").text
+    rows = dict(re.findall(r'href="/jobs/(\d+)">\d+</a></td>(.*?)</tr>', listing, re.S))
+    assert '<a href="/jobs?key=tenant%3A42">tenant:42</a>' in rows[str(keyed)]
+    assert '<td class="key">—</td>' in rows[str(plain)]
+    page = client.get(f"/jobs/{keyed}").text
+    assert '<dt>Key</dt><dd><a href="/jobs?key=tenant%3A42">tenant:42</a></dd>' in page
+    assert "<dt>Key</dt><dd>—</dd>" in client.get(f"/jobs/{plain}").text

@@ -59,3 +59,23 @@ def test_the_chart_draws_a_bar_a_busy_minute_and_escapes_the_queue_name() -> Non
     assert svg.count("<rect") == 2
     assert 'height="40"' in svg and 'height="4"' in svg  # scaled to the busiest minute
     assert "<q" not in svg and "&lt;q&#34;&amp;&gt;" in svg
+
+
+def test_build_passes_paused_keys_through_and_none_for_a_schema_without_them() -> None:
+    rows = {
+        "now": NOW,
+        "live": [],
+        "dead": [],
+        "finished": [],
+        "estimate": None,
+        "paused": [],
+        "daemons": [],
+        "paused_keys": [
+            {"key": "tenant:42", "until": NOW, "paused_at": NOW, "left_s": 90.5, "ready": 3}
+        ],
+    }
+
+    [paused] = build(rows, [], [], {})["paused_keys"]
+
+    assert (paused["key"], paused["ready"], age(paused["left_s"])) == ("tenant:42", 3, "90 s")
+    assert build({**rows, "paused_keys": None}, [], [], {})["paused_keys"] is None

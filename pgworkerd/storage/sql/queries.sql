@@ -1077,6 +1077,12 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 
+-- name: dashboard_serial
+-- The overview's live part runs without parallel workers (its connection only, closed
+-- after the request): counting 100,000 queued jobs from jobs_claim_idx took 47 ms alone
+-- and 63 with two workers (bench/web_overview_abab.py, 2 cores), and a page polled
+-- every few seconds should not take the server's worker processes from the job path.
+SET max_parallel_workers_per_gather = 0;
 -- name: dashboard_queues_live
 -- The dashboard's reads (pgworkerd/web, storage/dashboard.py) from here on. Each answers
 -- from an index range, never a pass over the whole table: the overview is polled every
@@ -1111,9 +1117,11 @@ GROUP BY queue;
 -- the chart and the "last hour" counts. One range of jobs_finished_idx (state,
 -- finished_at) per final state, then the heap for the queue. Spelled as three equalities,
 -- not `state IN (...)`: with the list, PostgreSQL 15 misjudges the range and reads the
--- whole table (300 ms over a million rows instead of 60: bench/web_cost.py).
+-- whole table (300 ms over a million rows instead of 60: bench/web_cost.py). The minute
+-- in float8 (date_part), not numeric (extract): 73 ms instead of 91 over the 42,000 rows
+-- of a busy hour (bench/web_overview_abab.py).
 SELECT queue, state,
-       floor(extract(epoch FROM now() - finished_at) / 60)::int AS minutes_ago,
+       floor(date_part('epoch', now() - finished_at) / 60)::int AS minutes_ago,
        count(*) AS n
 FROM (
     SELECT queue, state, finished_at FROM {schema}.jobs
@@ -1128,6 +1136,32 @@ FROM (
 GROUP BY 1, 2, 3;
 
 
+-- name: dashboard_keys_paused
+-- The keys paused now, by name, at most `limit`, each with how long is left and the ready
+-- jobs (queued, run_at passed) it holds back. paused_keys is empty or a few rows: with
+-- none paused the hash semi-join's inner side is empty and PostgreSQL never reads the
+-- jobs. With some, one pass over the queued rows (jobs_claim_idx, which has no key:
+-- the heap for each ready row's key), whatever the number of keys; never the finished
+-- rows. bench/web_cost.py times it with keys paused.
+WITH paused AS MATERIALIZED (
+    SELECT key, until, paused_at FROM {schema}.paused_keys
+    WHERE until > now()
+    ORDER BY key
+    LIMIT %(limit)s
+),
+held AS (
+    SELECT j.key, count(*) AS ready
+    FROM {schema}.jobs AS j
+    WHERE j.state = 'queued' AND j.run_at <= now()
+      AND j.key IN (SELECT key FROM paused)
+    GROUP BY j.key
+)
+SELECT p.key, p.until, p.paused_at,
+       extract(epoch FROM p.until - now())::float8 AS left_s,
+       coalesce(h.ready, 0) AS ready
+FROM paused AS p
+LEFT JOIN held AS h ON h.key = p.key
+ORDER BY p.key;
 -- name: jobs_estimate
 -- The planner's estimate of the table's rows (as of the last ANALYZE): what the overview
 -- shows as "about N jobs", instead of counting them. NULL before the first ANALYZE
@@ -1153,9 +1187,10 @@ LIMIT %(limit)s;
 
 
 -- name: dashboard_jobs_page_by_key
--- dashboard_jobs_page, by key too (on a schema with the `key` column).
+-- dashboard_jobs_page on a schema with the `key` column: each job's key, and the key
+-- filter too.
 SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, worker, last_error
+       started_at, finished_at, worker, last_error, key
 FROM {schema}.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
