@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from pgworkerd.config.limits import LimitConcurrency, PerKeyLimits, Rate
 from pgworkerd.config.periodic import PeriodicEntry, check_entries
 from pgworkerd.config.retention import Retention
 from pgworkerd.config.units import Bytes, Count, QueueName, Seconds, Section, host_port
@@ -36,6 +37,22 @@ class QueueConfig(Section):
     )
     max_runtime: Seconds | None = None
     max_attempts: Count | None = Field(None, ge=1, le=1_000_000)
+    # Flow control (config/limits.py). Not a pool's `concurrency` (worker processes):
+    # these count the queue's running jobs on every daemon and host together.
+    concurrency: LimitConcurrency | None = Field(
+        None, description="running jobs of this queue, every daemon and host together"
+    )
+    rate: Rate | None = Field(None, description="starts per period, fleet-wide: 100/s, 10/m")
+    per_key: PerKeyLimits | None = Field(None, description="the same limits for each job key")
+    fair: bool = Field(False, description="keys take turns: least recently started first")
+
+    @property
+    def limited(self) -> bool:
+        """Whether a claim of this queue must take its limits' lock (storage/limits.py)."""
+        per_key = self.per_key is not None and (
+            self.per_key.concurrency is not None or self.per_key.rate is not None
+        )
+        return self.concurrency is not None or self.rate is not None or per_key or self.fair
 
 
 class PoolConfig(Section):

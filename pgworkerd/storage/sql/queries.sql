@@ -236,6 +236,168 @@ FULL JOIN (SELECT coalesce((SELECT array_agg(id) FROM completed), '{{}}') AS com
            FROM ({claim_meta}) AS meta) AS done ON false;
 
 
+-- name: limits_lock
+-- LIMITS: the first statement of a claim that includes a limited queue (concurrency,
+-- rate, per_key or fair; storage/limits.py): one transaction-scoped advisory lock per
+-- limited queue, taken in a fixed order (so two claims of overlapping queue lists never
+-- wait on each other in a cycle), held until the claim commits or rolls back. Every
+-- claim of a limited queue, on every daemon, takes it: they run one at a time per
+-- queue, and the next one's claim statement (a new snapshot under READ COMMITTED, taken
+-- after this lock was granted) sees every row the previous one committed. A crash
+-- anywhere ends the transaction, and the lock with it.
+SELECT count(pg_advisory_xact_lock(k.lock_key))
+FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
+      FROM unnest(%(queues)s::text[]) AS q(name)
+      ORDER BY 1) AS k;
+
+
+-- name: jobs_claim_limited
+-- jobs_claim for a list that includes limited queues, run after limits_lock in the same
+-- transaction. The same levels, positions, pauses and order; each limited queue takes
+-- at most its room:
+--   concurrency - its running rows (jobs_running_idx, at most `concurrency` entries read)
+--   rate N      - its starts in (t - period, t] (starts_queue_idx, at most N entries read)
+-- where t = statement_timestamp(), this statement's start: after the lock, so later
+-- than every start a previous holder wrote. A job counts as running from its claim
+-- until its lease is settled (complete, fail, snooze, release, cancel, rescue); its
+-- start counts until it ages out of the window or a Snooze gives it back. The claim
+-- writes its starts to the ledger and drops the queue's starts older than the window,
+-- in this statement. No counter is kept anywhere: a crash or rollback undoes the
+-- claim and its ledger rows together.
+-- A level scan takes at most min(limit, room) rows, then the picks of each queue are
+-- cut to its room across its priority levels (rows locked beyond it are let go at
+-- commit: no other claimer of the queue runs meanwhile). claim_meta's row also says
+-- which queues a limit held back (their positions must not move past jobs left ready),
+-- and when the soonest start of a rate-held queue leaves its window.
+WITH RECURSIVE queues AS (
+    SELECT q.name, q.max_attempts, q.ord
+    FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
+         WITH ORDINALITY AS q(name, max_attempts, ord)
+    WHERE NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = q.name)
+),
+limits AS (
+    SELECT l.queue, l.concurrency, l.rate_count,
+           make_interval(secs => l.rate_period_s) AS rate_period
+    FROM unnest(%(limit_queues)s::text[], %(limit_concurrency)s::int[],
+                %(limit_rate_count)s::int[], %(limit_rate_period_s)s::float8[])
+         AS l(queue, concurrency, rate_count, rate_period_s)
+),
+room AS MATERIALIZED (
+    SELECT l.queue,
+           -- least() ignores NULLs: a queue with only one of the two limits
+           greatest(0, least(
+               l.concurrency - (SELECT count(*) FROM (
+                   SELECT FROM {schema}.jobs AS j
+                   WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.queue
+                   LIMIT l.concurrency) AS running),
+               l.rate_count - (SELECT count(*) FROM (
+                   SELECT FROM {schema}.starts AS s
+                   WHERE s.queue = l.queue AND s.at > statement_timestamp() - l.rate_period
+                   LIMIT l.rate_count) AS window_starts)
+           )) AS room
+    FROM limits AS l
+),
+levels AS (
+    SELECT q.name, q.ord, l.priority,
+           coalesce(l.after_run_at, '-infinity') AS after_run_at,
+           coalesce(l.after_id, -1) AS after_id,
+           r.room
+    FROM unnest(%(level_queues)s::text[], %(level_priorities)s::int[],
+                %(level_after_run_at)s::timestamptz[], %(level_after_id)s::bigint[])
+         AS l(queue, priority, after_run_at, after_id)
+    JOIN queues AS q ON q.name = l.queue
+    LEFT JOIN room AS r ON r.queue = q.name
+),
+level_picks AS MATERIALIZED (
+    SELECT ready.id, ready.run_at, l.name, l.ord, l.priority, l.room
+    FROM (SELECT * FROM levels ORDER BY ord, priority DESC) AS l
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at FROM {schema}.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
+          AND (j.run_at, j.id) > (l.after_run_at, l.after_id)  -- POSITIONS
+          AND j.run_at <= now()
+          AND (j.key IS NULL OR NOT EXISTS (  -- KEY PAUSES
+                SELECT FROM {schema}.paused_keys AS pk
+                WHERE pk.key = j.key AND pk.until > now()))
+        ORDER BY j.run_at, j.id
+        LIMIT least(%(limit)s, l.room)  -- NULL room (an unlimited queue): the batch
+        FOR UPDATE SKIP LOCKED  -- SKIP LOCKED (as in claim_picks)
+    ) AS ready
+),
+picked AS MATERIALIZED (
+    SELECT p.id, p.name
+    FROM (SELECT lp.*, row_number() OVER (PARTITION BY lp.name
+                                          ORDER BY lp.priority DESC, lp.run_at, lp.id) AS n
+          FROM level_picks AS lp) AS p
+    WHERE p.room IS NULL OR p.n <= p.room
+    ORDER BY p.ord, p.priority DESC, p.run_at, p.id
+    LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET state            = 'running',
+        attempt          = j.attempt + 1,
+        lease_token      = gen_random_uuid(),      -- the FENCE
+        lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s),
+        worker           = %(worker)s,
+        -- the start's time, as the ledger has it (monotonic across the queue's claims)
+        started_at       = statement_timestamp(),
+        max_attempts     = COALESCE(j.max_attempts, q.max_attempts),
+        progress         = NULL,
+        progress_stage   = NULL,
+        progress_at      = NULL
+    FROM queues AS q
+    WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked)) AND q.name = j.queue
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
+              extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
+              j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord, j.key,
+              j.trace_context
+),
+charged AS (
+    INSERT INTO {schema}.starts (lease_token, queue, key, at)
+    SELECT c.lease_token, c.queue, c.key, statement_timestamp()
+    FROM claimed AS c
+    JOIN limits AS l ON l.queue = c.queue AND l.rate_count IS NOT NULL
+),
+aged_out AS (
+    DELETE FROM {schema}.starts AS s
+    USING limits AS l
+    WHERE s.queue = l.queue AND l.rate_count IS NOT NULL
+      AND s.at <= statement_timestamp() - l.rate_period
+)
+SELECT claimed.*, meta.*
+FROM claimed
+FULL JOIN (
+    SELECT now() AS db_now,
+           ARRAY(SELECT p.queue FROM {schema}.paused_queues AS p
+                 WHERE p.queue = ANY(%(queues)s::text[])) AS paused_queues,
+           EXISTS (SELECT FROM {schema}.paused_keys AS pk WHERE pk.until > now())
+               AS keys_paused,
+           -- the limited queues left with no room after this claim
+           ARRAY(SELECT r.queue FROM room AS r
+                 WHERE r.room <= (SELECT count(*) FROM picked AS p WHERE p.name = r.queue))
+               AS held_queues,
+           -- when the soonest start of a queue its rate holds back leaves the window
+           -- (seconds from now), NULL when no queue's rate is what holds it back
+           (SELECT extract(epoch FROM min(s.at + l.rate_period) - statement_timestamp())
+            FROM limits AS l
+            JOIN room AS r ON r.queue = l.queue
+            CROSS JOIN LATERAL (
+                SELECT s.at FROM {schema}.starts AS s
+                WHERE s.queue = l.queue AND s.at > statement_timestamp() - l.rate_period
+                ORDER BY s.at LIMIT 1) AS s
+            WHERE l.rate_count IS NOT NULL
+              AND r.room <= (SELECT count(*) FROM picked AS p WHERE p.name = r.queue))::float8
+               AS rate_wake_in_s
+) AS meta ON false;
+
+
+-- name: limits_notify
+-- LIMITS: a completion freed places in these concurrency-limited queues: wake their idle
+-- workers (delivered at commit, as jobs_insert's).
+SELECT count(pg_notify(%(channel)s, q.name)) FROM unnest(%(queues)s::text[]) AS q(name);
+
+
 -- name: queue_levels
 -- Fragment of jobs_levels: given a CTE `queues(name, ord)`, the distinct priorities
 -- present among queued jobs of each queue, found by one index descent each (a loose
@@ -440,6 +602,11 @@ WITH target AS (
     WHERE j.id = %(id)s
       AND j.lease_token = %(token)s AND j.state = 'running'  -- FENCE
     FOR UPDATE
+),
+uncharged AS (  -- LIMITS: the start is given back to the rate too (fenced by target)
+    DELETE FROM {schema}.starts AS s
+    USING target AS t
+    WHERE s.lease_token = %(token)s
 ),
 paused AS (
     INSERT INTO {schema}.paused_keys AS p (key, until)

@@ -1,0 +1,38 @@
+"""The flow-control limits a claim enforces (LIMITS in sql/queries.sql): what a worker
+knows of each limited queue, and the parameters the limited claim takes.
+
+A claim whose queue list includes a limited queue runs in its own transaction: first
+`limits_lock` (one advisory lock per limited queue, in a fixed order), then
+`jobs_claim_limited`, which counts the queue's running rows and its starts in the
+rate's window and takes at most the room left. A queue list without a limited queue
+claims exactly as before (JobStore.claim), with no extra statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """The limits of one queue. None: that limit is not set."""
+
+    concurrency: int | None = None
+    rate: tuple[int, float] | None = None  # (starts, period in seconds)
+
+
+def limited_queues(queues: Sequence[str], limits: Mapping[str, QueueLimits]) -> list[str]:
+    return [queue for queue in queues if queue in limits]
+
+
+def claim_limit_params(limited: Sequence[str], limits: Mapping[str, QueueLimits]) -> dict[str, Any]:
+    """jobs_claim_limited's limits, as parallel arrays (NULL where a limit is not set)."""
+    chosen = [limits[queue] for queue in limited]
+    return {
+        "limit_queues": list(limited),
+        "limit_concurrency": [q.concurrency for q in chosen],
+        "limit_rate_count": [q.rate[0] if q.rate else None for q in chosen],
+        "limit_rate_period_s": [q.rate[1] if q.rate else None for q in chosen],
+    }
