@@ -128,6 +128,12 @@ BAD_CONFIGS = [
     ("django: {settings: mysite.settings, tasks: []}\n", "django.tasks: list should have"),
     ("django: {settings: 'my site', tasks: [a]}\n", "django.settings: 'my site' is not a module"),
     ("django: {settings: s, tasks: [a], colour: red}\n", "django.colour: unknown key"),
+    ("queues: {a: {rate: fast}}\n", "queues.a.rate: must be a rate such as 100/s"),
+    ("queues: {a: {rate: 10/fortnight}}\n", "queues.a.rate: '10/fortnight': the period"),
+    ("queues: {a: {rate: 0/s}}\n", "queues.a.rate: '0/s': the count must be"),
+    ("queues: {a: {concurrency: 0}}\n", "queues.a.concurrency: must be ≥ 1"),
+    ("queues: {a: {per_key: {rate: 5}}}\n", "queues.a.per_key.rate: must be a rate"),
+    ("queues: {a: {per_key: {colour: red}}}\n", "queues.a.per_key.colour: unknown key"),
 ]
 
 
