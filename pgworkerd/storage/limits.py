@@ -21,6 +21,14 @@ class QueueLimits:
 
     concurrency: int | None = None
     rate: tuple[int, float] | None = None  # (starts, period in seconds)
+    key_concurrency: int | None = None  # per_key: the same, for each key of the queue
+    key_rate: tuple[int, float] | None = None
+    fair: bool = False  # keys take turns (round-robin)
+
+    @property
+    def frees_on_completion(self) -> bool:
+        """Whether a completion frees a place (so idle workers are woken for it)."""
+        return self.concurrency is not None or self.key_concurrency is not None
 
 
 def limited_queues(queues: Sequence[str], limits: Mapping[str, QueueLimits]) -> list[str]:
@@ -35,4 +43,8 @@ def claim_limit_params(limited: Sequence[str], limits: Mapping[str, QueueLimits]
         "limit_concurrency": [q.concurrency for q in chosen],
         "limit_rate_count": [q.rate[0] if q.rate else None for q in chosen],
         "limit_rate_period_s": [q.rate[1] if q.rate else None for q in chosen],
+        "limit_key_concurrency": [q.key_concurrency for q in chosen],
+        "limit_key_rate_count": [q.key_rate[0] if q.key_rate else None for q in chosen],
+        "limit_key_rate_period_s": [q.key_rate[1] if q.key_rate else None for q in chosen],
+        "limit_fair": [q.fair for q in chosen],
     }

@@ -334,7 +334,7 @@ class JobStore:
             if done:
                 completed = conn.execute(self._sql["jobs_complete"], _complete_params(done))
                 kept = {row[0] for row in completed}
-                freed = [q for q in limited if self.limits[q].concurrency is not None]
+                freed = [q for q in limited if self.limits[q].frees_on_completion]
                 if kept and freed:
                     conn.execute(
                         self._sql["limits_notify"],

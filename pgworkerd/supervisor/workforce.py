@@ -217,5 +217,12 @@ def queue_limits(config: Config, queues: Sequence[str]) -> dict[str, QueueLimits
     for queue in queues:
         settings = config.queues[queue]
         if settings.limited:
-            limits[queue] = QueueLimits(concurrency=settings.concurrency, rate=settings.rate)
+            per_key = settings.per_key
+            limits[queue] = QueueLimits(
+                concurrency=settings.concurrency,
+                rate=settings.rate,
+                key_concurrency=per_key.concurrency if per_key else None,
+                key_rate=per_key.rate if per_key else None,
+                fair=settings.fair,
+            )
     return limits

@@ -158,3 +158,66 @@ def test_concurrent_claimers_never_exceed_the_limit(db_dsn):
     for t in threads:
         t.join()
     assert len(claimed) == 5
+
+
+def keyed(key: str, count: int, **extra: object) -> list[dict[str, object]]:
+    return [{"kind": "k", "payload": {}, "key": key, **extra}] * count
+
+
+def test_per_key_concurrency_caps_each_key(conn):
+    store = limited(default=QueueLimits(key_concurrency=2))
+    pgworkerd.enqueue_many(conn, keyed("a", 5) + keyed("b", 5) + keyed("c", 1))
+    none = pgworkerd.enqueue(conn, "k", {})
+    jobs = claim(store, conn, limit=20)
+    by_key: dict[str | None, int] = {}
+    for job in jobs:
+        by_key[job.key] = by_key.get(job.key, 0) + 1
+    assert by_key == {"a": 2, "b": 2, "c": 1, None: 1}, "jobs without a key: no per-key limit"
+    assert none in {j.id for j in jobs}
+    assert claim(store, conn, limit=20) == []
+    a_job = next(j for j in jobs if j.key == "a")
+    store.complete(conn, [(a_job.lease, None)])
+    assert [j.key for j in claim(store, conn, limit=20)] == ["a"]
+
+
+def test_per_key_rate_caps_each_keys_starts(conn):
+    store = limited(default=QueueLimits(key_rate=(3, 3600.0)))
+    pgworkerd.enqueue_many(conn, keyed("a", 5) + keyed("b", 2))
+    jobs = claim(store, conn, limit=20)
+    assert sorted(j.key or "" for j in jobs) == ["a", "a", "a", "b", "b"]
+    store.complete(conn, [(j.lease, None) for j in jobs])
+    assert claim(store, conn, limit=20) == [], "completions give no start back"
+    pgworkerd.enqueue_many(conn, keyed("c", 1))
+    assert [j.key for j in claim(store, conn, limit=20)] == ["c"]
+
+
+def test_a_hot_key_at_its_limit_does_not_hold_back_the_others(conn):
+    store = limited(default=QueueLimits(key_concurrency=1))
+    pgworkerd.enqueue_many(conn, keyed("hot", 500))
+    pgworkerd.enqueue_many(conn, keyed("cold", 1))
+    first = claim(store, conn, limit=10)
+    assert sorted(j.key or "" for j in first) == ["cold", "hot"]
+
+
+def test_fair_keys_take_turns(conn):
+    store = limited(default=QueueLimits(fair=True))
+    pgworkerd.enqueue_many(conn, keyed("big", 50))
+    small = [pgworkerd.enqueue_many(conn, keyed(f"small{n}", 3)) for n in range(3)]
+    order: list[str | None] = []
+    for _ in range(4):
+        for job in claim(store, conn, limit=2):
+            order.append(job.key)
+            store.complete(conn, [(job.lease, None)])
+    # Round-robin: every key gets a turn before any gets a second.
+    assert sorted(order[:4]) == ["big", "small0", "small1", "small2"], order
+    assert sorted(order[4:8]) == ["big", "small0", "small1", "small2"], order
+    assert small
+
+
+def test_fair_priority_first(conn):
+    store = limited(default=QueueLimits(fair=True))
+    pgworkerd.enqueue_many(conn, keyed("a", 3))
+    urgent = pgworkerd.enqueue_many(conn, keyed("b", 2, priority=5))
+    claim(store, conn, limit=1)  # learns the levels; takes the first of priority 5
+    [job] = claim(store, conn, limit=1)
+    assert job.id in urgent

@@ -26,3 +26,20 @@ CREATE TABLE starts (
 );
 CREATE INDEX starts_queue_idx ON starts (queue, at);
 CREATE INDEX starts_key_idx ON starts (queue, key, at) WHERE key IS NOT NULL;
+
+-- The key walk of per_key and fair queues (KEYED in jobs_claim_limited): one descent
+-- finds the next key with queued jobs in a level, and that key's first ready jobs.
+-- Partial on key IS NOT NULL: jobs without a key (most, in most queues) are not in it,
+-- so their enqueues and claims pay nothing for it.
+CREATE INDEX jobs_key_claim_idx ON jobs (queue, priority DESC, key, run_at, id)
+    WHERE state = 'queued' AND key IS NOT NULL;
+
+-- Where each level (queue, priority) of a keyed queue gave its last turn: the next
+-- claim's walk starts at the key after it. Written only by claims, under the queue's
+-- lock; a lost or stale row only moves where the next round starts.
+CREATE TABLE key_turns (
+    queue     text NOT NULL,
+    priority  int  NOT NULL,
+    last_key  text NOT NULL,
+    PRIMARY KEY (queue, priority)
+);

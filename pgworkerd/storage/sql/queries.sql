@@ -269,6 +269,16 @@ FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
 -- commit: no other claimer of the queue runs meanwhile). claim_meta's row also says
 -- which queues a limit held back (their positions must not move past jobs left ready),
 -- and when the soonest start of a rate-held queue leaves its window.
+-- KEYED queues (per_key limits or fair) are not scanned by level but walked by key:
+-- in each level, the keys with queued jobs (jobs_key_claim_idx, one descent a key)
+-- in key order from just after the key that had the last turn (key_turns), wrapping
+-- around once. Each key gives its ready jobs (1 a turn in a fair queue) up to its own
+-- room, the same two counts per key (jobs_running_idx, starts_key_idx). A key with
+-- 10,000 ready jobs, or one at its limit, costs one descent, never a walk past its
+-- jobs. The key that had the last turn of the claim is written to key_turns: the
+-- next claim starts after it (round-robin: every key with ready jobs gets a turn
+-- before any gets a second). Jobs without a key in a keyed queue form one more group,
+-- after the keys, with no per-key limit (the queue's own limits still apply).
 WITH RECURSIVE queues AS (
     SELECT q.name, q.max_attempts, q.ord
     FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
@@ -277,14 +287,23 @@ WITH RECURSIVE queues AS (
 ),
 limits AS (
     SELECT l.queue, l.concurrency, l.rate_count,
-           make_interval(secs => l.rate_period_s) AS rate_period
+           make_interval(secs => l.rate_period_s) AS rate_period,
+           l.key_concurrency, l.key_rate_count,
+           make_interval(secs => l.key_rate_period_s) AS key_rate_period,
+           l.fair,
+           (l.fair OR l.key_concurrency IS NOT NULL OR l.key_rate_count IS NOT NULL) AS keyed
     FROM unnest(%(limit_queues)s::text[], %(limit_concurrency)s::int[],
-                %(limit_rate_count)s::int[], %(limit_rate_period_s)s::float8[])
-         AS l(queue, concurrency, rate_count, rate_period_s)
+                %(limit_rate_count)s::int[], %(limit_rate_period_s)s::float8[],
+                %(limit_key_concurrency)s::int[], %(limit_key_rate_count)s::int[],
+                %(limit_key_rate_period_s)s::float8[], %(limit_fair)s::bool[])
+         AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
+              key_rate_count, key_rate_period_s, fair)
 ),
 room AS MATERIALIZED (
-    SELECT l.queue,
-           -- least() ignores NULLs: a queue with only one of the two limits
+    SELECT l.*,
+           -- least() and greatest() ignore NULLs: a queue with only one of the two
+           -- limits takes the other's room; with neither (keyed only), NULL: no cap
+           CASE WHEN l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL THEN
            greatest(0, least(
                l.concurrency - (SELECT count(*) FROM (
                    SELECT FROM {schema}.jobs AS j
@@ -294,14 +313,17 @@ room AS MATERIALIZED (
                    SELECT FROM {schema}.starts AS s
                    WHERE s.queue = l.queue AND s.at > statement_timestamp() - l.rate_period
                    LIMIT l.rate_count) AS window_starts)
-           )) AS room
+           )) END AS room
     FROM limits AS l
 ),
 levels AS (
     SELECT q.name, q.ord, l.priority,
            coalesce(l.after_run_at, '-infinity') AS after_run_at,
            coalesce(l.after_id, -1) AS after_id,
-           r.room
+           r.room, coalesce(r.keyed, false) AS keyed, r.fair, r.key_concurrency,
+           r.key_rate_count, r.key_rate_period,
+           coalesce((SELECT t.last_key FROM {schema}.key_turns AS t
+                     WHERE t.queue = q.name AND t.priority = l.priority), '') AS last_key
     FROM unnest(%(level_queues)s::text[], %(level_priorities)s::int[],
                 %(level_after_run_at)s::timestamptz[], %(level_after_id)s::bigint[])
          AS l(queue, priority, after_run_at, after_id)
@@ -309,8 +331,10 @@ levels AS (
     LEFT JOIN room AS r ON r.queue = q.name
 ),
 level_picks AS MATERIALIZED (
-    SELECT ready.id, ready.run_at, l.name, l.ord, l.priority, l.room
-    FROM (SELECT * FROM levels ORDER BY ord, priority DESC) AS l
+    SELECT ready.id, l.name, l.ord, l.priority, l.room, NULL::text AS key,
+           row_number() OVER (PARTITION BY l.name, l.priority
+                              ORDER BY ready.run_at, ready.id) AS seq
+    FROM (SELECT * FROM levels WHERE NOT keyed ORDER BY ord, priority DESC) AS l
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM {schema}.jobs AS j
         WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
@@ -324,13 +348,86 @@ level_picks AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED  -- SKIP LOCKED (as in claim_picks)
     ) AS ready
 ),
+key_picks AS MATERIALIZED (
+    SELECT turn.id, l.name, l.ord, l.priority, l.room, turn.key, turn.seq
+    FROM (SELECT * FROM levels WHERE keyed ORDER BY ord, priority DESC) AS l
+    CROSS JOIN LATERAL (
+        WITH RECURSIVE walk(key, step, phase) AS (
+            -- the first key after the last turn's (phase 1), else the first (phase 2)
+            (SELECT first.key, 1, first.phase FROM (
+                (SELECT j.key, 1 AS phase FROM {schema}.jobs AS j
+                 WHERE j.state = 'queued' AND j.key IS NOT NULL AND j.queue = l.name
+                   AND j.priority = l.priority AND j.key > l.last_key
+                 ORDER BY j.key LIMIT 1)
+              UNION ALL
+                (SELECT j.key, 2 FROM {schema}.jobs AS j
+                 WHERE j.state = 'queued' AND j.key IS NOT NULL AND j.queue = l.name
+                   AND j.priority = l.priority
+                 ORDER BY j.key LIMIT 1)
+             ) AS first ORDER BY first.phase LIMIT 1)
+          UNION ALL
+            SELECT nxt.key, w.step + 1, nxt.phase
+            FROM walk AS w
+            CROSS JOIN LATERAL (
+                SELECT n.key, n.phase FROM (
+                    (SELECT j.key, w.phase AS phase FROM {schema}.jobs AS j
+                     WHERE j.state = 'queued' AND j.key IS NOT NULL AND j.queue = l.name
+                       AND j.priority = l.priority AND j.key > w.key
+                     ORDER BY j.key LIMIT 1)
+                  UNION ALL
+                    (SELECT j.key, 2 FROM {schema}.jobs AS j
+                     WHERE w.phase = 1 AND j.state = 'queued' AND j.key IS NOT NULL
+                       AND j.queue = l.name AND j.priority = l.priority
+                     ORDER BY j.key LIMIT 1)
+                ) AS n ORDER BY n.phase LIMIT 1
+            ) AS nxt
+            WHERE nxt.phase = 1 OR nxt.key <= l.last_key  -- once around, no more
+        ),
+        groups AS (  -- the keys in turn order, then the jobs without a key
+            SELECT w.key, w.step FROM walk AS w
+          UNION ALL
+            SELECT NULL, 2147483647
+        )
+        SELECT job.id, g.key,
+               row_number() OVER (ORDER BY g.step, job.run_at, job.id) AS seq
+        FROM groups AS g
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN g.key IS NULL THEN NULL ELSE greatest(0, least(
+                       CASE WHEN l.fair THEN 1 END,
+                       l.key_concurrency - (SELECT count(*) FROM (
+                           SELECT FROM {schema}.jobs AS j
+                           WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.name
+                             AND j.key = g.key
+                           LIMIT l.key_concurrency) AS running),
+                       l.key_rate_count - (SELECT count(*) FROM (
+                           SELECT FROM {schema}.starts AS s
+                           WHERE s.queue = l.name AND s.key = g.key
+                             AND s.at > statement_timestamp() - l.key_rate_period
+                           LIMIT l.key_rate_count) AS window_starts)
+                   )) END AS room
+        ) AS key_room
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.run_at FROM {schema}.jobs AS j
+            WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
+              AND j.key IS NOT DISTINCT FROM g.key
+              AND j.run_at <= now()
+              AND (j.key IS NULL OR NOT EXISTS (  -- KEY PAUSES
+                    SELECT FROM {schema}.paused_keys AS pk
+                    WHERE pk.key = j.key AND pk.until > now()))
+            ORDER BY j.run_at, j.id
+            LIMIT least(%(limit)s, l.room, key_room.room)
+            FOR UPDATE SKIP LOCKED
+        ) AS job
+        LIMIT least(%(limit)s, l.room)  -- stops the walk once the level has enough
+    ) AS turn
+),
 picked AS MATERIALIZED (
-    SELECT p.id, p.name
+    SELECT p.id, p.name, p.priority, p.key, p.seq
     FROM (SELECT lp.*, row_number() OVER (PARTITION BY lp.name
-                                          ORDER BY lp.priority DESC, lp.run_at, lp.id) AS n
-          FROM level_picks AS lp) AS p
+                                          ORDER BY lp.priority DESC, lp.seq) AS n
+          FROM (SELECT * FROM level_picks UNION ALL SELECT * FROM key_picks) AS lp) AS p
     WHERE p.room IS NULL OR p.n <= p.room
-    ORDER BY p.ord, p.priority DESC, p.run_at, p.id
+    ORDER BY p.ord, p.priority DESC, p.seq
     LIMIT %(limit)s
 ),
 claimed AS (
@@ -357,13 +454,22 @@ charged AS (
     INSERT INTO {schema}.starts (lease_token, queue, key, at)
     SELECT c.lease_token, c.queue, c.key, statement_timestamp()
     FROM claimed AS c
-    JOIN limits AS l ON l.queue = c.queue AND l.rate_count IS NOT NULL
+    JOIN limits AS l ON l.queue = c.queue
+    WHERE l.rate_count IS NOT NULL OR l.key_rate_count IS NOT NULL
 ),
 aged_out AS (
     DELETE FROM {schema}.starts AS s
     USING limits AS l
-    WHERE s.queue = l.queue AND l.rate_count IS NOT NULL
-      AND s.at <= statement_timestamp() - l.rate_period
+    WHERE s.queue = l.queue
+      AND s.at <= statement_timestamp() - greatest(l.rate_period, l.key_rate_period)
+),
+turned AS (  -- the key that had the last turn of each keyed level that claimed
+    INSERT INTO {schema}.key_turns AS t (queue, priority, last_key)
+    SELECT DISTINCT ON (p.name, p.priority) p.name, p.priority, p.key
+    FROM picked AS p
+    WHERE p.key IS NOT NULL
+    ORDER BY p.name, p.priority, p.seq DESC
+    ON CONFLICT (queue, priority) DO UPDATE SET last_key = EXCLUDED.last_key
 )
 SELECT claimed.*, meta.*
 FROM claimed
@@ -373,20 +479,24 @@ FULL JOIN (
                  WHERE p.queue = ANY(%(queues)s::text[])) AS paused_queues,
            EXISTS (SELECT FROM {schema}.paused_keys AS pk WHERE pk.until > now())
                AS keys_paused,
-           -- the limited queues left with no room after this claim
+           -- the limited queues left with no room after this claim, and the keyed
+           -- queues whose walk ended before the batch was full (their ready jobs
+           -- may all be held back by their keys' limits)
            ARRAY(SELECT r.queue FROM room AS r
-                 WHERE r.room <= (SELECT count(*) FROM picked AS p WHERE p.name = r.queue))
+                 CROSS JOIN LATERAL (SELECT count(*) AS taken FROM picked AS p
+                                     WHERE p.name = r.queue) AS c
+                 WHERE r.room <= c.taken
+                    OR (r.keyed AND c.taken < least(%(limit)s, r.room)))
                AS held_queues,
            -- when the soonest start of a queue its rate holds back leaves the window
            -- (seconds from now), NULL when no queue's rate is what holds it back
-           (SELECT extract(epoch FROM min(s.at + l.rate_period) - statement_timestamp())
-            FROM limits AS l
-            JOIN room AS r ON r.queue = l.queue
+           (SELECT extract(epoch FROM min(s.at + r.rate_period) - statement_timestamp())
+            FROM room AS r
             CROSS JOIN LATERAL (
                 SELECT s.at FROM {schema}.starts AS s
-                WHERE s.queue = l.queue AND s.at > statement_timestamp() - l.rate_period
+                WHERE s.queue = r.queue AND s.at > statement_timestamp() - r.rate_period
                 ORDER BY s.at LIMIT 1) AS s
-            WHERE l.rate_count IS NOT NULL
+            WHERE r.rate_count IS NOT NULL
               AND r.room <= (SELECT count(*) FROM picked AS p WHERE p.name = r.queue))::float8
                AS rate_wake_in_s
 ) AS meta ON false;
