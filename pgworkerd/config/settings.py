@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -19,6 +20,7 @@ from pgworkerd.config.limits import LimitConcurrency, PerKeyLimits, Rate
 from pgworkerd.config.periodic import PeriodicEntry, check_entries
 from pgworkerd.config.retention import Retention
 from pgworkerd.config.units import Bytes, Count, QueueName, Seconds, Section, host_port
+from pgworkerd.storage.limits import QueueLimits
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _HANDLER_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -253,6 +255,23 @@ class Config(BaseSettings):
         if configured is not None and configured.max_runtime is not None:
             return configured.max_runtime
         return self.defaults.max_runtime
+
+    def queue_limits(self, queues: Iterable[str] | None = None) -> dict[str, QueueLimits]:
+        """The limited queues among `queues` (default: all) and their limits, as the
+        claim takes them (storage/limits.py)."""
+        limits = {}
+        for queue in self.queues if queues is None else queues:
+            settings = self.queues[queue]
+            if settings.limited:
+                per_key = settings.per_key
+                limits[queue] = QueueLimits(
+                    concurrency=settings.concurrency,
+                    rate=settings.rate,
+                    key_concurrency=per_key.concurrency if per_key else None,
+                    key_rate=per_key.rate if per_key else None,
+                    fair=settings.fair,
+                )
+        return limits
 
     def batch_size_for(self, pool: PoolConfig) -> int:
         return pool.batch_size or self.defaults.batch_size

@@ -9,16 +9,18 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from pgworkerd import logs
+from pgworkerd.config import Config
 from pgworkerd.housekeeping.duty import NEVER, IntervalDuty, Round
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.job import Lease
+from pgworkerd.storage.limits import LimitReads, QueueLimits
 from pgworkerd.storage.reads import Horizon, Reads
 from pgworkerd.storage.store import JobStore
 from pgworkerd.supervisor.metrics import METRICS
@@ -113,15 +115,25 @@ class Sample:
     queues: list[tuple[str, int, float | None]]  # queue, jobs ready now, oldest's age (s)
     horizon: Horizon | None  # the oldest holder of the xmin horizon
     jobs_table: dict[str, Any] | None  # live_tuples, dead_tuples, last_vacuum_at
+    held_back: list[tuple[str, int]]  # limited queue, ready jobs a limit holds back
 
 
-def sample(session: DatabaseSession, store: JobStore, queues: Sequence[str]) -> Result[Sample]:
-    """The queues' depth, and what holds back vacuum, in one round trip's worth."""
+def sample(
+    session: DatabaseSession,
+    store: JobStore,
+    queues: Sequence[str],
+    limits: Mapping[str, QueueLimits] | None = None,
+) -> Result[Sample]:
+    """The queues' depth, what the limits hold back, and what holds back vacuum."""
     reads = Reads(store.schema)
+    limit_reads = LimitReads(store.schema)
 
     def work(conn: psycopg.Connection[Any]) -> Sample:
         ready = store.ready_by_queue(conn, queues)
-        return Sample(ready, reads.horizon(conn), reads.jobs_table(conn))
+        held = [
+            (row["queue"], int(row["held_back"])) for row in limit_reads.sample(conn, limits or {})
+        ]
+        return Sample(ready, reads.horizon(conn), reads.jobs_table(conn), held)
 
     return session.attempt("sample queues", work)
 
@@ -167,7 +179,11 @@ class QueueSampling(IntervalDuty):
     def __init__(self) -> None:
         super().__init__(SAMPLE_INTERVAL_S)
         self.queues: Sequence[str] = ()
+        self.limits: Mapping[str, QueueLimits] = {}  # the config's limited queues
         self.latest: Sample | None = None  # the last sample that answered
+
+    def follow(self, config: Config) -> None:
+        self.limits = config.queue_limits()
 
     def next_at(self) -> float:
         return super().next_at() if self.queues else NEVER
@@ -176,8 +192,9 @@ class QueueSampling(IntervalDuty):
         return bool(self.queues) and super().due(now)
 
     def work(self, round_: Round) -> None:
-        result = sample(round_.session, round_.store, self.queues)
+        result = sample(round_.session, round_.store, self.queues, self.limits)
         if result.ok:
             self.latest = result.value
             METRICS.queues_sampled(result.value.queues)
+            METRICS.limits_sampled(result.value.held_back)
             METRICS.database_sampled(result.value.horizon, result.value.jobs_table)

@@ -14,6 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+from psycopg.rows import dict_row
+
+from pgworkerd.storage import queries
+
 
 @dataclass(frozen=True, slots=True)
 class QueueLimits:
@@ -48,3 +53,46 @@ def claim_limit_params(limited: Sequence[str], limits: Mapping[str, QueueLimits]
         "limit_key_rate_period_s": [q.key_rate[1] if q.key_rate else None for q in chosen],
         "limit_fair": [q.fair for q in chosen],
     }
+
+
+def describe(limits: QueueLimits) -> dict[str, Any]:
+    """A queue's limits as status and keys show them (JSON values): rates as `N/Ps`."""
+    per_key = {
+        "concurrency": limits.key_concurrency,
+        "rate": rate_text(limits.key_rate),
+    }
+    return {
+        "concurrency": limits.concurrency,
+        "rate": rate_text(limits.rate),
+        "per_key": per_key if any(v is not None for v in per_key.values()) else None,
+        "fair": limits.fair,
+    }
+
+
+_PERIOD_UNITS = {1.0: "s", 60.0: "m", 3600.0: "h"}
+
+
+def rate_text(rate: tuple[int, float] | None) -> str | None:
+    """`100/s`, `10/m`, `5/h`, or `20/30s`: as the config writes it."""
+    if rate is None:
+        return None
+    count, period_s = rate
+    return f"{count}/{_PERIOD_UNITS.get(period_s) or f'{period_s:g}s'}"
+
+
+class LimitReads:
+    """What the limits do now, for `status` and the metrics' sample (limits_sample)."""
+
+    def __init__(self, schema: str) -> None:
+        self._sql = queries.statements(schema)
+
+    def sample(
+        self, conn: psycopg.Connection[Any], limits: Mapping[str, QueueLimits]
+    ) -> list[dict[str, Any]]:
+        """For each limited queue: running, window_starts (in its rate's window), ready
+        and held_back (ready jobs a limit holds back now)."""
+        if not limits:
+            return []
+        params = claim_limit_params(sorted(limits), limits)
+        with conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(self._sql["limits_sample"], params).fetchall()

@@ -67,6 +67,12 @@ class SupervisorMetrics:
             ("queue",),
             registry=r,
         )
+        self.held_back = Gauge(
+            "pgworkerd_queue_held_back",
+            "Ready jobs a flow-control limit (concurrency, rate, per_key) holds back now",
+            ("queue",),
+            registry=r,
+        )
         self.horizon_age = Gauge(
             "pgworkerd_xmin_horizon_age_seconds",
             "How long the oldest holder of the xmin horizon (a transaction, prepared "
@@ -152,6 +158,12 @@ class SupervisorMetrics:
         for queue, depth, age_s in rows:
             self.queue_depth.labels(queue).set(depth)
             self.oldest_ready_age.labels(queue).set(age_s or 0.0)
+
+    def limits_sampled(self, rows: Iterable[tuple[str, int]]) -> None:
+        """(queue, ready jobs a limit holds back) for each limited queue."""
+        self.held_back.clear()
+        for queue, held in rows:
+            self.held_back.labels(queue).set(held)
 
     def database_sampled(self, horizon: Horizon | None, table: dict[str, Any] | None) -> None:
         """The holder of the xmin horizon (none: the gauges are empty) and the jobs

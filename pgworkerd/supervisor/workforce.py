@@ -10,13 +10,12 @@ import selectors
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pgworkerd import logs
 from pgworkerd.config import Config, PoolConfig
-from pgworkerd.storage.limits import QueueLimits
 from pgworkerd.storage.store import Backoff
 from pgworkerd.supervisor import osutil
 from pgworkerd.supervisor.children import ChildProcess, spawn
@@ -207,22 +206,5 @@ def worker_spec(
         worker_id=f"{socket.gethostname()}:{supervisor_pid}/{seat.pool_name}#{seat.index}",
         threads=seat.pool.threads,
         boot=boot,
-        limits=queue_limits(config, queues),
+        limits=config.queue_limits(queues),
     )
-
-
-def queue_limits(config: Config, queues: Sequence[str]) -> dict[str, QueueLimits]:
-    """The limits of the limited queues among `queues` (a claim of these takes their lock)."""
-    limits = {}
-    for queue in queues:
-        settings = config.queues[queue]
-        if settings.limited:
-            per_key = settings.per_key
-            limits[queue] = QueueLimits(
-                concurrency=settings.concurrency,
-                rate=settings.rate,
-                key_concurrency=per_key.concurrency if per_key else None,
-                key_rate=per_key.rate if per_key else None,
-                fair=settings.fair,
-            )
-    return limits

@@ -502,6 +502,54 @@ FULL JOIN (
 ) AS meta ON false;
 
 
+-- name: limits_sample
+-- LIMITS, for status and the metrics' sample (never a claim): each limited queue's
+-- running jobs, starts in its rate's current window, ready jobs, and how many of those a
+-- limit holds back now: all of them when the queue has no room; else those of keys with
+-- no room (per_key). One pass over the queue's ready jobs, grouped by key, then two
+-- probes per key: an operator's read, every few seconds at most.
+WITH limits AS (
+    SELECT l.queue, l.concurrency, l.rate_count,
+           make_interval(secs => l.rate_period_s) AS rate_period,
+           l.key_concurrency, l.key_rate_count,
+           make_interval(secs => l.key_rate_period_s) AS key_rate_period
+    FROM unnest(%(limit_queues)s::text[], %(limit_concurrency)s::int[],
+                %(limit_rate_count)s::int[], %(limit_rate_period_s)s::float8[],
+                %(limit_key_concurrency)s::int[], %(limit_key_rate_count)s::int[],
+                %(limit_key_rate_period_s)s::float8[], %(limit_fair)s::bool[])
+         AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
+              key_rate_count, key_rate_period_s, fair)
+),
+counted AS (
+    SELECT l.*,
+           (SELECT count(*) FROM {schema}.jobs AS j
+            WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.queue) AS running,
+           (SELECT count(*) FROM {schema}.starts AS s
+            WHERE s.queue = l.queue AND s.at > now() - l.rate_period) AS window_starts,
+           (SELECT count(*) FROM {schema}.jobs AS j
+            WHERE j.state = 'queued' AND j.queue = l.queue AND j.run_at <= now()) AS ready
+    FROM limits AS l
+)
+SELECT c.queue, c.running, c.window_starts, c.ready,
+       CASE WHEN c.running >= c.concurrency OR c.window_starts >= c.rate_count THEN c.ready
+            WHEN c.key_concurrency IS NULL AND c.key_rate_count IS NULL THEN 0
+            ELSE coalesce((
+                SELECT sum(k.ready) FROM (
+                    SELECT j.key, count(*) AS ready FROM {schema}.jobs AS j
+                    WHERE j.state = 'queued' AND j.queue = c.queue AND j.run_at <= now()
+                      AND j.key IS NOT NULL
+                    GROUP BY j.key) AS k
+                WHERE (SELECT count(*) FROM {schema}.jobs AS r
+                       WHERE r.lease_expires_at IS NOT NULL AND r.queue = c.queue
+                         AND r.key = k.key) >= c.key_concurrency
+                   OR (SELECT count(*) FROM {schema}.starts AS s
+                       WHERE s.queue = c.queue AND s.key = k.key
+                         AND s.at > now() - c.key_rate_period) >= c.key_rate_count), 0)
+       END AS held_back
+FROM counted AS c
+ORDER BY c.queue;
+
+
 -- name: limits_notify
 -- LIMITS: a completion freed places in these concurrency-limited queues: wake their idle
 -- workers (delivered at commit, as jobs_insert's).
@@ -1348,7 +1396,8 @@ WITH counts AS (
     SELECT key,
            count(*) FILTER (WHERE state = 'running') AS running,
            count(*) FILTER (WHERE state = 'queued' AND run_at <= now()) AS ready,
-           count(*) FILTER (WHERE state = 'queued') AS queued
+           count(*) FILTER (WHERE state = 'queued') AS queued,
+           array_agg(DISTINCT queue ORDER BY queue) AS queues
     FROM {schema}.jobs
     WHERE key IS NOT NULL AND state IN ('queued', 'running')
     GROUP BY key
@@ -1360,6 +1409,7 @@ SELECT coalesce(c.key, p.key) AS key,
        coalesce(c.running, 0) AS running,
        coalesce(c.ready, 0)   AS ready,
        coalesce(c.queued, 0)  AS queued,
+       coalesce(c.queues, '{{}}') AS queues,
        p.until AS paused_until,
        p.paused_at,
        extract(epoch FROM p.until - now())::float8 AS paused_for_s
