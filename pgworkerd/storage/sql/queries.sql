@@ -245,7 +245,10 @@ FULL JOIN (SELECT coalesce((SELECT array_agg(id) FROM completed), '{{}}') AS com
 -- queue, and the next one's claim statement (a new snapshot under READ COMMITTED, taken
 -- after this lock was granted) sees every row the previous one committed. A crash
 -- anywhere ends the transaction, and the lock with it.
-SELECT count(pg_advisory_xact_lock(k.lock_key))
+-- JIT off for the rest of this transaction (set_config's is_local): the limited claim's
+-- estimated cost can cross jit_above_cost on a big table (the key walk's estimates
+-- are blind), and compiling it costs seconds where running it costs a millisecond.
+SELECT set_config('jit', 'off', true), count(pg_advisory_xact_lock(k.lock_key))
 FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
       FROM unnest(%(queues)s::text[]) AS q(name)
       ORDER BY 1) AS k;
@@ -278,7 +281,8 @@ FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
 -- jobs. The key that had the last turn of the claim is written to key_turns: the
 -- next claim starts after it (round-robin: every key with ready jobs gets a turn
 -- before any gets a second). Jobs without a key in a keyed queue form one more group,
--- after the keys, with no per-key limit (the queue's own limits still apply).
+-- after the keys, with no per-key limit (the queue's own limits still apply), found
+-- among the first 1,000 ready jobs of their level only.
 WITH RECURSIVE queues AS (
     SELECT q.name, q.max_attempts, q.ord
     FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
@@ -407,16 +411,34 @@ key_picks AS MATERIALIZED (
                    )) END AS room
         ) AS key_room
         CROSS JOIN LATERAL (
-            SELECT j.id, j.run_at FROM {schema}.jobs AS j
-            WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
-              AND j.key IS NOT DISTINCT FROM g.key
-              AND j.run_at <= now()
-              AND (j.key IS NULL OR NOT EXISTS (  -- KEY PAUSES
+            -- a key's ready jobs (jobs_key_claim_idx) ...
+            SELECT * FROM (SELECT j.id, j.run_at FROM {schema}.jobs AS j
+             WHERE g.key IS NOT NULL
+               AND j.state = 'queued' AND j.key IS NOT NULL AND j.queue = l.name
+               AND j.priority = l.priority AND j.key = g.key
+               AND j.run_at <= now()
+               AND NOT EXISTS (  -- KEY PAUSES
                     SELECT FROM {schema}.paused_keys AS pk
-                    WHERE pk.key = j.key AND pk.until > now()))
-            ORDER BY j.run_at, j.id
-            LIMIT least(%(limit)s, l.room, key_room.room)
-            FOR UPDATE SKIP LOCKED
+                    WHERE pk.key = j.key AND pk.until > now())
+             ORDER BY j.run_at, j.id
+             LIMIT least(%(limit)s, l.room, key_room.room)
+             FOR UPDATE SKIP LOCKED) AS of_key
+          UNION ALL
+            -- ... or the jobs without a key, looked for among the level's first 1,000
+            -- ready jobs only (jobs_claim_idx): the claim never walks a key's backlog
+            -- to find them. In a keyed queue, give every job a key.
+            SELECT * FROM (SELECT j.id, j.run_at FROM {schema}.jobs AS j
+             WHERE g.key IS NULL AND j.key IS NULL
+               AND j.id = ANY(ARRAY(
+                   SELECT f.id FROM {schema}.jobs AS f
+                   WHERE f.state = 'queued' AND f.queue = l.name
+                     AND f.priority = l.priority AND f.run_at <= now()
+                   ORDER BY f.run_at, f.id
+                   LIMIT 1000))
+               AND j.state = 'queued'
+             ORDER BY j.run_at, j.id
+             LIMIT least(%(limit)s, l.room)
+             FOR UPDATE SKIP LOCKED) AS without_key
         ) AS job
         LIMIT least(%(limit)s, l.room)  -- stops the walk once the level has enough
     ) AS turn
