@@ -10,13 +10,13 @@ token, from tests/invariants.py's `transitions`): up to then it held its place."
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from tests import invariants
+from tests.limits_windows import most_at_once, most_in_window
 
 CLAIMS = """
 CREATE TABLE IF NOT EXISTS claims (
@@ -61,21 +61,7 @@ def install(conn: psycopg.Connection[Any]) -> None:
 
 
 def runs(conn: psycopg.Connection[Any]) -> list[tuple[str, str | None, datetime, datetime]]:
-    return [tuple(row) for row in conn.execute(RUNS).fetchall()]  # type: ignore[misc]
-
-
-def most_at_once(intervals: Iterable[tuple[datetime, datetime]]) -> int:
-    """The most intervals that overlap at one moment (an end before a start at the same
-    instant: the place was freed first)."""
-    events = sorted(
-        [(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
-        key=lambda e: (e[0], e[1]),
-    )
-    most = current = 0
-    for _, step in events:
-        current += step
-        most = max(most, current)
-    return most
+    return [tuple(row) for row in conn.execute(RUNS).fetchall()]
 
 
 def most_running(conn: psycopg.Connection[Any], *, by_key: bool = False) -> dict[Any, int]:
@@ -86,18 +72,6 @@ def most_running(conn: psycopg.Connection[Any], *, by_key: bool = False) -> dict
             continue
         groups[(queue, key) if by_key else queue].append((started, ended))
     return {group: most_at_once(spans) for group, spans in groups.items()}
-
-
-def most_in_window(times: Iterable[datetime], period_s: float) -> int:
-    """The most start times in any window (t - period, t]."""
-    ordered = sorted(times)
-    period = timedelta(seconds=period_s)
-    most = first = 0
-    for last, at in enumerate(ordered):
-        while ordered[first] <= at - period:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 def most_starts(

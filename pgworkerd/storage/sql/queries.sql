@@ -336,8 +336,7 @@ levels AS (
 ),
 level_picks AS MATERIALIZED (
     SELECT ready.id, l.name, l.ord, l.priority, l.room, NULL::text AS key,
-           row_number() OVER (PARTITION BY l.name, l.priority
-                              ORDER BY ready.run_at, ready.id) AS seq
+           0 AS step, ready.run_at
     FROM (SELECT * FROM levels WHERE NOT keyed ORDER BY ord, priority DESC) AS l
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM {schema}.jobs AS j
@@ -353,7 +352,7 @@ level_picks AS MATERIALIZED (
     ) AS ready
 ),
 key_picks AS MATERIALIZED (
-    SELECT turn.id, l.name, l.ord, l.priority, l.room, turn.key, turn.seq
+    SELECT turn.id, l.name, l.ord, l.priority, l.room, turn.key, turn.step, turn.run_at
     FROM (SELECT * FROM levels WHERE keyed ORDER BY ord, priority DESC) AS l
     CROSS JOIN LATERAL (
         WITH RECURSIVE walk(key, step, phase) AS (
@@ -392,8 +391,9 @@ key_picks AS MATERIALIZED (
           UNION ALL
             SELECT NULL, 2147483647
         )
-        SELECT job.id, g.key,
-               row_number() OVER (ORDER BY g.step, job.run_at, job.id) AS seq
+        -- no window function or sort here: the LIMIT below must stop the walk as
+        -- soon as the level has enough (the nested loop yields them in turn order)
+        SELECT job.id, g.key, g.step, job.run_at
         FROM groups AS g
         CROSS JOIN LATERAL (
             SELECT CASE WHEN g.key IS NULL THEN NULL ELSE greatest(0, least(
@@ -444,12 +444,13 @@ key_picks AS MATERIALIZED (
     ) AS turn
 ),
 picked AS MATERIALIZED (
-    SELECT p.id, p.name, p.priority, p.key, p.seq
-    FROM (SELECT lp.*, row_number() OVER (PARTITION BY lp.name
-                                          ORDER BY lp.priority DESC, lp.seq) AS n
+    SELECT p.id, p.name, p.priority, p.key, p.step, p.run_at
+    FROM (SELECT lp.*,
+                 row_number() OVER (PARTITION BY lp.name
+                                    ORDER BY lp.priority DESC, lp.step, lp.run_at, lp.id) AS n
           FROM (SELECT * FROM level_picks UNION ALL SELECT * FROM key_picks) AS lp) AS p
     WHERE p.room IS NULL OR p.n <= p.room
-    ORDER BY p.ord, p.priority DESC, p.seq
+    ORDER BY p.ord, p.priority DESC, p.step, p.run_at, p.id
     LIMIT %(limit)s
 ),
 claimed AS (
@@ -490,7 +491,7 @@ turned AS (  -- the key that had the last turn of each keyed level that claimed
     SELECT DISTINCT ON (p.name, p.priority) p.name, p.priority, p.key
     FROM picked AS p
     WHERE p.key IS NOT NULL
-    ORDER BY p.name, p.priority, p.seq DESC
+    ORDER BY p.name, p.priority, p.step DESC
     ON CONFLICT (queue, priority) DO UPDATE SET last_key = EXCLUDED.last_key
 )
 SELECT claimed.*, meta.*
