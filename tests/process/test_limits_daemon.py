@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -46,6 +47,17 @@ def _config() -> dict:
 
 @pytest.mark.slow  # ~20 s
 def test_limits_hold_across_daemons_through_worker_kills(daemons, db_dsn):
+    _limits_hold(daemons, db_dsn)
+
+
+@pytest.mark.slow  # ~30 s
+def test_limits_hold_through_worker_kills_and_a_database_restart(daemons, own_cluster):
+    _limits_hold(daemons, own_cluster.dsn(), restart=own_cluster)
+
+
+def _limits_hold(daemons: Any, db_dsn: str, restart: Any = None) -> None:
+    """Two daemons, workers SIGKILLed every 0.4 s for 6 s (and, with `restart`, the
+    cluster stopped fast and started again in the middle); then the history is checked."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         limits_history.install(conn)
         pgworkerd.enqueue_many(
@@ -63,8 +75,12 @@ def test_limits_hold_across_daemons_through_worker_kills(daemons, db_dsn):
     second.wait_for_workers(2)
     rng = random.Random(19)
     kills = 0
-    deadline = time.monotonic() + 6.0
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while (elapsed := time.monotonic() - started) < 6.0:
+        if restart is not None and elapsed > 3.0:
+            restart.stop("fast")
+            restart.start()
+            restart = None
         time.sleep(0.4)  # the kills' own pace; nothing is waited for here
         workers = first.workers() + second.workers()
         if workers:
@@ -75,7 +91,7 @@ def test_limits_hold_across_daemons_through_worker_kills(daemons, db_dsn):
         with psycopg.connect(db_dsn) as conn:
             return states(conn).get("succeeded", 0) == 3 * JOBS
 
-    wait_until(all_succeeded, timeout_s=120, what="every job to succeed")
+    wait_until(all_succeeded, timeout_s=180, what="every job to succeed")
     with psycopg.connect(db_dsn) as conn:
         running = limits_history.most_running(conn)
         starts = limits_history.most_starts(conn, METERED[1])
