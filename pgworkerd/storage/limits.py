@@ -31,6 +31,11 @@ class QueueLimits:
     fair: bool = False  # keys take turns (round-robin)
 
     @property
+    def keyed(self) -> bool:
+        """Whether its claims walk keys (KEYED in sql/queries.sql), not levels."""
+        return self.fair or self.key_concurrency is not None or self.key_rate is not None
+
+    @property
     def frees_on_completion(self) -> bool:
         """Whether a completion frees a place (so idle workers are woken for it)."""
         return self.concurrency is not None or self.key_concurrency is not None

@@ -357,7 +357,12 @@ class JobStore:
             queue: rate_wake_at if self.limits[queue].rate is not None else None
             for queue in meta["held_queues"]
         }
-        return kept, self._claimed(queues, limit, sweep, rows, held=meta["held_queues"])
+        # A keyed queue's claims walk keys, not its levels' positions: claimed jobs of
+        # some keys say nothing of the other keys' jobs before them, so its positions
+        # never move (its idle look for work starts where the last sweep left it).
+        keyed = [queue for queue in limited if self.limits[queue].keyed]
+        claimed = self._claimed(queues, limit, sweep, rows, held=meta["held_queues"], frozen=keyed)
+        return kept, claimed
 
     def _prepare_levels(self, conn: psycopg.Connection[Any], queues: list[str]) -> bool:
         """Whether this claim sweeps (see ClaimPositions); if it does, the levels are
@@ -375,9 +380,11 @@ class JobStore:
         sweep: bool,
         rows: Sequence[dict[str, Any]],
         held: Sequence[str] = (),
+        frozen: Sequence[str] = (),
     ) -> list[Job]:
         """The jobs of a claim's rows, the positions moved past them. The row with no
-        job is claim_meta's."""
+        job is claim_meta's. `held`: queues a limit left full (their positions move
+        past the jobs claimed only); `frozen`: keyed queues (theirs do not move)."""
         meta = next(row for row in rows if row["id"] is None)
         jobs = _jobs_in_claim_order([row for row in rows if row["id"] is not None])
         # While a key is paused, the claim passed over its jobs: a position moved past
@@ -385,12 +392,12 @@ class JobStore:
         if not meta["keys_paused"]:
             self.positions.advance(
                 queues,
-                jobs,
+                [job for job in jobs if job.queue not in frozen] if frozen else jobs,
                 db_now=meta["db_now"],
                 exhausted=len(jobs) < limit,
                 # A queue a limit held back has ready jobs left where its claim
                 # stopped: like a paused queue's, its positions do not jump ahead.
-                paused=[*meta["paused_queues"], *held],
+                paused=[*meta["paused_queues"], *held, *frozen],
             )
         self.positions.claimed(queues, sweep)
         return jobs
