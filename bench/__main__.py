@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from bench import chart, held, iobound, measure, peers, report, scale
+from bench import chart, held, iobound, limits, measure, peers, report, scale
 from bench.cluster import (
     drop_database,
     fdatasync_rate,
@@ -98,6 +98,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "transaction held idle with an xid in the middle phase; jobs/s, depth and "
         "latency per phase, beside PgQueuer unless --peers none",
     )
+    parser.add_argument(
+        "--limits",
+        action="store_true",
+        help="only the flow-control rows (bench/limits.py): no limits, queue limits, "
+        "per_key over 1,000 keys, fair over 10,000 keys; jobs/s, claim p50/p99, plans",
+    )
     parser.add_argument("--held-rate", type=float, default=800.0, help="jobs/s offered")
     parser.add_argument(
         "--held-phases", default="30,90,60", help="seconds before,held,after (default %(default)s)"
@@ -146,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.held_snapshot:
         print(f"results in {out}")
         return held.main(args, out)
+    if args.limits:
+        return limits.main(["--jobs", str(args.n)], out)
     proto = measure.Protocol(n=args.n, n_single=min(args.n_single, args.n // 10))
     print(f"results in {out}")
 

@@ -127,12 +127,46 @@ def status(report: dict[str, Any]) -> str:
         parts.append(table(headers, progress_rows, cut_first=[4, 2]))
     if report.get("paused_keys"):
         parts.append(paused_keys(report["paused_keys"], more=report["paused_keys_more"]))
+    if report.get("limits"):
+        parts.append(limits(report["limits"]))
     if report.get("periodic"):
         parts.append(periodic(report["periodic"]))
     database = vacuum(report.get("jobs_table"), report.get("horizon"))
     if database:
         parts.append(database)
     return "\n\n".join(parts)
+
+
+def limits(rows: Sequence[dict[str, Any]]) -> str:
+    """The limited queues: their limits, running jobs, starts in the rate's current
+    window, ready jobs and how many of those a limit holds back now."""
+    table_rows = [
+        [
+            q["queue"],
+            _limits_text(q),
+            str(q["running"]),
+            str(q["starts_in_window"]) if q["rate"] else "-",
+            str(q["ready"]),
+            str(q["held_back"]),
+        ]
+        for q in rows
+    ]
+    headers = ["LIMITED QUEUE", "LIMITS", "RUNNING", "STARTS", "READY", "HELD BACK"]
+    return table(headers, table_rows, cut_first=[0])
+
+
+def _limits_text(limits: dict[str, Any]) -> str:
+    """`2 running, 100/s; per key 1 running, 10/m; fair`."""
+    own = _running_rate(limits.get("concurrency"), limits.get("rate"))
+    per_key = limits.get("per_key") or {}
+    keyed = _running_rate(per_key.get("concurrency"), per_key.get("rate"))
+    parts = [own, f"per key {keyed}" if keyed else "", "fair" if limits.get("fair") else ""]
+    return "; ".join(p for p in parts if p) or "-"
+
+
+def _running_rate(concurrency: int | None, rate: str | None) -> str:
+    said = [f"{concurrency} running" if concurrency else "", rate or ""]
+    return ", ".join(s for s in said if s)
 
 
 def vacuum(table: dict[str, Any] | None, horizon: dict[str, Any] | None) -> str:
@@ -179,11 +213,22 @@ def keys(listing: Sequence[dict[str, Any]]) -> str:
             str(k["running"]),
             str(k["ready"]),
             str(k["queued"]),
+            _key_limits(k.get("limits") or {}),
             f"{when(k['paused_until'])} ({age(k['paused_for_s'])} left)" if k["paused"] else "-",
         ]
         for k in listing
     ]
-    return table(["KEY", "RUNNING", "READY", "QUEUED", "PAUSED UNTIL"], rows, cut_first=[0])
+    headers = ["KEY", "RUNNING", "READY", "QUEUED", "LIMITS", "PAUSED UNTIL"]
+    return table(headers, rows, cut_first=[0, 4])
+
+
+def _key_limits(by_queue: dict[str, dict[str, Any]]) -> str:
+    """`tenants: 2 running, 5/s, fair` for each queue whose per-key limits apply."""
+    parts = []
+    for queue, k in sorted(by_queue.items()):
+        said = [_running_rate(k.get("concurrency"), k.get("rate")), "fair" if k.get("fair") else ""]
+        parts.append(f"{queue}: {', '.join(s for s in said if s)}")
+    return "; ".join(parts) or "-"
 
 
 def paused_keys(keys: Sequence[dict[str, Any]], *, more: bool) -> str:

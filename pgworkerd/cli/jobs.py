@@ -111,7 +111,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     config = load_config(args)  # what it schedules, and when; its lease_ttl
     with _connect(args, "status") as (conn, ops):
-        report = ops.status(conn, config.periodic, lease_ttl_s=config.lease_ttl)
+        report = ops.status(
+            conn, config.periodic, lease_ttl_s=config.lease_ttl, limits=config.queue_limits()
+        )
     print(_json(report) if args.json else formatting.status(report))
     return EXIT_OK
 

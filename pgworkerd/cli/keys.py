@@ -54,7 +54,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     with connections.connect(
         connections.database_url(config), application_name="pgworkerd keys"
     ) as conn:
-        listing = KeyPauses(config.database.schema_name).keys(conn)
+        listing = KeyPauses(config.database.schema_name).keys(conn, limits=config.queue_limits())
     print(
         json.dumps(listing, ensure_ascii=False, indent=2) if args.json else formatting.keys(listing)
     )

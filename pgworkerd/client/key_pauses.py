@@ -10,6 +10,7 @@ key with `raise pgworkerd.PauseKey(...)`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,6 +19,7 @@ import psycopg
 from pgworkerd.client.producer import check_name, schema_of
 from pgworkerd.errors import InvalidJob
 from pgworkerd.storage.key_pauses import KeyPauseStore
+from pgworkerd.storage.limits import QueueLimits, describe
 from pgworkerd.storage.store import DEFAULT_SCHEMA
 
 DEFAULT_KEYS_LIMIT = 1000
@@ -71,11 +73,16 @@ class KeyPauses:
         return self._store.resume(conn, key)
 
     def keys(
-        self, conn: psycopg.Connection[Any], *, limit: int = DEFAULT_KEYS_LIMIT
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        limit: int = DEFAULT_KEYS_LIMIT,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> list[dict[str, Any]]:
         """Keys of queued or running jobs, or paused now: JSON values, the `keys --json`
-        output."""
-        return [_key(row) for row in self._store.keys(conn, limit=limit)]
+        output. `limits` (the config's limited queues) adds, for each key, the per-key
+        limits of the queues its jobs are in."""
+        return [_key(row, limits or {}) for row in self._store.keys(conn, limit=limit)]
 
 
 def pause_seconds(duration: Any) -> float:
@@ -91,13 +98,20 @@ def pause_seconds(duration: Any) -> float:
     return float(duration)
 
 
-def _key(row: dict[str, Any]) -> dict[str, Any]:
+def _key(row: dict[str, Any], limits: Mapping[str, QueueLimits]) -> dict[str, Any]:
     until = row["paused_until"]
+    key_limits = {}
+    for queue in row["queues"]:
+        described = describe(limits[queue]) if queue in limits else None
+        if described and (described["per_key"] or described["fair"]):
+            key_limits[queue] = {**(described["per_key"] or {}), "fair": described["fair"]}
     return {
         "key": row["key"],
         "running": int(row["running"]),
         "ready": int(row["ready"]),
         "queued": int(row["queued"]),
+        "queues": list(row["queues"]),
+        "limits": key_limits,  # queue -> its per-key limits, for the queues that have them
         "paused": until is not None,
         "paused_until": None if until is None else until.isoformat(),
         "paused_at": None if row["paused_at"] is None else row["paused_at"].isoformat(),

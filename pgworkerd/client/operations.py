@@ -10,7 +10,7 @@ docs/design.md (Operator commands).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +19,7 @@ import psycopg
 from pgworkerd.client.producer import schema_of
 from pgworkerd.config.periodic import PeriodicEntry
 from pgworkerd.storage.key_pauses import KeyPauseStore
+from pgworkerd.storage.limits import LimitReads, QueueLimits, describe
 from pgworkerd.storage.queue_pauses import QueuePauseStore
 from pgworkerd.storage.reads import HORIZON_WARN_LEASES, Horizon, Reads
 from pgworkerd.storage.store import DEFAULT_SCHEMA, STATES, JobStore
@@ -71,6 +72,7 @@ class Operations:
         self._reads = Reads(schema)
         self._pauses = QueuePauseStore(schema)
         self._key_pauses = KeyPauseStore(schema)
+        self._limits = LimitReads(schema)
 
     def status(
         self,
@@ -78,9 +80,12 @@ class Operations:
         periodic: Sequence[PeriodicEntry] = (),
         *,
         lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> dict[str, Any]:
-        """Queues, live daemons, the `periodic` entries of the caller's config, and what
-        holds back vacuum (warned of past HORIZON_WARN_LEASES times the config's lease_ttl)."""
+        """Queues, live daemons, the `periodic` entries of the caller's config, what
+        holds back vacuum (warned of past HORIZON_WARN_LEASES times the config's
+        lease_ttl), and the config's limited queues (`limits`): their limits, running
+        jobs, starts in the rate's current window, ready jobs and those held back."""
         rows = self._reads.status(
             conn,
             progress_limit=STATUS_PROGRESS_JOBS,
@@ -109,6 +114,17 @@ class Operations:
             "periodic": [_periodic_status(e, last.get(e.key), rows.now) for e in periodic],
             "horizon": _horizon_status(rows.horizon, lease_ttl_s),
             "jobs_table": _table_status(rows.jobs_table),
+            "limits": [
+                {
+                    "queue": row["queue"],
+                    **describe((limits or {})[row["queue"]]),
+                    "running": int(row["running"]),
+                    "starts_in_window": int(row["window_starts"]),
+                    "ready": int(row["ready"]),
+                    "held_back": int(row["held_back"]),
+                }
+                for row in self._limits.sample(conn, limits or {})
+            ],
         }
 
     def list_jobs(

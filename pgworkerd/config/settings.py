@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from pgworkerd.config.limits import LimitConcurrency, PerKeyLimits, Rate
 from pgworkerd.config.periodic import PeriodicEntry, check_entries
 from pgworkerd.config.retention import Retention
 from pgworkerd.config.units import Bytes, Count, QueueName, Seconds, Section, host_port
+from pgworkerd.storage.limits import QueueLimits
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _HANDLER_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -36,6 +39,22 @@ class QueueConfig(Section):
     )
     max_runtime: Seconds | None = None
     max_attempts: Count | None = Field(None, ge=1, le=1_000_000)
+    # Flow control (config/limits.py). Not a pool's `concurrency` (worker processes):
+    # these count the queue's running jobs on every daemon and host together.
+    concurrency: LimitConcurrency | None = Field(
+        None, description="running jobs of this queue, every daemon and host together"
+    )
+    rate: Rate | None = Field(None, description="starts per period, fleet-wide: 100/s, 10/m")
+    per_key: PerKeyLimits | None = Field(None, description="the same limits for each job key")
+    fair: bool = Field(False, description="keys take turns: least recently started first")
+
+    @property
+    def limited(self) -> bool:
+        """Whether a claim of this queue must take its limits' lock (storage/limits.py)."""
+        per_key = self.per_key is not None and (
+            self.per_key.concurrency is not None or self.per_key.rate is not None
+        )
+        return self.concurrency is not None or self.rate is not None or per_key or self.fair
 
 
 class PoolConfig(Section):
@@ -236,6 +255,23 @@ class Config(BaseSettings):
         if configured is not None and configured.max_runtime is not None:
             return configured.max_runtime
         return self.defaults.max_runtime
+
+    def queue_limits(self, queues: Iterable[str] | None = None) -> dict[str, QueueLimits]:
+        """The limited queues among `queues` (default: all) and their limits, as the
+        claim takes them (storage/limits.py)."""
+        limits = {}
+        for queue in self.queues if queues is None else queues:
+            settings = self.queues[queue]
+            if settings.limited:
+                per_key = settings.per_key
+                limits[queue] = QueueLimits(
+                    concurrency=settings.concurrency,
+                    rate=settings.rate,
+                    key_concurrency=per_key.concurrency if per_key else None,
+                    key_rate=per_key.rate if per_key else None,
+                    fair=settings.fair,
+                )
+        return limits
 
     def batch_size_for(self, pool: PoolConfig) -> int:
         return pool.batch_size or self.defaults.batch_size

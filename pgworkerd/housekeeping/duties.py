@@ -9,17 +9,19 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 from pgworkerd import logs
+from pgworkerd.config import Config
 from pgworkerd.housekeeping.duty import NEVER, IntervalDuty, Round
 from pgworkerd.housekeeping.session import DatabaseSession, Result
 from pgworkerd.job import Lease
 from pgworkerd.storage.key_pauses import KeyPauseStore
+from pgworkerd.storage.limits import LimitReads, QueueLimits
 from pgworkerd.storage.reads import Horizon, Reads
 from pgworkerd.storage.store import JobStore
 from pgworkerd.supervisor.metrics import METRICS
@@ -114,19 +116,30 @@ class Sample:
     queues: list[tuple[str, int, float | None]]  # queue, jobs ready now, oldest's age (s)
     horizon: Horizon | None  # the oldest holder of the xmin horizon
     jobs_table: dict[str, Any] | None  # live_tuples, dead_tuples, last_vacuum_at
+    held_back: list[tuple[str, int]]  # limited queue, ready jobs a limit holds back
     # queue -> ready jobs held back by a key pause (queues without any: left out)
     held_by_key_pause: dict[str, int] = field(default_factory=dict)
 
 
-def sample(session: DatabaseSession, store: JobStore, queues: Sequence[str]) -> Result[Sample]:
-    """The queues' depth, the jobs key pauses hold back, and what holds back vacuum."""
+def sample(
+    session: DatabaseSession,
+    store: JobStore,
+    queues: Sequence[str],
+    limits: Mapping[str, QueueLimits] | None = None,
+) -> Result[Sample]:
+    """The queues' depth, what the limits and the key pauses hold back, and what holds
+    back vacuum."""
     reads = Reads(store.schema)
+    limit_reads = LimitReads(store.schema)
     key_pauses = KeyPauseStore(store.schema)
 
     def work(conn: psycopg.Connection[Any]) -> Sample:
         ready = store.ready_by_queue(conn, queues)
-        held = key_pauses.holding_by_queue(conn, queues)
-        return Sample(ready, reads.horizon(conn), reads.jobs_table(conn), held)
+        held = [
+            (row["queue"], int(row["held_back"])) for row in limit_reads.sample(conn, limits or {})
+        ]
+        held_by_key_pause = key_pauses.holding_by_queue(conn, queues)
+        return Sample(ready, reads.horizon(conn), reads.jobs_table(conn), held, held_by_key_pause)
 
     return session.attempt("sample queues", work)
 
@@ -172,7 +185,11 @@ class QueueSampling(IntervalDuty):
     def __init__(self) -> None:
         super().__init__(SAMPLE_INTERVAL_S)
         self.queues: Sequence[str] = ()
+        self.limits: Mapping[str, QueueLimits] = {}  # the config's limited queues
         self.latest: Sample | None = None  # the last sample that answered
+
+    def follow(self, config: Config) -> None:
+        self.limits = config.queue_limits()
 
     def next_at(self) -> float:
         return super().next_at() if self.queues else NEVER
@@ -181,9 +198,10 @@ class QueueSampling(IntervalDuty):
         return bool(self.queues) and super().due(now)
 
     def work(self, round_: Round) -> None:
-        result = sample(round_.session, round_.store, self.queues)
+        result = sample(round_.session, round_.store, self.queues, self.limits)
         if result.ok:
             self.latest = result.value
             METRICS.queues_sampled(result.value.queues)
             METRICS.key_pauses_sampled(self.queues, result.value.held_by_key_pause)
+            METRICS.limits_sampled(result.value.held_back)
             METRICS.database_sampled(result.value.horizon, result.value.jobs_table)

@@ -16,7 +16,7 @@ nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -29,6 +29,7 @@ from pgworkerd.encoding import clean_error
 from pgworkerd.job import Job, Lease
 from pgworkerd.storage import queries
 from pgworkerd.storage.channels import cancel_channel, notify_channel
+from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
 
 DEFAULT_SCHEMA = "pgworkerd"
 # Every state of a job, in the order tables show them; the last three are final.
@@ -195,8 +196,16 @@ class JobStore:
         *,
         backoff: Backoff | None = None,
         positions: ClaimPositions | None = None,
+        limits: Mapping[str, QueueLimits] | None = None,
     ) -> None:
         self.schema = schema
+        # The limited queues (storage/limits.py): a claim that includes one of them
+        # takes their lock and claims within their room; any other claims as before.
+        self.limits = dict(limits or {})
+        # What the last limited claim found full: queue -> monotonic time its rate frees
+        # a place (None: its concurrency, freed by a completion). An idle wait leaves
+        # these queues' ready jobs out (next_run_in) instead of spinning on them.
+        self._held: dict[str, float | None] = {}
         self.backoff = backoff or Backoff()
         # Per store, so per process: each worker process makes its own JobStore.
         self.positions = positions or ClaimPositions()
@@ -265,6 +274,14 @@ class JobStore:
         returned in the order they should run. `max_attempts` (one per queue, or one for
         all) applies to jobs enqueued without their own."""
         queues = list(dict.fromkeys(queues))  # a queue named twice is claimed once
+        if limited_queues(queues, self.limits):
+            return self._claim_limited(
+                conn,
+                [],
+                queues,
+                limit,
+                _claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+            )[1]
         sweep = self._prepare_levels(conn, queues)
         params = {
             **_claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
@@ -312,6 +329,10 @@ class JobStore:
             )
         params = _complete_params(done)
         queues = list(dict.fromkeys(queues))
+        if limited_queues(queues, self.limits):
+            claim_params = _claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
+            kept, claimed = self._claim_limited(conn, done, queues, limit, claim_params)
+            return self._with_own_earlier_completions(conn, params, kept), claimed
         sweep = self._prepare_levels(conn, queues)
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(
@@ -326,6 +347,55 @@ class JobStore:
         claimed = self._claimed(queues, limit, sweep, rows)
         return self._with_own_earlier_completions(conn, params, kept), claimed
 
+    def _claim_limited(
+        self,
+        conn: psycopg.Connection[Any],
+        done: Sequence[tuple[Lease, str | None]],
+        queues: list[str],
+        limit: int,
+        claim_params: dict[str, Any],
+    ) -> tuple[set[int], list[Job]]:
+        """Complete `done` and claim, for a queue list with limited queues: one
+        transaction of limits_lock, the completions (so that the claim's count no longer
+        sees them running), and jobs_claim_limited (LIMITS in sql/queries.sql)."""
+        limited = limited_queues(queues, self.limits)
+        sweep = self._prepare_levels(conn, queues)
+        with conn.transaction():
+            conn.execute(self._sql["limits_lock"], {"schema_name": self.schema, "queues": limited})
+            kept: set[int] = set()
+            if done:
+                completed = conn.execute(self._sql["jobs_complete"], _complete_params(done))
+                kept = {row[0] for row in completed}
+                freed = [q for q in limited if self.limits[q].frees_on_completion]
+                if kept and freed:
+                    conn.execute(
+                        self._sql["limits_notify"],
+                        {"channel": self.notify_channel, "queues": freed},
+                    )
+            with conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(
+                    self._sql["jobs_claim_limited"],
+                    {
+                        **claim_params,
+                        **claim_limit_params(limited, self.limits),
+                        **self.positions.params(queues, sweep=sweep),
+                    },
+                ).fetchall()
+        meta = next(row for row in rows if row["id"] is None)
+        rate_wake_at = (
+            None if meta["rate_wake_in_s"] is None else time.monotonic() + meta["rate_wake_in_s"]
+        )
+        self._held = {
+            queue: rate_wake_at if self.limits[queue].rate is not None else None
+            for queue in meta["held_queues"]
+        }
+        # A keyed queue's claims walk keys, not its levels' positions: claimed jobs of
+        # some keys say nothing of the other keys' jobs before them, so its positions
+        # never move (its idle look for work starts where the last sweep left it).
+        keyed = [queue for queue in limited if self.limits[queue].keyed]
+        claimed = self._claimed(queues, limit, sweep, rows, held=meta["held_queues"], frozen=keyed)
+        return kept, claimed
+
     def _prepare_levels(self, conn: psycopg.Connection[Any], queues: list[str]) -> bool:
         """Whether this claim sweeps (see ClaimPositions); if it does, the levels are
         learnt afresh first."""
@@ -336,10 +406,17 @@ class JobStore:
         return True
 
     def _claimed(
-        self, queues: list[str], limit: int, sweep: bool, rows: Sequence[dict[str, Any]]
+        self,
+        queues: list[str],
+        limit: int,
+        sweep: bool,
+        rows: Sequence[dict[str, Any]],
+        held: Sequence[str] = (),
+        frozen: Sequence[str] = (),
     ) -> list[Job]:
         """The jobs of a claim's rows, the positions moved past them. The row with no
-        job is claim_meta's."""
+        job is claim_meta's. `held`: queues a limit left full (their positions move
+        past the jobs claimed only); `frozen`: keyed queues (theirs do not move)."""
         meta = next(row for row in rows if row["id"] is None)
         jobs = _jobs_in_claim_order([row for row in rows if row["id"] is not None])
         # While a key is paused, the claim passed over its jobs: a position moved past
@@ -347,10 +424,12 @@ class JobStore:
         if not meta["keys_paused"]:
             self.positions.advance(
                 queues,
-                jobs,
+                [job for job in jobs if job.queue not in frozen] if frozen else jobs,
                 db_now=meta["db_now"],
                 exhausted=len(jobs) < limit,
-                paused=meta["paused_queues"],
+                # A queue a limit held back has ready jobs left where its claim
+                # stopped: like a paused queue's, its positions do not jump ahead.
+                paused=[*meta["paused_queues"], *held, *frozen],
             )
         self.positions.claimed(queues, sweep)
         return jobs
@@ -444,9 +523,19 @@ class JobStore:
         # As a claim would look, sweep included, but without counting as one: only a
         # claim's sweep takes the jobs that were behind the positions.
         sweep = self._prepare_levels(conn, queues)
-        params = {"queues": queues, **self.positions.params(queues, sweep=sweep)}
+        # The queues the last claim found full are left out: their ready jobs cannot be
+        # claimed until a place frees (a completion's NOTIFY wakes the worker, or the
+        # poll), or, for a rate, until the soonest start leaves the window.
+        held = self._held
+        open_queues = [queue for queue in queues if queue not in held]
+        params = {"queues": open_queues, **self.positions.params(open_queues, sweep=sweep)}
         row = conn.execute(self._sql["jobs_next_run_at"], params).fetchone()
-        return None if row is None else row[0]
+        next_in = None if row is None else row[0]
+        rate_wakes = [at for at in held.values() if at is not None]
+        if rate_wakes:
+            rate_in = min(rate_wakes) - time.monotonic()
+            next_in = rate_in if next_in is None else min(next_in, rate_in)
+        return next_in
 
     # -- operator actions -----------------------------------------------------------------
 

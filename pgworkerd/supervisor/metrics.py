@@ -73,6 +73,12 @@ class SupervisorMetrics:
             ("queue",),
             registry=r,
         )
+        self.held_back = Gauge(
+            "pgworkerd_queue_held_back",
+            "Ready jobs a flow-control limit (concurrency, rate, per_key) holds back now",
+            ("queue",),
+            registry=r,
+        )
         self.horizon_age = Gauge(
             "pgworkerd_xmin_horizon_age_seconds",
             "How long the oldest holder of the xmin horizon (a transaction, prepared "
@@ -165,6 +171,12 @@ class SupervisorMetrics:
         self.held_by_key_pause.clear()
         for queue in queues:
             self.held_by_key_pause.labels(queue).set(held.get(queue, 0))
+
+    def limits_sampled(self, rows: Iterable[tuple[str, int]]) -> None:
+        """(queue, ready jobs a limit holds back) for each limited queue."""
+        self.held_back.clear()
+        for queue, held in rows:
+            self.held_back.labels(queue).set(held)
 
     def database_sampled(self, horizon: Horizon | None, table: dict[str, Any] | None) -> None:
         """The holder of the xmin horizon (none: the gauges are empty) and the jobs

@@ -206,4 +206,5 @@ def worker_spec(
         worker_id=f"{socket.gethostname()}:{supervisor_pid}/{seat.pool_name}#{seat.index}",
         threads=seat.pool.threads,
         boot=boot,
+        limits=config.queue_limits(queues),
     )

@@ -78,7 +78,7 @@ class BaseWorker:
         # alike from our `claimed` messages.
         self._claimed_count = 0
         self._claim_number: dict[int, int] = {}  # job id -> its number, current batch
-        self.store = JobStore(spec.schema, backoff=spec.backoff)
+        self.store = JobStore(spec.schema, backoff=spec.backoff, limits=spec.limits)
         self._wake_r, self._wake_w = os.pipe()
         self.connection = WorkerConnection(spec, self._wake_r, lambda: self.stopping)
         self.outcomes = OutcomeWriter(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from pgworkerd.storage.limits import QueueLimits
 from pgworkerd.storage.store import Backoff
 
 
@@ -33,6 +34,8 @@ class WorkerSpec:
     threads: int = 1  # execution slots: jobs run at once (one start-board record each)
     # More handlers, loaded by the child after the fork (Django's: handlers.child_loader).
     boot: Callable[[], Mapping[str, Callable[..., Any]]] | None = None
+    # The flow-control limits of its limited queues (storage/limits.py); empty: none.
+    limits: Mapping[str, QueueLimits] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -135,10 +135,11 @@ def test_enqueue_list_show_retry_cancel_and_status(cli, db_dsn):
     status = ok_json(cli("status", "--json"))
     assert set(status) == {
         *("at", "queues", "daemons", "progress", "periodic"),
-        *("horizon", "jobs_table", "paused_keys", "paused_keys_more"),
+        *("horizon", "jobs_table", "paused_keys", "paused_keys_more", "limits"),
     }
     assert status["paused_keys"] == [] and status["paused_keys_more"] is False
     assert status["periodic"] == [], "no periodic entries in this config"
+    assert status["limits"] == [], "no limited queue in this config"
     by_queue = {q["queue"]: q for q in status["queues"]}
     assert set(by_queue) == {"default", "images", "mail"}
     assert all(set(q) >= QUEUE_KEYS for q in status["queues"])

@@ -126,6 +126,27 @@ def test_queue_depth_is_sampled(start_daemon, history_conn):
     assert metric(text, "pgworkerd_queue_depth", queue="default") == 0
 
 
+def test_jobs_held_back_by_a_limit_are_sampled(start_daemon, history_conn):
+    port = free_port()
+    # One job of "slow" runs (sleeping) and holds the queue's only place: the rest wait.
+    start_daemon(
+        http={"listen": f"127.0.0.1:{port}"},
+        queues={"default": {}, "slow": {"concurrency": 1}},
+        workers=[{"queues": ["default", "slow"], "concurrency": 2}],
+    )
+    pgworkerd.enqueue_many(
+        history_conn, [{"kind": "sleep", "queue": "slow", "payload": {"seconds": 30}}] * 4
+    )
+
+    def sampled() -> bool:
+        _, text = get(port, "/metrics")
+        return metric(text, "pgworkerd_queue_held_back", queue="slow") == 3
+
+    wait_until(sampled, timeout_s=15, what="3 jobs of 'slow' held back", interval_s=0.2)
+    _, text = get(port, "/metrics")
+    assert 'pgworkerd_queue_held_back{queue="default"}' not in text, "not limited"
+
+
 def test_readyz_follows_the_database_and_health_says_so(daemons, own_cluster, tmp_path):
     port = free_port()
     dsn = own_cluster.dsn()

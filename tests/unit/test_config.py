@@ -128,6 +128,12 @@ BAD_CONFIGS = [
     ("django: {settings: mysite.settings, tasks: []}\n", "django.tasks: list should have"),
     ("django: {settings: 'my site', tasks: [a]}\n", "django.settings: 'my site' is not a module"),
     ("django: {settings: s, tasks: [a], colour: red}\n", "django.colour: unknown key"),
+    ("queues: {a: {rate: fast}}\n", "queues.a.rate: must be a rate such as 100/s"),
+    ("queues: {a: {rate: 10/fortnight}}\n", "queues.a.rate: '10/fortnight': the period"),
+    ("queues: {a: {rate: 0/s}}\n", "queues.a.rate: '0/s': the count must be"),
+    ("queues: {a: {concurrency: 0}}\n", "queues.a.concurrency: must be ≥ 1"),
+    ("queues: {a: {per_key: {rate: 5}}}\n", "queues.a.per_key.rate: must be a rate"),
+    ("queues: {a: {per_key: {colour: red}}}\n", "queues.a.per_key.colour: unknown key"),
 ]
 
 
@@ -161,3 +167,37 @@ def test_a_periodic_kind_may_be_left_to_the_tasks_when_task_modules_are_listed()
     assert parse(text).periodic[0].kind == "myapp.jobs.tick"
     with pytest.raises(ConfigError, match="has no entry under handlers"):
         parse("periodic: [{kind: myapp.jobs.tick, every: 1m}]\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "rate"),
+    [
+        ("100/s", (100, 1.0)),
+        ("10/m", (10, 60.0)),
+        ("5/h", (5, 3600.0)),
+        ("20/30s", (20, 30.0)),
+        (" 3 / 1.5m ", (3, 90.0)),
+        ("1/500ms", (1, 0.5)),
+        ("7/d", (7, 86400.0)),
+    ],
+)
+def test_rates_are_read_as_starts_per_period(text: str, rate: tuple[int, float]) -> None:
+    config = parse(f"queues: {{q: {{rate: '{text}', per_key: {{rate: '{text}'}}}}}}\n")
+    assert config.queues["q"].rate == rate
+    assert config.queue_limits()["q"].key_rate == rate
+
+
+def test_a_rate_is_shown_as_the_config_writes_it() -> None:
+    from pgworkerd.storage.limits import rate_text
+
+    assert [rate_text(r) for r in [(100, 1.0), (10, 60.0), (5, 3600.0), (20, 30.0)]] == [
+        "100/s",
+        "10/m",
+        "5/h",
+        "20/30s",
+    ]
+
+
+def test_only_queues_with_limits_are_limited() -> None:
+    config = parse("queues: {a: {}, b: {concurrency: 2}, c: {fair: true}, d: {per_key: {}}}\n")
+    assert sorted(config.queue_limits()) == ["b", "c"]

@@ -101,3 +101,21 @@ def test_a_cancelled_job_is_past_the_lease_lapse_checks() -> None:
     ledger.cancelling(ledger.jobs[1], T0)
     assert limits.next_lapse(ledger, TTL) is None  # no lease left to lapse
     assert limits.check_lapses(ledger, T0 + 10 * TTL, TTL).running == []
+
+
+def test_the_history_checker_counts_overlaps_and_windows() -> None:
+    from datetime import datetime, timedelta
+
+    from tests.limits_windows import most_at_once, most_in_window
+
+    t0 = datetime(2026, 1, 1)
+
+    def at(s: float) -> datetime:
+        return t0 + timedelta(seconds=s)
+
+    # An end at the instant of a start frees the place first.
+    assert most_at_once([(at(0), at(2)), (at(1), at(3)), (at(2), at(4))]) == 2
+    assert most_at_once([(at(0), at(5)), (at(1), at(2)), (at(1.5), at(3))]) == 3
+    # Windows are (t - period, t]: a start exactly one period earlier has left.
+    assert most_in_window([at(0), at(0.5), at(1.0), at(1.2)], 1.0) == 3
+    assert most_in_window([at(0), at(1), at(2)], 1.0) == 1

@@ -380,6 +380,349 @@ FULL JOIN (SELECT coalesce((SELECT array_agg(id) FROM completed), '{{}}') AS com
            FROM ({claim_meta}) AS meta) AS done ON false;
 
 
+-- name: limits_lock
+-- LIMITS: the first statement of a claim that includes a limited queue (concurrency,
+-- rate, per_key or fair; storage/limits.py): one transaction-scoped advisory lock per
+-- limited queue, taken in a fixed order (so two claims of overlapping queue lists never
+-- wait on each other in a cycle), held until the claim commits or rolls back. Every
+-- claim of a limited queue, on every daemon, takes it: they run one at a time per
+-- queue, and the next one's claim statement (a new snapshot under READ COMMITTED, taken
+-- after this lock was granted) sees every row the previous one committed. A crash
+-- anywhere ends the transaction, and the lock with it.
+-- JIT off for the rest of this transaction (set_config's is_local): the limited claim's
+-- estimated cost can cross jit_above_cost on a big table (the key walk's estimates
+-- are blind), and compiling it costs seconds where running it costs a millisecond.
+SELECT set_config('jit', 'off', true), count(pg_advisory_xact_lock(k.lock_key))
+FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
+      FROM unnest(%(queues)s::text[]) AS q(name)
+      ORDER BY 1) AS k;
+
+
+-- name: jobs_claim_limited
+-- jobs_claim for a list that includes limited queues, run after limits_lock in the same
+-- transaction. The same levels, positions, pauses and order; each limited queue takes
+-- at most its room:
+--   concurrency - its running rows (jobs_running_idx, at most `concurrency` entries read)
+--   rate N      - its starts in (t - period, t] (starts_queue_idx, at most N entries read)
+-- where t = statement_timestamp(), this statement's start: after the lock, so later
+-- than every start a previous holder wrote. A job counts as running from its claim
+-- until its lease is settled (complete, fail, snooze, release, cancel, rescue); its
+-- start counts until it ages out of the window or a Snooze gives it back. The claim
+-- writes its starts to the ledger and drops the queue's starts older than the window,
+-- in this statement. No counter is kept anywhere: a crash or rollback undoes the
+-- claim and its ledger rows together.
+-- A level scan takes at most min(limit, room) rows, then the picks of each queue are
+-- cut to its room across its priority levels (rows locked beyond it are let go at
+-- commit: no other claimer of the queue runs meanwhile). claim_meta's row also says
+-- which queues a limit held back (their positions must not move past jobs left ready),
+-- and when the soonest start of a rate-held queue leaves its window.
+-- KEYED queues (per_key limits or fair) are not scanned by level but walked by key:
+-- in each level, the keys with queued jobs (jobs_key_claim_idx, one descent a key)
+-- in key order from just after the key that had the last turn (key_turns), wrapping
+-- around once. Each key gives its ready jobs (1 a turn in a fair queue) up to its own
+-- room, the same two counts per key (jobs_running_idx, starts_key_idx). A key with
+-- 10,000 ready jobs, or one at its limit, costs one descent, never a walk past its
+-- jobs. The key that had the last turn of the claim is written to key_turns: the
+-- next claim starts after it (round-robin: every key with ready jobs gets a turn
+-- before any gets a second). Jobs without a key in a keyed queue form one more group,
+-- after the keys, with no per-key limit (the queue's own limits still apply), found
+-- among the first 1,000 ready jobs of their level only.
+WITH RECURSIVE queues AS (
+    SELECT q.name, q.max_attempts, q.ord
+    FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
+         WITH ORDINALITY AS q(name, max_attempts, ord)
+    WHERE NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = q.name)
+),
+limits AS (
+    SELECT l.queue, l.concurrency, l.rate_count,
+           make_interval(secs => l.rate_period_s) AS rate_period,
+           l.key_concurrency, l.key_rate_count,
+           make_interval(secs => l.key_rate_period_s) AS key_rate_period,
+           l.fair,
+           (l.fair OR l.key_concurrency IS NOT NULL OR l.key_rate_count IS NOT NULL) AS keyed
+    FROM unnest(%(limit_queues)s::text[], %(limit_concurrency)s::int[],
+                %(limit_rate_count)s::int[], %(limit_rate_period_s)s::float8[],
+                %(limit_key_concurrency)s::int[], %(limit_key_rate_count)s::int[],
+                %(limit_key_rate_period_s)s::float8[], %(limit_fair)s::bool[])
+         AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
+              key_rate_count, key_rate_period_s, fair)
+),
+room AS MATERIALIZED (
+    SELECT l.*,
+           -- least() and greatest() ignore NULLs: a queue with only one of the two
+           -- limits takes the other's room; with neither (keyed only), NULL: no cap
+           CASE WHEN l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL THEN
+           greatest(0, least(
+               l.concurrency - (SELECT count(*) FROM (
+                   SELECT FROM {schema}.jobs AS j
+                   WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.queue
+                   LIMIT l.concurrency) AS running),
+               l.rate_count - (SELECT count(*) FROM (
+                   SELECT FROM {schema}.starts AS s
+                   WHERE s.queue = l.queue AND s.at > statement_timestamp() - l.rate_period
+                   LIMIT l.rate_count) AS window_starts)
+           )) END AS room
+    FROM limits AS l
+),
+levels AS (
+    SELECT q.name, q.ord, l.priority,
+           coalesce(l.after_run_at, '-infinity') AS after_run_at,
+           coalesce(l.after_id, -1) AS after_id,
+           r.room, coalesce(r.keyed, false) AS keyed, r.fair, r.key_concurrency,
+           r.key_rate_count, r.key_rate_period,
+           coalesce((SELECT t.last_key FROM {schema}.key_turns AS t
+                     WHERE t.queue = q.name AND t.priority = l.priority), '') AS last_key
+    FROM unnest(%(level_queues)s::text[], %(level_priorities)s::int[],
+                %(level_after_run_at)s::timestamptz[], %(level_after_id)s::bigint[])
+         AS l(queue, priority, after_run_at, after_id)
+    JOIN queues AS q ON q.name = l.queue
+    LEFT JOIN room AS r ON r.queue = q.name
+),
+level_picks AS MATERIALIZED (
+    SELECT ready.id, l.name, l.ord, l.priority, l.room, NULL::text AS key,
+           0 AS step, ready.run_at
+    FROM (SELECT * FROM levels WHERE NOT keyed ORDER BY ord, priority DESC) AS l
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.run_at FROM {schema}.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
+          AND (j.run_at, j.id) > (l.after_run_at, l.after_id)  -- POSITIONS
+          AND j.run_at <= now()
+          AND (j.key IS NULL OR NOT EXISTS (  -- KEY PAUSES
+                SELECT FROM {schema}.paused_keys AS pk
+                WHERE pk.key = j.key AND pk.until > now()))
+        ORDER BY j.run_at, j.id
+        LIMIT least(%(limit)s, l.room)  -- NULL room (an unlimited queue): the batch
+        FOR UPDATE SKIP LOCKED  -- SKIP LOCKED (as in claim_picks)
+    ) AS ready
+),
+key_picks AS MATERIALIZED (
+    SELECT turn.id, l.name, l.ord, l.priority, l.room, turn.key, turn.step, turn.run_at
+    FROM (SELECT * FROM levels WHERE keyed ORDER BY ord, priority DESC) AS l
+    CROSS JOIN LATERAL (
+        WITH RECURSIVE walk(key, step, phase) AS (
+            -- the first key after the last turn's (phase 1), else the first (phase 2)
+            (SELECT first.key, 1, first.phase FROM (
+                (SELECT j.key, 1 AS phase FROM {schema}.jobs AS j
+                 WHERE j.state = 'queued' AND j.key IS NOT NULL AND j.queue = l.name
+                   AND j.priority = l.priority AND j.key > l.last_key
+                 ORDER BY j.key LIMIT 1)
+              UNION ALL
+                (SELECT j.key, 2 FROM {schema}.jobs AS j
+                 WHERE j.state = 'queued' AND j.key IS NOT NULL AND j.queue = l.name
+                   AND j.priority = l.priority
+                 ORDER BY j.key LIMIT 1)
+             ) AS first ORDER BY first.phase LIMIT 1)
+          UNION ALL
+            SELECT nxt.key, w.step + 1, nxt.phase
+            FROM walk AS w
+            CROSS JOIN LATERAL (
+                SELECT n.key, n.phase FROM (
+                    (SELECT j.key, w.phase AS phase FROM {schema}.jobs AS j
+                     WHERE j.state = 'queued' AND j.key IS NOT NULL AND j.queue = l.name
+                       AND j.priority = l.priority AND j.key > w.key
+                     ORDER BY j.key LIMIT 1)
+                  UNION ALL
+                    (SELECT j.key, 2 FROM {schema}.jobs AS j
+                     WHERE w.phase = 1 AND j.state = 'queued' AND j.key IS NOT NULL
+                       AND j.queue = l.name AND j.priority = l.priority
+                     ORDER BY j.key LIMIT 1)
+                ) AS n ORDER BY n.phase LIMIT 1
+            ) AS nxt
+            WHERE nxt.phase = 1 OR nxt.key <= l.last_key  -- once around, no more
+        ),
+        groups AS (  -- the keys in turn order, then the jobs without a key
+            SELECT w.key, w.step FROM walk AS w
+          UNION ALL
+            SELECT NULL, 2147483647
+        )
+        -- no window function or sort here: the LIMIT below must stop the walk as
+        -- soon as the level has enough (the nested loop yields them in turn order)
+        SELECT job.id, g.key, g.step, job.run_at
+        FROM groups AS g
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN g.key IS NULL THEN NULL ELSE greatest(0, least(
+                       CASE WHEN l.fair THEN 1 END,
+                       l.key_concurrency - (SELECT count(*) FROM (
+                           SELECT FROM {schema}.jobs AS j
+                           WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.name
+                             AND j.key = g.key
+                           LIMIT l.key_concurrency) AS running),
+                       l.key_rate_count - (SELECT count(*) FROM (
+                           SELECT FROM {schema}.starts AS s
+                           WHERE s.queue = l.name AND s.key = g.key
+                             AND s.at > statement_timestamp() - l.key_rate_period
+                           LIMIT l.key_rate_count) AS window_starts)
+                   )) END AS room
+        ) AS key_room
+        CROSS JOIN LATERAL (
+            -- a key's ready jobs (jobs_key_claim_idx) ...
+            SELECT * FROM (SELECT j.id, j.run_at FROM {schema}.jobs AS j
+             WHERE g.key IS NOT NULL
+               AND j.state = 'queued' AND j.key IS NOT NULL AND j.queue = l.name
+               AND j.priority = l.priority AND j.key = g.key
+               AND j.run_at <= now()
+               AND NOT EXISTS (  -- KEY PAUSES
+                    SELECT FROM {schema}.paused_keys AS pk
+                    WHERE pk.key = j.key AND pk.until > now())
+             ORDER BY j.run_at, j.id
+             LIMIT least(%(limit)s, l.room, key_room.room)
+             FOR UPDATE SKIP LOCKED) AS of_key
+          UNION ALL
+            -- ... or the jobs without a key, looked for among the level's first 1,000
+            -- ready jobs only (jobs_claim_idx): the claim never walks a key's backlog
+            -- to find them. In a keyed queue, give every job a key.
+            SELECT * FROM (SELECT j.id, j.run_at FROM {schema}.jobs AS j
+             WHERE g.key IS NULL AND j.key IS NULL
+               AND j.id = ANY(ARRAY(
+                   SELECT f.id FROM {schema}.jobs AS f
+                   WHERE f.state = 'queued' AND f.queue = l.name
+                     AND f.priority = l.priority AND f.run_at <= now()
+                   ORDER BY f.run_at, f.id
+                   LIMIT 1000))
+               AND j.state = 'queued'
+             ORDER BY j.run_at, j.id
+             LIMIT least(%(limit)s, l.room)
+             FOR UPDATE SKIP LOCKED) AS without_key
+        ) AS job
+        LIMIT least(%(limit)s, l.room)  -- stops the walk once the level has enough
+    ) AS turn
+),
+picked AS MATERIALIZED (
+    SELECT p.id, p.name, p.priority, p.key, p.step, p.run_at
+    FROM (SELECT lp.*,
+                 row_number() OVER (PARTITION BY lp.name
+                                    ORDER BY lp.priority DESC, lp.step, lp.run_at, lp.id) AS n
+          FROM (SELECT * FROM level_picks UNION ALL SELECT * FROM key_picks) AS lp) AS p
+    WHERE p.room IS NULL OR p.n <= p.room
+    ORDER BY p.ord, p.priority DESC, p.step, p.run_at, p.id
+    LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET state            = 'running',
+        attempt          = j.attempt + 1,
+        lease_token      = gen_random_uuid(),      -- the FENCE
+        lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s),
+        worker           = %(worker)s,
+        -- the start's time, as the ledger has it (monotonic across the queue's claims)
+        started_at       = statement_timestamp(),
+        max_attempts     = COALESCE(j.max_attempts, q.max_attempts),
+        progress         = NULL,
+        progress_stage   = NULL,
+        progress_at      = NULL
+    FROM queues AS q
+    WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked)) AND q.name = j.queue
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
+              extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
+              j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord, j.key,
+              j.trace_context
+),
+charged AS (
+    INSERT INTO {schema}.starts (lease_token, queue, key, at)
+    SELECT c.lease_token, c.queue, c.key, statement_timestamp()
+    FROM claimed AS c
+    JOIN limits AS l ON l.queue = c.queue
+    WHERE l.rate_count IS NOT NULL OR l.key_rate_count IS NOT NULL
+),
+aged_out AS (
+    DELETE FROM {schema}.starts AS s
+    USING limits AS l
+    WHERE s.queue = l.queue
+      AND s.at <= statement_timestamp() - greatest(l.rate_period, l.key_rate_period)
+),
+turned AS (  -- the key that had the last turn of each keyed level that claimed
+    INSERT INTO {schema}.key_turns AS t (queue, priority, last_key)
+    SELECT DISTINCT ON (p.name, p.priority) p.name, p.priority, p.key
+    FROM picked AS p
+    WHERE p.key IS NOT NULL
+    ORDER BY p.name, p.priority, p.step DESC
+    ON CONFLICT (queue, priority) DO UPDATE SET last_key = EXCLUDED.last_key
+)
+SELECT claimed.*, meta.*
+FROM claimed
+FULL JOIN (
+    SELECT now() AS db_now,
+           ARRAY(SELECT p.queue FROM {schema}.paused_queues AS p
+                 WHERE p.queue = ANY(%(queues)s::text[])) AS paused_queues,
+           EXISTS (SELECT FROM {schema}.paused_keys AS pk WHERE pk.until > now())
+               AS keys_paused,
+           -- the limited queues left with no room after this claim, and the keyed
+           -- queues whose walk ended before the batch was full (their ready jobs
+           -- may all be held back by their keys' limits)
+           ARRAY(SELECT r.queue FROM room AS r
+                 CROSS JOIN LATERAL (SELECT count(*) AS taken FROM picked AS p
+                                     WHERE p.name = r.queue) AS c
+                 WHERE r.room <= c.taken
+                    OR (r.keyed AND c.taken < least(%(limit)s, r.room)))
+               AS held_queues,
+           -- when the soonest start of a queue its rate holds back leaves the window
+           -- (seconds from now), NULL when no queue's rate is what holds it back
+           (SELECT extract(epoch FROM min(s.at + r.rate_period) - statement_timestamp())
+            FROM room AS r
+            CROSS JOIN LATERAL (
+                SELECT s.at FROM {schema}.starts AS s
+                WHERE s.queue = r.queue AND s.at > statement_timestamp() - r.rate_period
+                ORDER BY s.at LIMIT 1) AS s
+            WHERE r.rate_count IS NOT NULL
+              AND r.room <= (SELECT count(*) FROM picked AS p WHERE p.name = r.queue))::float8
+               AS rate_wake_in_s
+) AS meta ON false;
+
+
+-- name: limits_sample
+-- LIMITS, for status and the metrics' sample (never a claim): each limited queue's
+-- running jobs, starts in its rate's current window, ready jobs, and how many of those a
+-- limit holds back now: all of them when the queue has no room; else those of keys with
+-- no room (per_key). One pass over the queue's ready jobs, grouped by key, then two
+-- probes per key: an operator's read, every few seconds at most.
+WITH limits AS (
+    SELECT l.queue, l.concurrency, l.rate_count,
+           make_interval(secs => l.rate_period_s) AS rate_period,
+           l.key_concurrency, l.key_rate_count,
+           make_interval(secs => l.key_rate_period_s) AS key_rate_period
+    FROM unnest(%(limit_queues)s::text[], %(limit_concurrency)s::int[],
+                %(limit_rate_count)s::int[], %(limit_rate_period_s)s::float8[],
+                %(limit_key_concurrency)s::int[], %(limit_key_rate_count)s::int[],
+                %(limit_key_rate_period_s)s::float8[], %(limit_fair)s::bool[])
+         AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
+              key_rate_count, key_rate_period_s, fair)
+),
+counted AS (
+    SELECT l.*,
+           (SELECT count(*) FROM {schema}.jobs AS j
+            WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.queue) AS running,
+           (SELECT count(*) FROM {schema}.starts AS s
+            WHERE s.queue = l.queue AND s.at > now() - l.rate_period) AS window_starts,
+           (SELECT count(*) FROM {schema}.jobs AS j
+            WHERE j.state = 'queued' AND j.queue = l.queue AND j.run_at <= now()) AS ready
+    FROM limits AS l
+)
+SELECT c.queue, c.running, c.window_starts, c.ready,
+       CASE WHEN c.running >= c.concurrency OR c.window_starts >= c.rate_count THEN c.ready
+            WHEN c.key_concurrency IS NULL AND c.key_rate_count IS NULL THEN 0
+            ELSE coalesce((
+                SELECT sum(k.ready) FROM (
+                    SELECT j.key, count(*) AS ready FROM {schema}.jobs AS j
+                    WHERE j.state = 'queued' AND j.queue = c.queue AND j.run_at <= now()
+                      AND j.key IS NOT NULL
+                    GROUP BY j.key) AS k
+                WHERE (SELECT count(*) FROM {schema}.jobs AS r
+                       WHERE r.lease_expires_at IS NOT NULL AND r.queue = c.queue
+                         AND r.key = k.key) >= c.key_concurrency
+                   OR (SELECT count(*) FROM {schema}.starts AS s
+                       WHERE s.queue = c.queue AND s.key = k.key
+                         AND s.at > now() - c.key_rate_period) >= c.key_rate_count), 0)
+       END AS held_back
+FROM counted AS c
+ORDER BY c.queue;
+
+
+-- name: limits_notify
+-- LIMITS: a completion freed places in these concurrency-limited queues: wake their idle
+-- workers (delivered at commit, as jobs_insert's).
+SELECT count(pg_notify(%(channel)s, q.name)) FROM unnest(%(queues)s::text[]) AS q(name);
+
+
 -- name: queue_levels
 -- Fragment of jobs_levels: given a CTE `queues(name, ord)`, the distinct priorities
 -- present among queued jobs of each queue, found by one index descent each (a loose
@@ -584,6 +927,11 @@ WITH target AS (
     WHERE j.id = %(id)s
       AND j.lease_token = %(token)s AND j.state = 'running'  -- FENCE
     FOR UPDATE
+),
+uncharged AS (  -- LIMITS: the start is given back to the rate too (fenced by target)
+    DELETE FROM {schema}.starts AS s
+    USING target AS t
+    WHERE s.lease_token = %(token)s
 ),
 paused AS (
     INSERT INTO {schema}.paused_keys AS p (key, until)
@@ -1266,7 +1614,8 @@ WITH counts AS (
     SELECT key,
            count(*) FILTER (WHERE state = 'running') AS running,
            count(*) FILTER (WHERE state = 'queued' AND run_at <= now()) AS ready,
-           count(*) FILTER (WHERE state = 'queued') AS queued
+           count(*) FILTER (WHERE state = 'queued') AS queued,
+           array_agg(DISTINCT queue ORDER BY queue) AS queues
     FROM {schema}.jobs
     WHERE key IS NOT NULL AND state IN ('queued', 'running')
     GROUP BY key
@@ -1278,6 +1627,7 @@ SELECT coalesce(c.key, p.key) AS key,
        coalesce(c.running, 0) AS running,
        coalesce(c.ready, 0)   AS ready,
        coalesce(c.queued, 0)  AS queued,
+       coalesce(c.queues, '{{}}') AS queues,
        p.until AS paused_until,
        p.paused_at,
        extract(epoch FROM p.until - now())::float8 AS paused_for_s
