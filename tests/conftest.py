@@ -175,3 +175,20 @@ def own_cluster() -> Iterator[EmbeddedCluster]:
         migrate(conn, DEFAULT_SCHEMA)
     yield cluster
     cluster.destroy()
+
+
+@pytest.fixture
+def stats_dsn() -> Iterator[str]:
+    """A cluster of the test's own: pg_stat_statements must be preloaded at start."""
+    base = Path(tempfile.mkdtemp(prefix="pgworkerd-held-"))
+    cluster = EmbeddedCluster(
+        base_dir=base,
+        port=free_port(),
+        settings={**FAST_UNSAFE_SETTINGS, "shared_preload_libraries": "pg_stat_statements"},
+    )
+    cluster.ensure_running()
+    with psycopg.connect(cluster.dsn()) as conn:
+        migrate(conn, DEFAULT_SCHEMA)
+        conn.execute("CREATE EXTENSION pg_stat_statements")
+    yield cluster.dsn()
+    cluster.destroy()

@@ -18,19 +18,14 @@ whole heap (it did: 886 buffers per statement at 15,000 jobs), which is not the 
 
 from __future__ import annotations
 
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 import pgworkerd
-from pgworkerd.storage.embedded import FAST_UNSAFE_SETTINGS, EmbeddedCluster, free_port
-from pgworkerd.storage.migrations import migrate
-from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
+from pgworkerd.storage.store import JobStore
 from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
 
 JOBS = 100_000
@@ -47,23 +42,6 @@ FROM pg_stat_statements
 WHERE query LIKE '%FOR UPDATE SKIP LOCKED%'
   AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
-
-
-@pytest.fixture
-def stats_dsn() -> Iterator[str]:
-    """A cluster of the test's own: pg_stat_statements must be preloaded at start."""
-    base = Path(tempfile.mkdtemp(prefix="pgworkerd-held-"))
-    cluster = EmbeddedCluster(
-        base_dir=base,
-        port=free_port(),
-        settings={**FAST_UNSAFE_SETTINGS, "shared_preload_libraries": "pg_stat_statements"},
-    )
-    cluster.ensure_running()
-    with psycopg.connect(cluster.dsn()) as conn:
-        migrate(conn, DEFAULT_SCHEMA)
-        conn.execute("CREATE EXTENSION pg_stat_statements")
-    yield cluster.dsn()
-    cluster.destroy()
 
 
 def drain_chunk(conn: psycopg.Connection[Any], store: JobStore) -> tuple[int, float]:
