@@ -538,6 +538,7 @@ LIMITS_CONFIG = """
 queues:
   payments: {concurrency: 2, rate: 10/m}
   crawl: {per_key: {concurrency: 1}, fair: true}
+  feeds: {per_key: {rate: 1/h}}
   mail: {}
 """
 
@@ -568,12 +569,23 @@ def test_overview_shows_the_config_limits_and_what_they_do_now(db_dsn, conn):
     pgworkerd.enqueue(conn, "k", {}, queue="crawl", key="tenant:1")
     pgworkerd.enqueue(conn, "k", {}, queue="crawl", key="tenant:2")
     pgworkerd.enqueue(conn, "k", {}, queue="crawl", key="tenant:3", delay=3600)
+    # feeds: tenant:1 started once this hour (per_key rate 1/h): its next job is held back,
+    # though nothing of the queue runs now.
+    pgworkerd.enqueue(conn, "k", {}, queue="feeds", key="tenant:1")
+    [started] = claim(store, conn, limit=1, queues=["feeds"])
+    store.complete(conn, [(started.lease, None)])
+    pgworkerd.enqueue(conn, "k", {}, queue="feeds", key="tenant:1")
+    pgworkerd.enqueue(conn, "k", {}, queue="feeds", key="tenant:2")
 
     with TestClient(_limits_app(db_dsn)) as client:
         page = client.get("/")
 
     assert page.status_code == 200 and '<h2 id="limits-h">Limits</h2>' in page.text
-    assert re.findall(r'<tr data-limited-queue="([^"]+)">', page.text) == ["crawl", "payments"]
+    assert re.findall(r'<tr data-limited-queue="([^"]+)">', page.text) == [
+        "crawl",
+        "feeds",
+        "payments",
+    ]
     # queue, concurrency, rate, per key, fair, running, starts in window, ready, held back
     assert _limit_row(page.text, "payments") == [
         "payments",
@@ -601,6 +613,7 @@ def test_overview_shows_the_config_limits_and_what_they_do_now(db_dsn, conn):
     status = Operations().status(conn, limits=config.queue_limits())
     assert [(q["queue"], q["running"], q["ready"], q["held_back"]) for q in status["limits"]] == [
         ("crawl", 1, 2, 1),
+        ("feeds", 0, 2, 1),
         ("payments", 2, 3, 3),
     ]
     assert_no_secret(page.text, db_dsn)
