@@ -19,7 +19,7 @@ import psycopg
 from pgworkerd.client.producer import schema_of
 from pgworkerd.config.periodic import PeriodicEntry
 from pgworkerd.storage.key_pauses import KeyPauseStore
-from pgworkerd.storage.limits import LimitReads, QueueLimits, describe
+from pgworkerd.storage.limits import LimitReads, QueueLimits, reported
 from pgworkerd.storage.queue_pauses import QueuePauseStore
 from pgworkerd.storage.reads import HORIZON_WARN_LEASES, Horizon, Reads
 from pgworkerd.storage.store import DEFAULT_SCHEMA, STATES, JobStore
@@ -115,15 +115,7 @@ class Operations:
             "horizon": _horizon_status(rows.horizon, lease_ttl_s),
             "jobs_table": _table_status(rows.jobs_table),
             "limits": [
-                {
-                    "queue": row["queue"],
-                    **describe((limits or {})[row["queue"]]),
-                    "running": int(row["running"]),
-                    "starts_in_window": int(row["window_starts"]),
-                    "ready": int(row["ready"]),
-                    "held_back": int(row["held_back"]),
-                }
-                for row in self._limits.sample(conn, limits or {})
+                reported(row, limits or {}) for row in self._limits.sample(conn, limits or {})
             ],
         }
 

@@ -74,6 +74,19 @@ def describe(limits: QueueLimits) -> dict[str, Any]:
     }
 
 
+def reported(row: Mapping[str, Any], limits: Mapping[str, QueueLimits]) -> dict[str, Any]:
+    """One row of LimitReads.sample as `status` and the dashboard show it: the queue's
+    limits (describe) and, now, running, starts_in_window, ready and held_back."""
+    return {
+        "queue": row["queue"],
+        **describe(limits[row["queue"]]),
+        "running": int(row["running"]),
+        "starts_in_window": int(row["window_starts"]),
+        "ready": int(row["ready"]),
+        "held_back": int(row["held_back"]),
+    }
+
+
 _PERIOD_UNITS = {1.0: "s", 60.0: "m", 3600.0: "h"}
 
 

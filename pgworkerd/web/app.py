@@ -58,7 +58,7 @@ def create_app(
     read_only: bool = False,
 ) -> Starlette:
     """The dashboard. With `config`: its database (unless `dsn` is given), schema,
-    queues, periodic entries, `web.read_only` and `web.auth` (the password from
+    queues, periodic entries, limited queues, `web.read_only` and `web.auth` (the password from
     $PGWORKERD_WEB_PASSWORD). Without: `dsn` (else $PGWORKERD_DATABASE_URL), `schema`,
     and no auth of its own: a host application puts its own in front."""
     auth = None
@@ -76,6 +76,7 @@ def create_app(
         read_only=read_only,
         queues=tuple(config.queues) if config is not None else (),
         periodic=tuple(config.periodic) if config is not None else (),
+        limits=config.queue_limits() if config is not None else {},
     )
     routes = [
         *views.routes(settings),

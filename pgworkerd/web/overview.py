@@ -4,12 +4,13 @@ what a page shows does not depend on the web server's clock."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from pgworkerd.config.periodic import PeriodicEntry
 from pgworkerd.storage.dashboard import CHART_MINUTES
+from pgworkerd.storage.limits import QueueLimits, reported
 from pgworkerd.web.chart import throughput_svg
 
 FINAL_STATES = ("succeeded", "dead", "cancelled")
@@ -81,6 +82,17 @@ def _paused_keys(rows: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]] 
         }
         for row in rows
     ]
+
+
+def limits(
+    rows: Sequence[dict[str, Any]] | None, configured: Mapping[str, QueueLimits]
+) -> list[dict[str, Any]] | None:
+    """The limited queues as `pgworkerd status` reports them (the same keys): their
+    limits as the config writes them, and now running, starts in the rate's current
+    window, ready and held back. None: the schema predates limits (not migrated)."""
+    if rows is None:
+        return None
+    return [reported(row, configured) for row in rows]
 
 
 def _daemon(row: dict[str, Any]) -> dict[str, Any]:

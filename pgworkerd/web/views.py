@@ -30,8 +30,9 @@ from starlette.routing import Route
 import pgworkerd
 from pgworkerd.client.operations import Operations
 from pgworkerd.errors import InvalidJob
-from pgworkerd.storage import connections
+from pgworkerd.storage import connections, migrations
 from pgworkerd.storage.dashboard import PAUSED_KEYS_SHOWN, SCAN_WINDOW, DashboardReads
+from pgworkerd.storage.limits import LimitReads
 from pgworkerd.storage.store import STATES
 from pgworkerd.web import overview
 from pgworkerd.web.settings import Settings
@@ -42,6 +43,8 @@ CSRF_COOKIE = "pgworkerd_csrf"
 PAGE_SIZE = 50
 MAX_FILTER_CHARS = 255  # as long as a queue name may be
 REFRESH_S = 5  # how often an open page reloads its content (static/refresh.js)
+# The migration that brings the starts ledger limits_sample reads (0007_limits.sql).
+LIMITS_VERSION = 7
 
 # What the page says after an action; the redirect carries only the code, so nothing a
 # request sends is reflected into the page.
@@ -100,9 +103,12 @@ class _Pages:
         self.settings = settings
         self.reads = DashboardReads(settings.schema)
         self.ops = Operations(settings.schema)
+        self.limit_reads = LimitReads(settings.schema)
         # Whether the jobs have a `key` column: asked at the first jobs page, as the
         # column comes with a migration that a running dashboard sees at its next start.
         self._key_column: bool | None = None
+        # Whether the schema has the limits' tables: asked at the first overview, as above.
+        self._limits_schema: bool | None = None
 
     # -- pages ------------------------------------------------------------------------------
 
@@ -115,6 +121,7 @@ class _Pages:
         rows = {key: value for part in parts for key, value in part.items()}
         periodic = self.settings.periodic
         data = overview.build(rows, self.settings.queues, periodic, rows["periodic_last"])
+        data["limits"] = overview.limits(rows["limits"], self.settings.limits)
         data["paused_keys_shown"] = PAUSED_KEYS_SHOWN
         return _render(request, "overview.html", {**data, "title": "Overview"}, self.settings)
 
@@ -126,10 +133,23 @@ class _Pages:
     def _overview_dead_and_keys(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         # The paused keys ride with the dead count: both are quick next to the last
         # hour's pass, and a fourth connection would cost more than either.
-        dead = self.reads.overview_dead(conn)
+        dead = {**self.reads.overview_dead(conn), "limits": self._limits(conn)}
         if not self._has_key(conn):  # a schema from before flow control: no key pauses
             return {**dead, "paused_keys": None}
         return {**dead, **self.reads.overview_paused_keys(conn)}
+
+    def _limits(self, conn: psycopg.Connection[Any]) -> list[dict[str, Any]] | None:
+        """What `pgworkerd status` shows of the config's limited queues (the same
+        statement, limits_sample); [] without limits, None on a schema from before them."""
+        limits = self.settings.limits
+        if not limits:
+            return []
+        if self._limits_schema is None:
+            version = migrations.current_version(conn, self.settings.schema)
+            self._limits_schema = version is not None and version >= LIMITS_VERSION
+        if not self._limits_schema:
+            return None
+        return self.limit_reads.sample(conn, limits)
 
     async def jobs(self, request: Request) -> Response:
         filters = _filters(request)

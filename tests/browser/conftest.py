@@ -46,9 +46,13 @@ def browser() -> Iterator[Any]:
 class Dashboard:
     """One `pgworkerd web` process; its URL, and its log for a failing test's report."""
 
-    def __init__(self, dsn: str, tmp_path: Path, *args: str, **web: Any) -> None:
+    def __init__(
+        self, dsn: str, tmp_path: Path, *args: str, extra: dict[str, Any] | None = None, **web: Any
+    ) -> None:
+        """`extra`: more of the config than its `web` section (`queues`, say)."""
         self.port = free_port()
-        config = {**BASE_CONFIG, "web": {"listen": f"127.0.0.1:{self.port}", **web}}
+        web_section = {"listen": f"127.0.0.1:{self.port}", **web}
+        config = {**BASE_CONFIG, **(extra or {}), "web": web_section}
         path = tmp_path / f"web-{self.port}.yaml"
         path.write_text(yaml.safe_dump(config))
         self.url = f"http://127.0.0.1:{self.port}"

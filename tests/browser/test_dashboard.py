@@ -12,6 +12,8 @@ from playwright.sync_api import expect
 
 import pgworkerd
 from pgworkerd.client.pausing import QueuePauses
+from pgworkerd.storage.limits import QueueLimits
+from pgworkerd.storage.store import JobStore
 from tests.daemon import job, wait_until
 
 Conn = psycopg.Connection[Any]
@@ -199,3 +201,21 @@ def test_a_paused_key_links_to_its_jobs(dashboards, page, conn: Conn):
     expect(page.get_by_label("Key")).to_have_value("tenant:42")
     expect(page.locator("table.jobs tbody tr")).to_have_count(1)
     expect(page.get_by_role("link", name=str(held), exact=True)).to_be_visible()
+
+
+def test_the_limits_section_shows_a_limited_queue(dashboards, page, conn: Conn):
+    queues = {"default": {}, "payments": {"concurrency": 1, "rate": "10/m"}}
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "queue": "payments"}] * 3)
+    store = JobStore(limits={"payments": QueueLimits(concurrency=1, rate=(10, 60.0))})
+    [running] = store.claim(conn, limit=5, queues=["payments"], lease_ttl_s=60, worker="t:1")
+    dashboard = dashboards(extra={"queues": queues})
+
+    page.goto(dashboard.url + "/")
+    section = page.get_by_role("region", name="Limits")
+    expect(section).to_be_visible()
+    row = section.locator('tr[data-limited-queue="payments"]')
+    # queue, concurrency, rate, per key, fair, running, starts in window, ready, held back
+    expect(row.get_by_role("rowheader")).to_have_text("payments")
+    expect(row.get_by_role("cell")).to_have_text(["1", "10/m", "—", "no", "1", "1", "2", "2"])
+    assert running.queue == "payments"
+    assert page.console_errors == []

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 
 import pgworkerd
 from pgworkerd import config as config_module
+from pgworkerd.client.operations import Operations
 from pgworkerd.client.pausing import QueuePauses
 from pgworkerd.storage.store import JobStore
 from pgworkerd.web import create_app
@@ -531,3 +532,106 @@ def test_the_jobs_list_and_a_job_page_show_the_job_key(client, conn):
     page = client.get(f"/jobs/{keyed}").text
     assert '<dt>Key</dt><dd><a href="/jobs?key=tenant%3A42">tenant:42</a></dd>' in page
     assert "<dt>Key</dt><dd>—</dd>" in client.get(f"/jobs/{plain}").text
+
+
+LIMITS_CONFIG = """
+queues:
+  payments: {concurrency: 2, rate: 10/m}
+  crawl: {per_key: {concurrency: 1}, fair: true}
+  feeds: {per_key: {rate: 1/h}}
+  mail: {}
+"""
+
+
+def _limits_app(db_dsn: str, extra: str = LIMITS_CONFIG):
+    return create_app(config_module.parse(f"database: {{url: '{db_dsn}'}}\n{extra}"))
+
+
+def _limit_row(page: str, queue: str) -> list[str]:
+    match = re.search(rf'<tr data-limited-queue="{queue}">(.*?)</tr>', page, re.S)
+    assert match, f"no limits row for {queue}"
+    return [
+        re.sub(r"<[^>]+>", "", cell).strip()
+        for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", match[1], re.S)
+    ]
+
+
+def test_overview_shows_the_config_limits_and_what_they_do_now(db_dsn, conn):
+    config = config_module.parse(f"database: {{url: '{db_dsn}'}}\n{LIMITS_CONFIG}")
+    store = JobStore(limits=config.queue_limits())
+    # payments: 2 of 5 start (its concurrency), the other 3 are ready and held back.
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "queue": "payments"}] * 5)
+    assert len(claim(store, conn, limit=10, queues=["payments"])) == 2
+    # crawl: tenant:1's first job runs; its second is held back by per_key concurrency 1,
+    # tenant:2's is not; a job scheduled for later is not ready.
+    pgworkerd.enqueue(conn, "k", {}, queue="crawl", key="tenant:1")
+    assert len(claim(store, conn, limit=1, queues=["crawl"])) == 1
+    pgworkerd.enqueue(conn, "k", {}, queue="crawl", key="tenant:1")
+    pgworkerd.enqueue(conn, "k", {}, queue="crawl", key="tenant:2")
+    pgworkerd.enqueue(conn, "k", {}, queue="crawl", key="tenant:3", delay=3600)
+    # feeds: tenant:1 started once this hour (per_key rate 1/h): its next job is held back,
+    # though nothing of the queue runs now.
+    pgworkerd.enqueue(conn, "k", {}, queue="feeds", key="tenant:1")
+    [started] = claim(store, conn, limit=1, queues=["feeds"])
+    store.complete(conn, [(started.lease, None)])
+    pgworkerd.enqueue(conn, "k", {}, queue="feeds", key="tenant:1")
+    pgworkerd.enqueue(conn, "k", {}, queue="feeds", key="tenant:2")
+
+    with TestClient(_limits_app(db_dsn)) as client:
+        page = client.get("/")
+
+    assert page.status_code == 200 and '<h2 id="limits-h">Limits</h2>' in page.text
+    assert re.findall(r'<tr data-limited-queue="([^"]+)">', page.text) == [
+        "crawl",
+        "feeds",
+        "payments",
+    ]
+    # queue, concurrency, rate, per key, fair, running, starts in window, ready, held back
+    assert _limit_row(page.text, "payments") == [
+        "payments",
+        "2",
+        "10/m",
+        "—",
+        "no",
+        "2",
+        "2",
+        "3",
+        "3",
+    ]
+    assert _limit_row(page.text, "crawl") == [
+        "crawl",
+        "—",
+        "—",
+        "concurrency 1",
+        "yes",
+        "1",
+        "—",
+        "2",
+        "1",
+    ]
+    # The same numbers as `pgworkerd status` (one statement, limits_sample, for both).
+    status = Operations().status(conn, limits=config.queue_limits())
+    assert [(q["queue"], q["running"], q["ready"], q["held_back"]) for q in status["limits"]] == [
+        ("crawl", 1, 2, 1),
+        ("feeds", 0, 2, 1),
+        ("payments", 2, 3, 3),
+    ]
+    assert_no_secret(page.text, db_dsn)
+
+
+def test_no_limits_section_without_limits_in_the_config(db_dsn, conn):
+    pgworkerd.enqueue(conn, "k", {}, queue="payments")
+    with TestClient(create_app(dsn=db_dsn)) as client:  # no config: no limits known
+        assert "Limits</h2>" not in client.get("/").text
+    with TestClient(_limits_app(db_dsn, "queues: {payments: {}}")) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and "Limits</h2>" not in page.text
+
+
+def test_limits_on_a_schema_from_before_them_say_to_migrate(db_dsn, conn):
+    conn.execute("DELETE FROM pgworkerd.migrations WHERE version >= 7")
+    conn.execute("DROP TABLE pgworkerd.starts")
+    with TestClient(_limits_app(db_dsn)) as client:
+        page = client.get("/")
+    assert page.status_code == 200
+    assert "the schema predates them: run <code>pgworkerd migrate</code>" in page.text

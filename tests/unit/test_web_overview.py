@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from pgworkerd.storage.limits import QueueLimits
 from pgworkerd.web.chart import throughput_svg
-from pgworkerd.web.overview import age, build, thousands
+from pgworkerd.web.overview import age, build, limits, thousands
 
 NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 
@@ -79,3 +80,23 @@ def test_build_passes_paused_keys_through_and_none_for_a_schema_without_them() -
 
     assert (paused["key"], paused["ready"], age(paused["left_s"])) == ("tenant:42", 3, "90 s")
     assert build({**rows, "paused_keys": None}, [], [], {})["paused_keys"] is None
+
+
+def test_limits_rows_as_status_shows_them_and_none_before_the_migration() -> None:
+    configured = {"crawl": QueueLimits(key_concurrency=1, key_rate=(20, 30.0), fair=True)}
+    row = {"queue": "crawl", "running": 3, "window_starts": 0, "ready": 7, "held_back": 2}
+    assert limits([row], configured) == [
+        {
+            "queue": "crawl",
+            "concurrency": None,
+            "rate": None,
+            "per_key": {"concurrency": 1, "rate": "20/30s"},
+            "fair": True,
+            "running": 3,
+            "starts_in_window": 0,
+            "ready": 7,
+            "held_back": 2,
+        }
+    ]
+    assert limits(None, configured) is None  # the page says to migrate
+    assert limits([], {}) == []
