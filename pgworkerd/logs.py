@@ -48,7 +48,15 @@ class _TextFormatter(logging.Formatter):
     ) -> str:
         line = f"{self._timestamp(created)} {levelname:<7} [{process_name}:{pid}] {message}"
         if fields:
-            extra = " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
+            # Numbers (most fields of a job's lines) need no quoting: formatted inline.
+            extra = " ".join(
+                [
+                    f"{key}={value}"
+                    if type(value) is int or type(value) is float
+                    else f"{key}={_text_value(value)}"
+                    for key, value in fields.items()
+                ]
+            )
             line = f"{line} {extra}"
         if exception:
             line = f"{line} {exception}"
