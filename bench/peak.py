@@ -199,7 +199,8 @@ def run_pgworkerd(
         for d in range(layout.daemons)
     ]
     migrate(configs[0], work / f"{tag}_0.log", code=code)
-    producer = _start_producer(dsn, "pgworkerd", work / f"{tag}_producer.log", code)
+    # The producer is this checkout's whatever `code` runs: its cost is not compared.
+    producer = _start_producer(dsn, "pgworkerd", work / f"{tag}_producer.log")
     daemons = [Daemon(c, work / f"{tag}_{d}.log", code=code) for d, c in enumerate(configs)]
     try:
         parts = Parts(postmaster(data_dir), psutil.Process(producer.pid))
@@ -253,14 +254,12 @@ def run_raw(dsn: str, data_dir: Path, work: Path, layout: Layout, seconds: float
     return PeakRow("raw psycopg loop", layout.name, round(jps, 1), seconds, dmin, dmax, cpu)
 
 
-def _start_producer(
-    dsn: str, target: str, log_path: Path, code: Path | None = None
-) -> subprocess.Popen[bytes]:
+def _start_producer(dsn: str, target: str, log_path: Path) -> subprocess.Popen[bytes]:
     with log_path.open("ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "bench.peak", "producer", dsn, "--target", target],
-            env=daemon_env(code),
-            cwd=code or REPO,
+            env=daemon_env(),
+            cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
