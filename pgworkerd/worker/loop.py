@@ -85,6 +85,7 @@ class Worker(BaseWorker):
         try:
             for position, job in enumerate(batch):
                 if self.outcomes.successes.due_before(job):
+                    setproctitle(f"{self.title} idle")  # a write, no job, runs now
                     self.outcomes.flush()
                 give_up = functools.partial(self._given_back, batch, position, epoch)
                 started = self._decide_start(job, _the_only_slot, give_up)
