@@ -2,6 +2,9 @@
 
     python -m bench [--peers pgqueuer_apg,raw_2x100 | all | none] [--reps 1] [-n 20000]
                     [--scale] [--peers-dir DIR] [--no-io] [--io-harness FILE]
+    python -m bench --peak [--peak-layouts 1x2x8,2x1x8] [--peak-seconds 30] [--peak-raw]
+                    [--peak-config JSON] [--peak-code DIR] [--peak-reps 1]
+    python -m bench --held-snapshot [...]
 
 pgworkerd runs as users run it (YAML config, `pgworkerd migrate`, `pgworkerd run`);
 each peer runs through its own harness from the peers' directory (`--peers-dir`; the
@@ -12,6 +15,10 @@ pgworkerd with threads, plain and coroutine handlers, beside PgQueuer through th
 io harness `<peers-dir>/../io/io_bound.py` when a PgQueuer peer is selected; about half a
 minute, `--no-io` skips it), and writes bench/results/<timestamp>/ (summary.md, records.jsonl,
 run.json, chart.png, logs/) plus bench/results/latest.png and latest.md.
+
+`--peak` runs only the full-system peak (bench/peak.py: a producer and the daemon at
+once, 1 ms jobs, depth held at 2,000; jobs/s and the CPU split), `--held-snapshot`
+only the held-snapshot mode (bench/held.py).
 """
 
 from __future__ import annotations
@@ -164,6 +171,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"{args.peers_dir} holds no peer harnesses (common.py); "
             "give --peers-dir or --peers none"
         )
+    if args.peak:
+        try:
+            peak.parse_layouts(args.peak_layouts)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.reps < 1 or args.n < 10:
         parser.error("--reps must be ≥ 1 and -n ≥ 10")
     return args

@@ -112,8 +112,9 @@ class PeakRow:
 def parse_layouts(text: str) -> list[Layout]:
     layouts = []
     for item in text.split(","):
-        numbers = [int(n) for n in item.strip().split("x")]
-        if not 2 <= len(numbers) <= 3 or min(numbers) < 1:
+        parts = item.strip().split("x")
+        numbers = [int(n) for n in parts if n.isdigit()]
+        if len(numbers) != len(parts) or not 2 <= len(numbers) <= 3 or min(numbers) < 1:
             raise ValueError(f"a layout is DxP or DxPxT, each at least 1: {item!r}")
         layouts.append(Layout(*numbers))
     return layouts
