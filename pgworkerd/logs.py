@@ -115,16 +115,19 @@ class _EventHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def emit_event(self, level: int, message: str, fields: dict[str, Any]) -> None:
         formatter = self.formatter
         assert isinstance(formatter, _TextFormatter | _JsonFormatter)  # set by setup()
+        created = time.time()
         try:
-            line = formatter.line(
-                time.time(),
-                logging.getLevelName(level),
-                os.getpid() if logging.logProcesses else None,
-                _process_name(),
-                message,
-                fields,
-            )
+            # Formatted under the lock, as Handler.handle formats: the text formatter's
+            # cached second is shared by the threads of a worker.
             with self.lock:  # type: ignore[union-attr]
+                line = formatter.line(
+                    created,
+                    logging.getLevelName(level),
+                    os.getpid() if logging.logProcesses else None,
+                    _process_name(),
+                    message,
+                    fields,
+                )
                 self.stream.write(line + self.terminator)
                 self.stream.flush()
         except Exception:
