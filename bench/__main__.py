@@ -2,6 +2,9 @@
 
     python -m bench [--peers pgqueuer_apg,raw_2x100 | all | none] [--reps 1] [-n 20000]
                     [--scale] [--peers-dir DIR] [--no-io] [--io-harness FILE]
+    python -m bench --peak [--peak-layouts 1x2x8,2x1x8] [--peak-seconds 30] [--peak-raw]
+                    [--peak-config JSON] [--peak-code DIR] [--peak-reps 1]
+    python -m bench --held-snapshot [...]
 
 pgworkerd runs as users run it (YAML config, `pgworkerd migrate`, `pgworkerd run`);
 each peer runs through its own harness from the peers' directory (`--peers-dir`; the
@@ -12,6 +15,10 @@ pgworkerd with threads, plain and coroutine handlers, beside PgQueuer through th
 io harness `<peers-dir>/../io/io_bound.py` when a PgQueuer peer is selected; about half a
 minute, `--no-io` skips it), and writes bench/results/<timestamp>/ (summary.md, records.jsonl,
 run.json, chart.png, logs/) plus bench/results/latest.png and latest.md.
+
+`--peak` runs only the full-system peak (bench/peak.py: a producer and the daemon at
+once, 1 ms jobs, depth held at 2,000; jobs/s and the CPU split), `--held-snapshot`
+only the held-snapshot mode (bench/held.py).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 
 import psutil
 
-from bench import chart, held, iobound, limits, measure, peers, report, scale
+from bench import chart, held, iobound, limits, measure, peak, peers, report, scale
 from bench.cluster import (
     drop_database,
     fdatasync_rate,
@@ -122,6 +129,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="also run this other checkout's pgworkerd (a before/after in one run)",
     )
+    parser.add_argument(
+        "--peak",
+        action="store_true",
+        help="only the full-system peak mode (bench/peak.py): producer and daemon at "
+        "once, 1 ms jobs, 256-byte payloads, depth held at 2,000; jobs/s and the CPU split",
+    )
+    parser.add_argument(
+        "--peak-layouts",
+        default="1x2x8,2x1x8",
+        help="DAEMONSxPROCESSESxTHREADS, comma-separated (default %(default)s)",
+    )
+    parser.add_argument("--peak-seconds", type=float, default=30.0, help="measured window")
+    parser.add_argument(
+        "--peak-raw", action="store_true", help="also the raw psycopg loop in the same shape"
+    )
+    parser.add_argument(
+        "--peak-config",
+        type=json.loads,
+        default=None,
+        help='extra daemon config as JSON, e.g. \'{"log_level": "warning"}\' (default: none)',
+    )
+    parser.add_argument(
+        "--peak-code",
+        type=Path,
+        default=None,
+        help="also run this other checkout's pgworkerd, alternating with this one's",
+    )
+    parser.add_argument("--peak-reps", type=int, default=1, help="runs of each layout")
     args = parser.parse_args(argv)
     if args.io_harness is None:
         args.io_harness = args.peers_dir.parent / "io" / "io_bound.py"
@@ -132,11 +167,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         unknown = [p for p in args.peer_names if p not in peers.PEERS]
         if unknown:
             parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(peers.PEERS)}")
-    if args.peer_names and not args.held_snapshot and not (args.peers_dir / "common.py").exists():
+    if (
+        args.peer_names
+        and not args.held_snapshot
+        and not args.peak
+        and not (args.peers_dir / "common.py").exists()
+    ):
         parser.error(
             f"{args.peers_dir} holds no peer harnesses (common.py); "
             "give --peers-dir or --peers none"
         )
+    if args.peak:
+        try:
+            peak.parse_layouts(args.peak_layouts)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.reps < 1 or args.n < 10:
         parser.error("--reps must be ≥ 1 and -n ≥ 10")
     return args
@@ -154,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         return held.main(args, out)
     if args.limits:
         return limits.main(["--jobs", str(args.n)], out)
+    if args.peak:
+        print(f"results in {out}")
+        return _peak(args, out, logs)
     proto = measure.Protocol(n=args.n, n_single=min(args.n_single, args.n // 10))
     print(f"results in {out}")
 
@@ -289,6 +337,68 @@ def _one_run(
         record.update(name=name, rep=rep)
         print(f"  {tag:<28} {time.monotonic() - t0:5.1f}s  {_brief(record)}")
     return record
+
+
+def _peak(args: argparse.Namespace, out: Path, logs: Path) -> int:
+    """The full-system peak mode (bench/peak.py), each layout in a fresh database."""
+    rows: list[peak.PeakRow] = []
+    codes: list[Path | None] = [None] if args.peak_code is None else [args.peak_code, None]
+    with throwaway_cluster(keep_log=logs / "postgresql.log") as cluster:
+        settings = server_settings(cluster.dsn())
+        loadavg = os.getloadavg()
+        for rep in range(1, args.peak_reps + 1):
+            for layout in peak.parse_layouts(args.peak_layouts):
+                runs: list[tuple[str, Callable[[str], peak.PeakRow]]] = [
+                    (
+                        f"pgworkerd{'_other' if code else ''}_{layout.name}_{rep}",
+                        lambda dsn, layout=layout, code=code: peak.run_pgworkerd(
+                            dsn,
+                            cluster.data_dir,
+                            logs,
+                            layout,
+                            args.peak_seconds,
+                            args.peak_config,
+                            code,
+                        ),
+                    )
+                    for code in codes
+                ]
+                if args.peak_raw:
+                    runs.append(
+                        (
+                            f"raw_{layout.name}_{rep}",
+                            lambda dsn, layout=layout: peak.run_raw(
+                                dsn, cluster.data_dir, logs, layout, args.peak_seconds
+                            ),
+                        )
+                    )
+                for tag, run in runs:
+                    row = in_fresh_database(cluster, "bench_peak", logs, tag, run)
+                    if row is not None:
+                        rows.append(row)
+                        print(
+                            f"  {tag:<28} {row.jobs_per_s:8,.0f} jobs/s  CPU s "
+                            + ", ".join(f"{k} {v:.1f}" for k, v in row.cpu_s.items())
+                        )
+    header = (
+        f"### Full-system peak, {time.strftime('%Y-%m-%d %H:%M')}: {_machine()}, PostgreSQL "
+        f"{settings.get('server_version', '?').split()[0]} durable; load average "
+        f"{loadavg[0]:.1f} before\n\n"
+        f"Producer and daemon at once: 1 ms jobs (`wait`), {peak.PAYLOAD_BYTES}-byte "
+        f"payloads, the producer topping the queue up to {peak.DEPTH:,} ready jobs; "
+        f"{peak.WARMUP_S:g} s warm-up, then {args.peak_seconds:g} s measured. Daemon config: "
+        + (f"`{json.dumps(args.peak_config)}`" if args.peak_config else "the defaults")
+        + ". Layout DxPxT: D daemons of P processes of T threads. CPU over the window "
+        "(psutil): PostgreSQL (postmaster and backends), workers, supervisor(s), producer."
+    )
+    summary = peak.markdown(rows, header)
+    print()
+    print(summary)
+    (out / "summary.md").write_text(summary)
+    (out / "run.json").write_text(
+        json.dumps({"argv": sys.argv, "settings": settings, "rows": peak.as_json(rows)}, indent=2)
+    )
+    return 0
 
 
 def _scale(cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace) -> dict[str, Any]:

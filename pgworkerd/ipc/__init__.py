@@ -52,7 +52,9 @@ Ordering rules:
   reads the count before the pipe, so no line is left unread.
 * Lines on the status pipe are written whole, with the signals whose handlers also
   write to it held off, so they never interleave; a child killed mid-line leaves a
-  fragment that the reader drops.
+  fragment that the reader drops. Messages said at the same moment go in one write
+  (a claim that also wrote successes sends `done` then `claimed`): one wake-up of
+  the supervisor instead of two; the reader takes them line by line, in order.
 """
 
 from pgworkerd.ipc.control import ControlReader, ControlWriter, Skip

@@ -95,10 +95,12 @@ class ControlReader:
         *lines, self._buffer = self._buffer.split(b"\n")
         return any([self._take(line) for line in lines])
 
-    def is_skipped(self, job_id: int, token: str) -> bool:
+    def is_skipped(self, job_id: int, token: object) -> bool:
+        """`token`: the lease token, compared as text (a UUID is turned into text only
+        when some skip is known: asked before every job start, it rarely is)."""
         if self.has_news():
             self.read()
-        return (job_id, token) in self.skipped
+        return bool(self.skipped) and (job_id, str(token)) in self.skipped
 
     def _take(self, line: bytes) -> bool:
         verb, job_id, token = [*line.decode(errors="replace").split(" "), "", ""][:3]

@@ -163,7 +163,7 @@ class BaseWorker:
             self.connection.lost(exc)
             return None
         self.connection.succeeded()
-        self.outcomes.written(successes, kept)
+        claimed = None
         if batch:
             first = self._claimed_count + 1
             self._claimed_count += len(batch)
@@ -172,7 +172,9 @@ class BaseWorker:
                 ClaimedJob(j.id, str(j.lease_token), j.kind, j.queue, j.max_runtime_s)
                 for j in batch
             )
-            self.status.send(Claimed(first, claimed_at, len(batch) == limit, jobs))
+            claimed = Claimed(first, claimed_at, len(batch) == limit, jobs)
+        # `done` for the successes written, then `claimed`: in that order, one write.
+        self.outcomes.written(successes, kept, then=claimed)
         return batch
 
     def _decide_start(
@@ -189,7 +191,7 @@ class BaseWorker:
                 return NoStart.STOP  # the supervisor releases the rest when it reads `stopping`
             if give_up is not None and give_up():
                 return NoStart.STOP
-            if self.control.is_skipped(job.id, str(job.lease_token)):
+            if self.control.is_skipped(job.id, job.lease_token):
                 return NoStart.SKIP  # cancelled or rescued before it started: not ours to run
             slot = take_slot()
             self.board.post_start(self._claim_number[job.id], slot)

@@ -82,16 +82,22 @@ class Worker(BaseWorker):
 
     def _run_batch(self, batch: list[Job]) -> None:
         epoch = self.connection.epoch
-        for position, job in enumerate(batch):
-            if self.outcomes.successes.due_before(job):
-                self.outcomes.flush()
-            give_up = functools.partial(self._given_back, batch, position, epoch)
-            started = self._decide_start(job, _the_only_slot, give_up)
-            if started is NoStart.STOP:
-                return
-            if started is NoStart.SKIP:
-                continue
-            self._run_one(job)
+        try:
+            for position, job in enumerate(batch):
+                if self.outcomes.successes.due_before(job):
+                    setproctitle(f"{self.title} idle")  # a write, no job, runs now
+                    self.outcomes.flush()
+                give_up = functools.partial(self._given_back, batch, position, epoch)
+                started = self._decide_start(job, _the_only_slot, give_up)
+                if started is NoStart.STOP:
+                    return
+                if started is NoStart.SKIP:
+                    continue
+                self._run_one(job)
+        finally:
+            # Once a batch, not after every job: between two jobs of a batch the title
+            # would say `idle` for microseconds, at the cost of a call per job.
+            setproctitle(f"{self.title} idle")
 
     def _given_back(self, batch: list[Job], position: int, epoch: int) -> bool:
         """Whether the batch from `position` on was given back: it was claimed on a
@@ -120,7 +126,6 @@ class Worker(BaseWorker):
             control.cancels.discard(job.id)
             control.timeouts.discard(job.id)
         self._finished(job, outcome, ran_s)
-        setproctitle(f"{self.title} idle")
 
     # -- waiting --------------------------------------------------------------------------
 

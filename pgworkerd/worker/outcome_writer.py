@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from pgworkerd import logs
-from pgworkerd.ipc import Done, Finishing, StatusWriter
+from pgworkerd.ipc import Done, Finishing, Message, StatusWriter
 from pgworkerd.job import Job
 from pgworkerd.storage.store import FailedAttempt, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
@@ -49,10 +49,15 @@ class OutcomeWriter:
         if kept is not None:
             self.written(successes, kept)
 
-    def written(self, successes: list[Success], kept: set[int]) -> None:
+    def written(
+        self, successes: list[Success], kept: set[int], then: Message | None = None
+    ) -> None:
         """Log written successes (`kept`: whose lease still held) and tell the
-        supervisor they are settled."""
+        supervisor they are settled; `then`, a message to send right after, goes in
+        the same write."""
         if not successes:
+            if then is not None:
+                self.status.send(then)
             return
         for success in successes:
             job = success.job
@@ -63,15 +68,17 @@ class OutcomeWriter:
                 logs.event(log, logging.INFO, "job succeeded", **fields)
             else:
                 logs.event(log, logging.WARNING, "job lease lost; outcome discarded", **fields)
-        self.status.send(
-            Done(
-                tuple(s.job.id for s in successes),
-                tuple(
-                    ("succeeded" if s.job.id in kept else "lost", s.duration_ms / 1000)
-                    for s in successes
-                ),
-            )
+        done = Done(
+            tuple(s.job.id for s in successes),
+            tuple(
+                ("succeeded" if s.job.id in kept else "lost", s.duration_ms / 1000)
+                for s in successes
+            ),
         )
+        if then is None:
+            self.status.send(done)
+        else:
+            self.status.send(done, then)
 
     def record(self, job: Job, outcome: Outcome, ran_s: float) -> None:
         """A job's handler ran for `ran_s` seconds: a success waits in the buffer (written

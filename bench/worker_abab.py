@@ -1,0 +1,170 @@
+"""CPU per job of a daemon at the defaults, this checkout against another, alternated.
+
+    python -m bench.worker_abab OTHER_CHECKOUT [--pairs 3] [--window 8] [--spy DIR]
+
+Each run: a throwaway cluster, 60,000 no-op jobs inserted, `pgworkerd run` with two
+processes and everything else at its defaults (batch_size 10, info logs); after a
+start-up pause, the supervisor's and its workers' CPU (psutil) over a window, divided
+by the jobs the database shows succeeded in it. Runs alternate: OTHER, this, OTHER,
+this... With `--spy DIR`, py-spy (on the PATH or PY_SPY) samples one worker and the
+supervisor of each run for 6 s at 200 Hz into DIR (raw format).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+
+from bench.cluster import throwaway_cluster
+from bench.daemon import REPO, command, daemon_env, migrate, write_config
+
+JOBS = 60_000
+STARTUP_S = 3.0  # after both workers are forked: their imports and first claims
+
+
+def _py_spy(py_spy: str, pid: int, out: Path) -> list[str]:
+    """6 s of samples at 200 Hz, raw format, without stopping the process."""
+    return [
+        py_spy,
+        "record",
+        "-p",
+        str(pid),
+        "-d",
+        "6",
+        "-f",
+        "raw",
+        "-o",
+        str(out),
+        "-r",
+        "200",
+        "--nonblocking",
+    ]
+
+
+def one_run(code: Path | None, tag: str, window_s: float, spy: Path | None) -> dict[str, float]:
+    work = Path(tempfile.mkdtemp(prefix="pgworkerd-worker-abab-"))
+    try:
+        with throwaway_cluster() as cluster:
+            dsn = cluster.dsn()
+            config = write_config(work / "config.yaml", dsn)
+            migrate(config, work / "daemon.log", code=code)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    "INSERT INTO pgworkerd.jobs (queue, kind, payload)"
+                    " SELECT 'bench', 'noop', '{\"i\": 0}'::jsonb FROM generate_series(1, %s)",
+                    (JOBS,),
+                )
+                conn.execute("VACUUM ANALYZE pgworkerd.jobs")
+                with (work / "daemon.log").open("ab") as log:
+                    daemon = subprocess.Popen(
+                        [*command(code), "run", "-c", str(config)],
+                        env=daemon_env(code),
+                        cwd=code or REPO,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                try:
+                    return _window(conn, psutil.Process(daemon.pid), tag, window_s, spy)
+                finally:
+                    daemon.terminate()
+                    daemon.wait(60)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _window(
+    conn: psycopg.Connection[tuple[int]],
+    supervisor: psutil.Process,
+    tag: str,
+    window_s: float,
+    spy: Path | None,
+) -> dict[str, float]:
+    deadline = time.monotonic() + 60
+    while len(supervisor.children()) < 2:  # both workers forked
+        if time.monotonic() > deadline:
+            raise RuntimeError("the daemon's two workers did not start within 60 s")
+        time.sleep(0.1)
+    time.sleep(STARTUP_S)
+    workers = supervisor.children()
+
+    def cpu() -> tuple[float, float]:
+        own = supervisor.cpu_times()
+        kids = [w.cpu_times() for w in workers]
+        return own.user + own.system, sum(k.user + k.system for k in kids)
+
+    def done() -> int:
+        row = conn.execute(
+            "SELECT count(*) FROM pgworkerd.jobs WHERE state = 'succeeded'"
+        ).fetchone()
+        return row[0] if row else 0
+
+    samplers = []
+    if spy is not None:
+        py_spy = os.environ.get("PY_SPY", "py-spy")
+        for pid, name in ((workers[0].pid, "worker"), (supervisor.pid, "supervisor")):
+            out = spy / f"{tag}_{name}.raw"
+            samplers.append(
+                subprocess.Popen(
+                    _py_spy(py_spy, pid, out),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+    d0, c0, t0 = done(), cpu(), time.monotonic()
+    time.sleep(window_s)
+    d1, c1, t1 = done(), cpu(), time.monotonic()
+    for sampler in samplers:
+        sampler.wait()
+    jobs = max(1, d1 - d0)
+    return {
+        "jobs_per_s": jobs / (t1 - t0),
+        "supervisor_s_per_10k": (c1[0] - c0[0]) / jobs * 1e4,
+        "workers_s_per_10k": (c1[1] - c0[1]) / jobs * 1e4,
+        "tree_s_per_10k": (c1[0] - c0[0] + c1[1] - c0[1]) / jobs * 1e4,
+        "load": os.getloadavg()[0],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("other", type=Path, help="the other checkout (A)")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--window", type=float, default=8.0, help="seconds measured")
+    parser.add_argument("--spy", type=Path, default=None, help="py-spy output directory")
+    args = parser.parse_args()
+    if args.spy is not None:
+        args.spy.mkdir(parents=True, exist_ok=True)
+    tree: dict[str, list[float]] = {"A": [], "B": []}
+    for pair in range(1, args.pairs + 1):
+        for side, code in (("A", args.other.resolve()), ("B", None)):
+            tag = f"{side}{pair}"
+            r = one_run(code, tag, args.window, args.spy)
+            tree[side].append(r["tree_s_per_10k"])
+            print(
+                f"{tag}: {r['jobs_per_s']:,.0f} jobs/s; CPU s per 10k jobs: supervisor "
+                f"{r['supervisor_s_per_10k']:.2f}, workers {r['workers_s_per_10k']:.2f}, "
+                f"tree {r['tree_s_per_10k']:.2f}; load {r['load']:.1f}",
+                flush=True,
+            )
+    for side in ("A", "B"):
+        values = tree[side]
+        print(
+            f"{side}: tree CPU s per 10k jobs, median {statistics.median(values):.2f} "
+            f"({min(values):.2f}-{max(values):.2f})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
