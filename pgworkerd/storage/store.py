@@ -32,8 +32,9 @@ from pgworkerd.storage.channels import cancel_channel, notify_channel
 
 DEFAULT_SCHEMA = "pgworkerd"
 # Every state of a job, in the order tables show them; the last three are final.
-STATES = ("queued", "running", "succeeded", "dead", "cancelled")
-FINAL_STATES = STATES[2:]
+# `waiting`: for the jobs it was enqueued after (workflows).
+STATES = ("waiting", "queued", "running", "succeeded", "dead", "cancelled")
+FINAL_STATES = STATES[3:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +222,19 @@ class JobStore:
         }
         statement = "jobs_insert" if unique_keys else "jobs_insert_without_unique_keys"
         return Statement(self._sql[statement], params, _ids_or_none)
+
+    def insert_after_statement(
+        self, record_json: str, after: Sequence[int]
+    ) -> Statement[tuple[int | None, list[int]]]:
+        """Insert one job that runs after the jobs `after` (see `jobs_insert_after`):
+        (its id, []) or, when some of `after` do not exist, (None, those ids)."""
+        params = {
+            "sequence": self._sequence,
+            "channel": self.notify_channel,
+            "job": record_json,
+            "after": list(after),
+        }
+        return Statement(self._sql["jobs_insert_after"], params, _id_and_missing)
 
     def find_live_statement(self, unique_key: str) -> Statement[int | None]:
         """The id of the queued or running job holding `unique_key`, if any."""
@@ -481,6 +495,12 @@ class JobStore:
 
     # -- daemons ----------------------------------------------------------------------------
 
+    def dependencies(self, conn: psycopg.Connection[Any], job_id: int) -> list[dict[str, Any]]:
+        """The jobs `job_id` was enqueued after ('dependency') and those enqueued after
+        it ('dependent'), each with its id, state (None: pruned) and kind."""
+        cursor = conn.cursor(row_factory=dict_row)
+        return cursor.execute(self._sql["jobs_dependencies"], {"id": job_id}).fetchall()
+
     def heartbeat(
         self,
         conn: psycopg.Connection[Any],
@@ -550,6 +570,11 @@ def _ids_or_none(rows: list[Any]) -> list[int | None]:
     return [None if left_out else job_id for job_id, left_out in rows]
 
 
+def _id_and_missing(rows: list[Any]) -> tuple[int | None, list[int]]:
+    job_id, missing = rows[0]
+    return job_id, list(missing)
+
+
 def _first_id(rows: list[Any]) -> int | None:
     return rows[0][0] if rows else None
 
@@ -602,4 +627,5 @@ def _job_from_row(row: dict[str, Any]) -> Job:
         lease_token=row["lease_token"],
         queue_order=row["queue_ord"],
         trace_context=row["trace_context"],
+        after=tuple(row.get("after_ids") or ()),
     )
