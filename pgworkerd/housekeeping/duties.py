@@ -113,6 +113,7 @@ class Sample:
     queues: list[tuple[str, int, float | None]]  # queue, jobs ready now, oldest's age (s)
     horizon: Horizon | None  # the oldest holder of the xmin horizon
     jobs_table: dict[str, Any] | None  # live_tuples, dead_tuples, last_vacuum_at
+    waiting: list[tuple[str, int]]  # queue, jobs waiting for the jobs they run after
 
 
 def sample(session: DatabaseSession, store: JobStore, queues: Sequence[str]) -> Result[Sample]:
@@ -121,7 +122,8 @@ def sample(session: DatabaseSession, store: JobStore, queues: Sequence[str]) -> 
 
     def work(conn: psycopg.Connection[Any]) -> Sample:
         ready = store.ready_by_queue(conn, queues)
-        return Sample(ready, reads.horizon(conn), reads.jobs_table(conn))
+        waiting = store.waiting_by_queue(conn, queues)
+        return Sample(ready, reads.horizon(conn), reads.jobs_table(conn), waiting)
 
     return session.attempt("sample queues", work)
 
@@ -180,4 +182,5 @@ class QueueSampling(IntervalDuty):
         if result.ok:
             self.latest = result.value
             METRICS.queues_sampled(result.value.queues)
+            METRICS.waiting_sampled(result.value.waiting)
             METRICS.database_sampled(result.value.horizon, result.value.jobs_table)

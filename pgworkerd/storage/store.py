@@ -469,6 +469,13 @@ class JobStore:
         rows = conn.execute(self._sql["queues_ready"], {"queues": list(queues)}).fetchall()
         return [(str(name), int(depth), age) for name, depth, age in rows]
 
+    def waiting_by_queue(
+        self, conn: psycopg.Connection[Any], queues: Sequence[str]
+    ) -> list[tuple[str, int]]:
+        """(queue, jobs waiting for the jobs they run after) for each of `queues`."""
+        rows = conn.execute(self._sql["queues_waiting"], {"queues": list(queues)}).fetchall()
+        return [(str(name), int(count)) for name, count in rows]
+
     def prune_batch(
         self,
         conn: psycopg.Connection[Any],

@@ -36,8 +36,12 @@ CREATE TABLE job_dependencies (
     job_id        bigint NOT NULL,
     PRIMARY KEY (dependency_id, job_id)
 );
--- `jobs show` lists a waiting job's edges still pending.
-CREATE INDEX job_dependencies_job_idx ON job_dependencies (job_id);
+-- The metrics' waiting gauge (queues_waiting): only waiting jobs are in it.
+CREATE INDEX jobs_waiting_idx ON jobs (queue) WHERE state = 'waiting';
+
+-- `jobs show`: a job's dependents, by the ids they were enqueued after. Partial: a job
+-- enqueued without `after` is not in it (the insert of a plain job tests a NULL).
+CREATE INDEX jobs_after_idx ON jobs USING gin (after_ids) WHERE after_ids IS NOT NULL;
 
 -- The release: when a job with dependents becomes final, in the same statement (an
 -- AFTER ROW trigger fires at the end of the statement that made the change, inside its

@@ -176,15 +176,15 @@ FROM (SELECT count(*) FROM notified) AS force_notify;
 
 -- name: jobs_dependencies
 -- `jobs show`: the jobs this one was enqueued after, and the jobs enqueued after it
--- (their after_ids name it: an operator's read, a scan of the jobs table). `relation`
--- is 'dependency' or 'dependent'; a dependency pruned since shows with state NULL.
+-- (their after_ids name it: by jobs_after_idx). `relation` is 'dependency' or
+-- 'dependent'; a dependency pruned since shows with state and kind NULL.
 SELECT 'dependency' AS relation, a.id, j.state, j.kind
 FROM unnest((SELECT after_ids FROM {schema}.jobs WHERE id = %(id)s)) AS a(id)
 LEFT JOIN {schema}.jobs AS j ON j.id = a.id
 UNION ALL
 SELECT 'dependent', j.id, j.state, j.kind
 FROM {schema}.jobs AS j
-WHERE j.after_ids @> ARRAY[%(id)s::bigint]
+WHERE j.after_ids @> ARRAY[%(id)s::bigint] AND j.after_ids IS NOT NULL
 ORDER BY 1, 2;
 
 
@@ -894,6 +894,15 @@ SELECT q.name, count(j.id), extract(epoch FROM now() - min(j.run_at))::float8
 FROM unnest(%(queues)s::text[]) AS q(name)
 LEFT JOIN {schema}.jobs AS j
     ON j.queue = q.name AND j.state = 'queued' AND j.run_at <= now()
+GROUP BY q.name;
+
+
+-- name: queues_waiting
+-- The metrics' waiting gauge: per queue, the jobs waiting for the jobs they run after;
+-- by jobs_waiting_idx (0010_workflows.sql), which holds only waiting jobs.
+SELECT q.name, count(j.id)
+FROM unnest(%(queues)s::text[]) AS q(name)
+LEFT JOIN {schema}.jobs AS j ON j.queue = q.name AND j.state = 'waiting'
 GROUP BY q.name;
 
 
