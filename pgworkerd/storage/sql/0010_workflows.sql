@@ -57,18 +57,19 @@ CREATE INDEX jobs_after_idx ON jobs USING gin (after_ids) WHERE after_ids IS NOT
 -- outcome, exactly once, or not at all.
 CREATE FUNCTION release_dependents() RETURNS trigger
 LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
+AS $fn$
 DECLARE
     heard  bigint[] := ARRAY[NEW.id];
     failed bigint[] := CASE WHEN NEW.state = 'succeeded' THEN '{}'::bigint[]
                             ELSE ARRAY[NEW.id] END;
-BEGIN
-    WHILE cardinality(heard) > 0 LOOP
+    -- The statement names the tables of the trigger's own schema (the schema is
+    -- configurable): no search_path is set on the function, so triggers of the caller's
+    -- that fire inside it resolve their names as they always do.
+    release text := format($sql$
         WITH edges AS (
-            DELETE FROM job_dependencies AS d
-            WHERE d.dependency_id = ANY(heard)
-            RETURNING d.job_id, d.dependency_id, d.dependency_id = ANY(failed) AS failed
+            DELETE FROM %1$I.job_dependencies AS d
+            WHERE d.dependency_id = ANY($1)
+            RETURNING d.job_id, d.dependency_id, d.dependency_id = ANY($2) AS failed
         ),
         per_job AS (
             SELECT e.job_id, count(*)::int AS n,
@@ -80,13 +81,13 @@ BEGIN
         locked AS (
             SELECT j.id, p.n, p.failed_dependency
             FROM per_job AS p
-            JOIN jobs AS j ON j.id = p.job_id
+            JOIN %1$I.jobs AS j ON j.id = p.job_id
             WHERE j.state = 'waiting'
             ORDER BY j.id
             FOR UPDATE OF j
         ),
         moved AS (
-            UPDATE jobs AS j
+            UPDATE %1$I.jobs AS j
             SET deps_pending = j.deps_pending - l.n,
                 state = CASE
                     WHEN l.failed_dependency IS NOT NULL AND j.after_failure = 'cancel'
@@ -103,7 +104,7 @@ BEGIN
                         THEN now() END,
                 last_error = CASE
                     WHEN l.failed_dependency IS NOT NULL AND j.after_failure = 'cancel'
-                        THEN format('cancelled: job %s, which it was to run after, ended '
+                        THEN format('cancelled: job %%s, which it was to run after, ended '
                                     'dead or cancelled', l.failed_dependency)
                     ELSE j.last_error END
             FROM locked AS l
@@ -113,22 +114,25 @@ BEGIN
         -- Wake a worker of each queue that got a job (as jobs_insert does), and announce
         -- the cancelled ones that pgworkerd.wait() waits for (FINISHED).
         told AS (
-            SELECT pg_notify(TG_TABLE_SCHEMA || '.jobs', q.queue)
+            SELECT pg_notify(%2$L, q.queue)
             FROM (SELECT DISTINCT m.queue FROM moved AS m WHERE m.state = 'queued') AS q
             UNION ALL
-            SELECT pg_notify(TG_TABLE_SCHEMA || '.finished', m.id::text)
+            SELECT pg_notify(%3$L, m.id::text)
             FROM moved AS m WHERE m.state = 'cancelled' AND m.waited_on
         )
         SELECT coalesce(array_agg(m.id) FILTER (WHERE m.state = 'cancelled'
                                                  AND m.has_dependents), '{}')
-        INTO heard
         FROM moved AS m
-        CROSS JOIN (SELECT count(*) FROM told) AS force_notify;
+        CROSS JOIN (SELECT count(*) FROM told) AS force_notify
+    $sql$, TG_TABLE_SCHEMA, TG_TABLE_SCHEMA || '.jobs', TG_TABLE_SCHEMA || '.finished');
+BEGIN
+    WHILE cardinality(heard) > 0 LOOP
+        EXECUTE release INTO heard USING heard, failed;
         failed := heard;  -- the next level: only cancelled dependents carry on
     END LOOP;
     RETURN NULL;
 END
-$$;
+$fn$;
 
 -- WHEN: evaluated per updated row before anything is queued; false for every job that
 -- never had a dependent (has_dependents first), so the hot paths pay a boolean test.
