@@ -17,6 +17,7 @@ import pytest
 import pgworkerd
 from tests import invariants
 from tests.daemon import history, states, wait_until
+from tests.process.test_kill_storm import _busy
 
 Conn = psycopg.Connection[Any]
 WORKERS = [{"queues": ["default"], "concurrency": 3}]
@@ -92,25 +93,26 @@ STORM_S = 15.0
 
 @pytest.mark.slow  # ~30 s
 def test_kill_storm_with_two_daemons_releases_every_dependent_exactly_once(daemons, own_cluster):
-    """Each parent has two dependents (one with "run", one a chain of two links), and a
-    batch callback waits for every parent: 200 + 600 + 1 jobs; two daemons, a worker
-    SIGKILLed every 0.3 s, the supervisor of one daemon killed once, PostgreSQL restarted
-    in the middle."""
+    """Two daemons, a worker SIGKILLed every 0.3 s, the supervisor of one daemon
+    SIGKILLed once, PostgreSQL restarted in the middle. Each parent has two dependents
+    (one with "run", one the head of a chain of two) and a batch callback waits for
+    every parent: 200 + 600 + 1 jobs, long enough (0.2-0.3 s) for the storm to find
+    them running."""
     dsn = own_cluster.dsn()
     with psycopg.connect(dsn, autocommit=True) as conn:
         invariants.install(conn)
         parents, callback = pgworkerd.batch(
             conn,
-            [{"kind": "work", "payload": {"ms": 20}} for _ in range(PARENTS)],
+            [{"kind": "work", "payload": {"ms": 300}} for _ in range(PARENTS)],
             then={"kind": "work", "payload": {"ms": 1}},
         )
         dependents = []
         for parent in parents:
             dependents.append(
-                pgworkerd.enqueue(conn, "work", {"ms": 10}, after=[parent], after_failure="run")
+                pgworkerd.enqueue(conn, "work", {"ms": 200}, after=[parent], after_failure="run")
             )
-            first = pgworkerd.enqueue(conn, "work", {"ms": 10}, after=[parent])
-            dependents += [first, pgworkerd.enqueue(conn, "work", {"ms": 10}, after=[first])]
+            first = pgworkerd.enqueue(conn, "work", {"ms": 200}, after=[parent])
+            dependents += [first, pgworkerd.enqueue(conn, "work", {"ms": 200}, after=[first])]
     ids = [*parents, *dependents, callback]
     config: dict[str, Any] = {
         "workers": [{"queues": ["default"], "concurrency": 2, "threads": 4}],
@@ -138,7 +140,7 @@ def test_kill_storm_with_two_daemons_releases_every_dependent_exactly_once(daemo
             fleet[1].wait(timeout_s=30)
             fleet[1] = daemons(dsn, "b2", **config)
             supervisor_killed = True
-        busy = [p for d in fleet for p in d.workers() if " job " in " ".join(p.cmdline())]
+        busy = [p for d in fleet for p in d.workers() if _busy(" ".join(p.cmdline()))]
         if busy:
             rng.choice(busy).kill()
             kills += 1
