@@ -6,6 +6,7 @@ transaction counts it exactly once, whichever commits first."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
@@ -170,3 +171,31 @@ def test_an_insert_racing_the_outcome_counts_it_exactly_once(
     ).fetchone()
     assert row == ("queued", 0)
     assert conn.execute("SELECT count(*) FROM pgworkerd.job_dependencies").fetchone() == (0,)
+
+
+def test_the_async_twins_and_a_task_pass_after_through(db_dsn: str, conn: Conn):
+    @pgworkerd.task(kind="t")
+    def t(job: pgworkerd.Job) -> None:
+        return None
+
+    async def produce() -> tuple[list[int], list[int], int, int]:
+        async with await psycopg.AsyncConnection.connect(db_dsn, autocommit=True) as aconn:
+            links = await pgworkerd.chain_async(
+                aconn, [{"kind": "k", "payload": i} for i in range(3)]
+            )
+            ids, then = await pgworkerd.batch_async(
+                aconn, [{"kind": "k", "payload": 0}], then={"kind": "cb", "payload": {}}
+            )
+            one = await pgworkerd.enqueue_async(aconn, "k", {}, after=[links[-1]])
+        return links, ids, then, one
+
+    links, ids, then, one = asyncio.run(produce())
+    by_task = t.enqueue(conn, {}, after=[one], after_failure="run")
+    rows = {
+        row[0]: row[1:]
+        for row in conn.execute("SELECT id, state, after_ids, after_failure FROM pgworkerd.jobs")
+    }
+    assert rows[links[1]] == ("waiting", [links[0]], "cancel")
+    assert rows[then] == ("waiting", ids, "run")
+    assert rows[one] == ("waiting", [links[-1]], "cancel")
+    assert rows[by_task] == ("waiting", [one], "run")
