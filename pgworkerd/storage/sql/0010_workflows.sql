@@ -55,21 +55,26 @@ CREATE INDEX jobs_after_idx ON jobs USING gin (after_ids) WHERE after_ids IS NOT
 -- Every outcome statement (complete, fail, rescue, cancel, the testing helpers) is a
 -- fenced UPDATE of the job: the trigger is part of it, so the release commits with the
 -- outcome, exactly once, or not at all.
-CREATE FUNCTION release_dependents() RETURNS trigger
+-- Created by a DO block that writes this schema's name into the body: the statements
+-- name their tables fully (no search_path is pinned on the function, so a trigger of the
+-- user's that fires inside it resolves its own names as usual) and stay static, so
+-- PL/pgSQL plans them once per session, not once per release.
+DO $do$
+BEGIN
+EXECUTE format($create$
+CREATE FUNCTION %1$I.release_dependents() RETURNS trigger
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
     heard  bigint[] := ARRAY[NEW.id];
     failed bigint[] := CASE WHEN NEW.state = 'succeeded' THEN '{}'::bigint[]
                             ELSE ARRAY[NEW.id] END;
-    -- The statement names the tables of the trigger's own schema (the schema is
-    -- configurable): no search_path is set on the function, so triggers of the caller's
-    -- that fire inside it resolve their names as they always do.
-    release text := format($sql$
+BEGIN
+    WHILE cardinality(heard) > 0 LOOP
         WITH edges AS (
             DELETE FROM %1$I.job_dependencies AS d
-            WHERE d.dependency_id = ANY($1)
-            RETURNING d.job_id, d.dependency_id, d.dependency_id = ANY($2) AS failed
+            WHERE d.dependency_id = ANY(heard)
+            RETURNING d.job_id, d.dependency_id, d.dependency_id = ANY(failed) AS failed
         ),
         per_job AS (
             SELECT e.job_id, count(*)::int AS n,
@@ -77,12 +82,15 @@ DECLARE
             FROM edges AS e
             GROUP BY e.job_id
         ),
-        -- Locked in id order: two outcomes that share dependents cannot deadlock.
+        -- Locked in id order: two outcomes that share dependents cannot deadlock. The
+        -- jobs are found by primary key, whatever the estimates (as claim_update finds
+        -- its picks): a plan made without knowing how many edges there are would
+        -- otherwise join them to a scan of the whole table.
         locked AS (
             SELECT j.id, p.n, p.failed_dependency
             FROM per_job AS p
             JOIN %1$I.jobs AS j ON j.id = p.job_id
-            WHERE j.state = 'waiting'
+            WHERE j.id = ANY(ARRAY(SELECT job_id FROM per_job)) AND j.state = 'waiting'
             ORDER BY j.id
             FOR UPDATE OF j
         ),
@@ -108,7 +116,8 @@ DECLARE
                                     'dead or cancelled', l.failed_dependency)
                     ELSE j.last_error END
             FROM locked AS l
-            WHERE j.id = l.id AND j.state = 'waiting'
+            WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = l.id
+              AND j.state = 'waiting'
             RETURNING j.id, j.state, j.queue, j.has_dependents, j.waited_on
         ),
         -- Wake a worker of each queue that got a job (as jobs_insert does), and announce
@@ -122,17 +131,17 @@ DECLARE
         )
         SELECT coalesce(array_agg(m.id) FILTER (WHERE m.state = 'cancelled'
                                                  AND m.has_dependents), '{}')
+        INTO heard
         FROM moved AS m
-        CROSS JOIN (SELECT count(*) FROM told) AS force_notify
-    $sql$, TG_TABLE_SCHEMA, TG_TABLE_SCHEMA || '.jobs', TG_TABLE_SCHEMA || '.finished');
-BEGIN
-    WHILE cardinality(heard) > 0 LOOP
-        EXECUTE release INTO heard USING heard, failed;
+        CROSS JOIN (SELECT count(*) FROM told) AS force_notify;
         failed := heard;  -- the next level: only cancelled dependents carry on
     END LOOP;
     RETURN NULL;
 END
-$fn$;
+$fn$
+$create$, current_schema(), current_schema() || '.jobs', current_schema() || '.finished');
+END
+$do$;
 
 -- WHEN: evaluated per updated row before anything is queued; false for every job that
 -- never had a dependent (has_dependents first), so the hot paths pay a boolean test.
