@@ -116,8 +116,9 @@ BEGIN
                                     'dead or cancelled', l.failed_dependency)
                     ELSE j.last_error END
             FROM locked AS l
-            WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = l.id
-              AND j.state = 'waiting'
+            -- j.id = l.id alone: each locked row finds its job by primary key. (An
+            -- `= ANY(ARRAY(...))` here, as in `locked`, would be scanned once per row.)
+            WHERE j.id = l.id AND j.state = 'waiting'
             RETURNING j.id, j.state, j.queue, j.has_dependents, j.waited_on
         ),
         -- Wake a worker of each queue that got a job (as jobs_insert does), and announce
