@@ -18,6 +18,7 @@ from pgworkerd.client.producer import (
 )
 from pgworkerd.client.results import result, wait, wait_async
 from pgworkerd.client.tasks import Task, task
+from pgworkerd.client.workflows import batch, batch_async, chain, chain_async
 from pgworkerd.errors import InvalidJob, JobNotFound, NoResult, PgworkerdError, WaitError
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
 
@@ -37,7 +38,11 @@ __all__ = [
     "Snooze",
     "Task",
     "WaitError",
+    "batch",
+    "batch_async",
     "cancel",
+    "chain",
+    "chain_async",
     "enqueue",
     "enqueue_async",
     "enqueue_many",

@@ -35,6 +35,8 @@ class Job:
     # The W3C trace context (`traceparent`, `tracestate`) the job was enqueued under, or
     # None: the parent of the handler's span when the `otel` extra is installed.
     trace_context: dict[str, str] | None = field(default=None, repr=False, compare=False)
+    # The ids of the jobs this one was enqueued after (workflows), () for none.
+    after: tuple[int, ...] = field(default=(), compare=False)
 
     def progress(self, percent: float, stage: str | None = None) -> None:
         """Report how far the job got (0 to 100) and, optionally, in which stage; from

@@ -9,7 +9,10 @@ Two records are kept in the test's own database:
 I1 no job lost; I2 attempt equals the number of starts; I3 at most one accepted
 outcome per lease, nothing changes a finished job; I4 no two handlers of a job at
 once, except where the earlier one's lease had expired; I5 nothing held past its max
-runtime plus one lease period.
+runtime plus one lease period; I6 (workflows) a job that runs `after` others leaves
+`waiting` at most once, never starts before each of its dependencies succeeded (or,
+with after_failure "run", ended), and stays `waiting` only while one of them is not
+final.
 """
 
 from __future__ import annotations
@@ -123,6 +126,7 @@ def check(
     _i3_one_outcome_per_lease(verdict, transitions)
     _i4_one_handler_at_a_time(verdict, starts, ends, transitions)
     _i5_bounded_holding(verdict, transitions, max_runtime_s + lease_ttl_s + slack_s)
+    released = _i6_released_once_after_dependencies(conn, verdict, ids)
     states: dict[str, int] = defaultdict(int)
     for row in jobs.values():
         states[row[1]] += 1
@@ -131,6 +135,7 @@ def check(
         "starts": sum(len(s) for s in starts.values()),
         "reruns": sum(max(0, row[2] - 1) for row in jobs.values()),
         "unrecorded_starts": unrecorded,
+        "released": released,
     }
     return verdict
 
@@ -146,7 +151,7 @@ def _i1_nothing_lost(verdict: Verdict, ids: list[int], jobs: dict[int, Any]) -> 
         row = jobs.get(job_id)
         if row is None:
             verdict.violations.append(f"I1: job {job_id} is gone from the table")
-        elif row[1] not in (*FINAL, "queued"):
+        elif row[1] not in (*FINAL, "queued", "waiting"):  # waiting: checked by I6
             verdict.violations.append(f"I1: job {job_id} is stuck {row[1]!r}")
 
 
@@ -227,3 +232,50 @@ def _i5_bounded_holding(
                     verdict.violations.append(
                         f"I5: job {job_id} held {held:.1f}s by one lease (limit {limit_s:.1f}s)"
                     )
+
+
+def _i6_released_once_after_dependencies(
+    conn: psycopg.Connection[Any], verdict: Verdict, ids: list[int]
+) -> int:
+    """I6 for the jobs of `ids` enqueued with `after`; returns how many left `waiting`.
+    Order is read from the transitions' ids: the release's rows are written before its
+    transaction commits, a start's only after it (a claim sees only committed rows)."""
+    dependents = conn.execute(
+        "SELECT id, state, after_ids, after_failure FROM pgworkerd.jobs"
+        " WHERE id = ANY(%s) AND after_ids IS NOT NULL",
+        (ids,),
+    ).fetchall()
+    if not dependents:
+        return 0
+    related = sorted(
+        {i for _, _, after, _ in dependents for i in after} | {d[0] for d in dependents}
+    )
+    states = dict(
+        conn.execute("SELECT id, state FROM pgworkerd.jobs WHERE id = ANY(%s)", (related,))
+    )
+    moves: dict[int, list[tuple[int, str, str]]] = defaultdict(list)
+    for tid, job_id, old, new in conn.execute(
+        "SELECT id, job_id, old_state, new_state FROM transitions WHERE job_id = ANY(%s)"
+        " ORDER BY id",
+        (related,),
+    ):
+        moves[job_id].append((tid, old, new))
+    released = 0
+    for job_id, state, after, after_failure in dependents:
+        out = [m for m in moves[job_id] if m[1] == "waiting"]
+        released += len(out)
+        if len(out) > 1:
+            verdict.violations.append(f"I6: job {job_id} left waiting {len(out)} times")
+        if state == "waiting" and all(states.get(d) in FINAL for d in after):
+            verdict.violations.append(f"I6: job {job_id} waits, but all of {after} are final")
+        first_start = next((m[0] for m in moves[job_id] if m[2] == "running"), None)
+        if first_start is None:
+            continue
+        wanted = ("succeeded",) if after_failure == "cancel" else FINAL
+        for dep in after:
+            ended = next((m[0] for m in moves[dep] if m[2] in wanted), None)
+            if ended is None or ended > first_start:
+                verdict.violations.append(
+                    f"I6: job {job_id} started before its dependency {dep} ended {wanted}"
+                )
+    return released

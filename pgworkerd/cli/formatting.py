@@ -10,6 +10,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 WIDTH = 80
+# The states `status` and `queues` count, in their columns' order; `waiting` only when a
+# queue has waiting jobs (workflows), so the table of a fleet without them keeps its
+# width.
+COUNTED_STATES = ("waiting", "queued", "running", "succeeded", "dead", "cancelled")
+# Dependencies or dependents `jobs show` lists (a batch's callback may have thousands).
+RELATED_SHOWN = 20
 ELLIPSIS = "…"
 
 
@@ -81,11 +87,19 @@ def first_line(text: str | None) -> str:
     return lines[-1].strip() if lines else ""
 
 
+def counted_states(queues: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """The state columns of `status` and `queues` for these queues (see COUNTED_STATES)."""
+    waiting = any(q["counts"].get("waiting") for q in queues)
+    return COUNTED_STATES if waiting else COUNTED_STATES[1:]
+
+
 def status(report: dict[str, Any]) -> str:
+    # The waiting jobs go on a line of their own: a column would push the table past 80.
+    states = COUNTED_STATES[1:]
     queue_rows = [
         [
             q["queue"],
-            *(str(q["counts"][s]) for s in ("queued", "running", "succeeded", "dead", "cancelled")),
+            *(str(q["counts"][s]) for s in states),
             age(q["oldest_ready_age_s"]),
             f"{q['finished_per_minute']:.1f}",
             _yes_no(q["paused"]),
@@ -93,10 +107,20 @@ def status(report: dict[str, Any]) -> str:
         for q in report["queues"]
     ]
     headers = [
-        *("QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED", "OLDEST", "DONE/MIN"),
+        "QUEUE",
+        *(state.upper() for state in states),
+        *("OLDEST", "DONE/MIN"),
         "PAUSED",
     ]
     parts = [table(headers, queue_rows) if queue_rows else "no jobs"]
+    waiting = [
+        f"{q['counts']['waiting']} in {q['queue']}"
+        for q in report["queues"]
+        if q["counts"].get("waiting")
+    ]
+    if waiting:
+        said = "waiting for the jobs they run after: " + ", ".join(waiting)
+        parts[0] += "\n" + "\n".join(textwrap.wrap(said, WIDTH, subsequent_indent="  "))
     daemon_rows = [
         [
             d["id"],
@@ -189,16 +213,17 @@ def queues(listing: Sequence[dict[str, Any]]) -> str:
     it, and its jobs by state (since when a queue is paused: `--json`)."""
     if not listing:
         return "no queues"
+    states = counted_states(listing)
     rows = [
         [
             q["queue"],
             _yes_no(q["paused"]),
             _yes_no(q["configured"]),
-            *(str(q["counts"][s]) for s in ("queued", "running", "succeeded", "dead", "cancelled")),
+            *(str(q["counts"][s]) for s in states),
         ]
         for q in listing
     ]
-    headers = ["QUEUE", "PAUSED", "CONFIG", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED"]
+    headers = ["QUEUE", "PAUSED", "CONFIG", *(state.upper() for state in states)]
     return table(headers, rows, cut_first=[0])
 
 
@@ -319,6 +344,8 @@ def job(detail: dict[str, Any]) -> str:
     ]
     label_width = max(len(label) for label, _ in fields) + 1
     out = [f"{(label + ':').ljust(label_width)} {value}" for label, value in fields]
+    out += _related("runs after", d.get("dependencies") or [], d.get("after_failure"))
+    out += _related("runs before", d.get("dependents") or [], None)
     errors = d["errors"] or []
     out.append(f"errors: {len(errors)} kept" if errors else "errors: none")
     for error in errors:
@@ -326,6 +353,20 @@ def job(detail: dict[str, Any]) -> str:
         out.append(f"--- attempt {error.get('attempt')} at {when(error.get('at'))}")
         out.extend("    " + line for line in str(error.get("error", "")).rstrip().splitlines())
     return "\n".join(out)
+
+
+def _related(label: str, jobs: list[dict[str, Any]], after_failure: str | None) -> list[str]:
+    """`jobs show`'s dependencies (`runs after`) or dependents (`runs before`), with their
+    states, the first RELATED_SHOWN of them (`--json` has them all)."""
+    if not jobs:
+        return []
+    how = f" (if one fails: {after_failure})" if after_failure else ""
+    out = [f"{label}: {len(jobs)} job(s){how}"]
+    for j in jobs[:RELATED_SHOWN]:
+        out.append(f"    {j['id']}  {j['state'] or 'pruned'}  {j['kind'] or '-'}")
+    if len(jobs) > RELATED_SHOWN:
+        out.append(f"    ... and {len(jobs) - RELATED_SHOWN} more")
+    return out
 
 
 def _yes_no(flag: bool) -> str:

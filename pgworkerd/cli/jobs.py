@@ -49,6 +49,18 @@ def register(command: CommandAdder, common: Parser) -> None:
     )
     enqueue.add_argument("--key", metavar="KEY", help="the job's key, e.g. tenant:42")
     enqueue.add_argument("--max-attempts", type=int, metavar="N")
+    enqueue.add_argument(
+        "--after",
+        action="append",
+        type=_job_id,
+        metavar="ID",
+        help="run after job ID succeeded (repeatable)",
+    )
+    enqueue.add_argument(
+        "--after-failure",
+        choices=("cancel", "run"),
+        help="when an --after job ends dead or cancelled (default: cancel)",
+    )
     status = command(
         "status", cmd_status, "queues, their jobs by state, live daemons, periodic entries"
     )
@@ -74,7 +86,7 @@ def register(command: CommandAdder, common: Parser) -> None:
     retry.add_argument("ids", nargs="*", type=_job_id, metavar="ID")
     retry.add_argument("--dead", action="store_true", help="every dead job (of --queue)")
     retry.add_argument("--queue", metavar="Q", help="with --dead: only this queue")
-    cancel = sub("cancel", cmd_cancel, "cancel queued or running jobs")
+    cancel = sub("cancel", cmd_cancel, "cancel waiting, queued or running jobs")
     cancel.add_argument("ids", nargs="+", type=_job_id, metavar="ID")
 
 
@@ -88,6 +100,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         "key": args.key,
         "max_attempts": args.max_attempts,
     }
+    if args.after:
+        options["after"] = args.after
+        options["after_failure"] = args.after_failure or "cancel"
+    elif args.after_failure is not None:
+        raise UsageError("--after-failure goes with --after")
     if args.delay is not None:
         options["delay"] = duration_argument("--delay", args.delay)
     for mode in ("debounce", "throttle"):
@@ -157,7 +174,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     with _connect(args, "jobs cancel") as (conn, ops):
         states = _existing(ops, conn, args.ids)
         done = ops.cancel(conn, args.ids)
-    return _report("cancelled", args.ids, done, states, "not queued or running")
+    return _report("cancelled", args.ids, done, states, "not waiting, queued or running")
 
 
 # -- helpers ----------------------------------------------------------------------------------

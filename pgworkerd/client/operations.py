@@ -133,7 +133,17 @@ class Operations:
 
     def show(self, conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any] | None:
         row = self.store.get(conn, job_id)
-        return None if row is None else job_detail(row)
+        if row is None:
+            return None
+        detail = job_detail(row)
+        related = self.store.dependencies(conn, job_id)
+        for relation, key in (("dependency", "dependencies"), ("dependent", "dependents")):
+            detail[key] = [
+                {"id": r["id"], "state": r["state"], "kind": r["kind"]}
+                for r in related
+                if r["relation"] == relation
+            ]
+        return detail
 
     def states(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[int, str]:
         return self._reads.states(conn, ids)
@@ -178,6 +188,7 @@ def job_detail(row: dict[str, Any]) -> dict[str, Any]:
         "progress": row["progress"],
         "progress_stage": row["progress_stage"],
         "progress_at": json_value(row["progress_at"]),
+        "after_failure": row.get("after_failure"),
     }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack, cast
 
@@ -33,6 +33,11 @@ MAX_NAME_CHARS = 255  # kind, queue, unique_key and key
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # the column is a PostgreSQL integer
 MAX_ATTEMPTS_LIMIT = 1_000_000
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+AFTER_FAILURE_CHOICES = ("cancel", "run")
+# `after` of a chain's link: the id drawn for the link before it, known only then.
+PREVIOUS: list[int] = []
+# Jobs one job may wait for (a batch's callback waits for the whole batch).
+MAX_AFTER_IDS = 100_000
 # Look-up-then-insert rounds for a unique key whose holder finishes while we look.
 MAX_UNIQUE_KEY_ROUNDS = 5
 
@@ -54,6 +59,10 @@ class EnqueueOptions(TypedDict, total=False):
     key: str | None
     debounce: float | timedelta | None
     throttle: float | timedelta | None
+    # Workflows: the job is `waiting` until each of these jobs has succeeded; if one
+    # ends dead or cancelled, "cancel" cancels it (the default), "run" queues it anyway.
+    after: Sequence[int] | None
+    after_failure: str
 
 
 # What the enqueue functions take: a psycopg connection, or a SQLAlchemy Session or
@@ -127,12 +136,37 @@ class Producer:
     # they encode them, before their first statement: no SQL runs for a refused job.
     def _one(self, kind: Any, payload: Any, options: EnqueueOptions) -> Steps:
         record = _job_record(kind=kind, payload=payload, **options)
-        modes = "debounce_s" in record or "throttle_s" in record
-        return self._insert_steps([record], "unique_key" in record, label_index=False, modes=modes)
+        return self._insert_steps([record], "unique_key" in record, label_index=False)
+
+    def chain(self, conn: Connectable, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Enqueue `jobs` (as `enqueue_many` items) each to run after the previous one
+        succeeded (a link that ends dead or cancelled cancels the rest); ids in order."""
+        return _run(_psycopg(conn), self._chain(jobs))
+
+    async def chain_async(
+        self, aconn: AsyncConnectable, jobs: Iterable[Mapping[str, Any]]
+    ) -> list[int]:
+        """`chain` in `aconn`'s transaction."""
+        steps = self._chain(jobs)
+        return await _run_async(await _psycopg_async(aconn), steps)
+
+    def _chain(self, jobs: Iterable[Mapping[str, Any]]) -> Steps:
+        records = self.validated(jobs)
+        for index, record in enumerate(records):
+            if "after" in record:
+                raise InvalidJob(f"jobs[{index}]: a chain sets after itself")
+            if index:
+                record["after"] = PREVIOUS  # the id drawn for the link before
+                record["after_failure"] = "cancel"
+        return self._insert_steps(records, False, label_index=True)
 
     def _many(self, jobs: Iterable[Mapping[str, Any]]) -> Steps:
+        records = self.validated(jobs)
+        unique_keys = any("unique_key" in r for r in records)
+        return self._insert_steps(records, unique_keys, label_index=True)
+
+    def validated(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         records = []
-        modes = False
         for index, spec in enumerate(jobs):
             if not isinstance(spec, Mapping):
                 raise InvalidJob(f"jobs[{index}] must be a dict, got {type(spec).__name__}")
@@ -148,9 +182,7 @@ class Producer:
             except InvalidJob as exc:
                 raise InvalidJob(f"jobs[{index}]: {exc}") from None
             records.append(record)
-            modes = modes or "debounce_s" in record or "throttle_s" in record
-        unique_keys = any("unique_key" in r for r in records)
-        return self._insert_steps(records, unique_keys, label_index=True, modes=modes)
+        return records
 
     def _insert_steps(
         self,
@@ -158,7 +190,6 @@ class Producer:
         unique_keys: bool,
         *,
         label_index: bool,
-        modes: bool = False,
     ) -> Steps:
         """The insert's decisions, without I/O, inside the PRODUCER span of the `otel`
         extra (None without it), which records the trace context with the jobs."""
@@ -166,7 +197,9 @@ class Producer:
             return []
         span = otel.start_send(records)
         try:
-            if modes:
+            if any("after" in r for r in records):
+                ids = yield from self._insert_each(records, label_index)
+            elif any(_has_mode(r) for r in records):
                 ids = yield from self._insert_with_modes(records, label_index)
             else:
                 ids = yield from self._insert_and_resolve(records, unique_keys, label_index)
@@ -244,6 +277,35 @@ class Producer:
         folded: int = yield self.store.debounce_fold_statement(text, target)
         return folded
 
+    def _insert_each(self, records: list[dict[str, Any]], label_index: bool) -> Steps:
+        """A list with jobs that run `after` others: one statement per job, in order
+        (an item may name an id inserted just before it, as `chain` does)."""
+        for index, record in enumerate(records):  # every payload checked before any SQL
+            try:
+                dump_payload(record["payload"], max_bytes=self.max_payload_bytes)
+            except InvalidJob as exc:
+                raise InvalidJob(f"jobs[{index}]: {exc}" if label_index else str(exc)) from None
+        ids: list[int] = []
+        for index, record in enumerate(records):
+            after = record.get("after")
+            if after is None:
+                ids += yield from self._insert_and_resolve(
+                    [record], "unique_key" in record, label_index=False
+                )
+                continue
+            if after is PREVIOUS:
+                after = ids[-1:]
+            fields = {k: v for k, v in record.items() if k != "after"}
+            job_id, missing = yield self.store.insert_after_statement(
+                self._encode([fields], label_index=False)[1:-1], after
+            )
+            if job_id is None:
+                where = f"jobs[{index}]: " if label_index else ""
+                names = ", ".join(map(str, missing))
+                raise InvalidJob(f"{where}after names jobs that do not exist: {names}")
+            ids.append(job_id)
+        return ids
+
     def _live_or_insert_steps(self, record: dict[str, Any]) -> Generator[Statement[Any], Any, int]:
         key = record["unique_key"]
         for _ in range(MAX_UNIQUE_KEY_ROUNDS):
@@ -286,6 +348,8 @@ def _job_record(
     key: Any = None,
     debounce: Any = None,
     throttle: Any = None,
+    after: Any = None,
+    after_failure: Any = "cancel",
 ) -> dict[str, Any]:
     """One job's validated record, as `jobs_insert` reads it; unset options left out."""
     _check_name("kind", kind)
@@ -328,6 +392,14 @@ def _job_record(
         record["max_runtime_s"] = _seconds("max_runtime", max_runtime, allow_zero=False)
     if debounce is not None or throttle is not None:
         _add_mode(record, debounce, throttle)
+    if after_failure not in AFTER_FAILURE_CHOICES:
+        raise InvalidJob(f'after_failure must be "cancel" or "run", got {after_failure!r}')
+    if after is not None:
+        record["after"] = _after_ids(after)
+        record["after_failure"] = after_failure
+        if unique_key is not None:
+            # A waiting job holds no unique key, and its release must never fail on one.
+            raise InvalidJob("give unique_key or after, not both")
     return record
 
 
@@ -347,6 +419,24 @@ def _add_mode(record: dict[str, Any], debounce: Any, throttle: Any) -> None:
 
 def _has_mode(record: dict[str, Any]) -> bool:
     return "debounce_s" in record or "throttle_s" in record
+
+
+def _after_ids(after: Any) -> list[int]:
+    """The job ids of `after=`, without repeats, in order; InvalidJob unless a non-empty
+    list of ids."""
+    if isinstance(after, str | bytes | Mapping) or not isinstance(after, Iterable):
+        raise InvalidJob(f"after must be a list of job ids, got {type(after).__name__}")
+    ids: list[int] = []
+    for job_id in after:
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
+            raise InvalidJob(f"after must hold job ids (positive integers), got {job_id!r}")
+        if job_id not in ids:
+            ids.append(job_id)
+    if not ids:
+        raise InvalidJob("after must name at least one job")
+    if len(ids) > MAX_AFTER_IDS:
+        raise InvalidJob(f"after names {len(ids)} jobs, over the limit of {MAX_AFTER_IDS}")
+    return ids
 
 
 # Names that passed _check_name: a bulk list repeats a few kinds and queues thousands

@@ -117,6 +117,7 @@ class Sample:
     horizon: Horizon | None  # the oldest holder of the xmin horizon
     jobs_table: dict[str, Any] | None  # live_tuples, dead_tuples, last_vacuum_at
     held_back: list[tuple[str, int]]  # limited queue, ready jobs a limit holds back
+    waiting: list[tuple[str, int]]  # queue, jobs waiting for the jobs they run after
     # queue -> ready jobs held back by a key pause (queues without any: left out)
     held_by_key_pause: dict[str, int] = field(default_factory=dict)
 
@@ -139,7 +140,15 @@ def sample(
             (row["queue"], int(row["held_back"])) for row in limit_reads.sample(conn, limits or {})
         ]
         held_by_key_pause = key_pauses.holding_by_queue(conn, queues)
-        return Sample(ready, reads.horizon(conn), reads.jobs_table(conn), held, held_by_key_pause)
+        waiting = store.waiting_by_queue(conn, queues)
+        return Sample(
+            ready,
+            reads.horizon(conn),
+            reads.jobs_table(conn),
+            held,
+            waiting,
+            held_by_key_pause,
+        )
 
     return session.attempt("sample queues", work)
 
@@ -204,4 +213,5 @@ class QueueSampling(IntervalDuty):
             METRICS.queues_sampled(result.value.queues)
             METRICS.key_pauses_sampled(self.queues, result.value.held_by_key_pause)
             METRICS.limits_sampled(result.value.held_back)
+            METRICS.waiting_sampled(result.value.waiting)
             METRICS.database_sampled(result.value.horizon, result.value.jobs_table)

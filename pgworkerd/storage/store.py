@@ -33,8 +33,9 @@ from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_qu
 
 DEFAULT_SCHEMA = "pgworkerd"
 # Every state of a job, in the order tables show them; the last three are final.
-STATES = ("queued", "running", "succeeded", "dead", "cancelled")
-FINAL_STATES = STATES[2:]
+# `waiting`: for the jobs it was enqueued after (workflows).
+STATES = ("waiting", "queued", "running", "succeeded", "dead", "cancelled")
+FINAL_STATES = STATES[3:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +231,19 @@ class JobStore:
         }
         statement = "jobs_insert" if unique_keys else "jobs_insert_without_unique_keys"
         return Statement(self._sql[statement], params, _ids_or_none)
+
+    def insert_after_statement(
+        self, record_json: str, after: Sequence[int]
+    ) -> Statement[tuple[int | None, list[int]]]:
+        """Insert one job that runs after the jobs `after` (see `jobs_insert_after`):
+        (its id, []) or, when some of `after` do not exist, (None, those ids)."""
+        params = {
+            "sequence": self._sequence,
+            "channel": self.notify_channel,
+            "job": record_json,
+            "after": list(after),
+        }
+        return Statement(self._sql["jobs_insert_after"], params, _id_and_missing)
 
     def find_live_statement(self, unique_key: str) -> Statement[int | None]:
         """The id of the queued or running job holding `unique_key`, if any."""
@@ -566,6 +580,13 @@ class JobStore:
         rows = conn.execute(self._sql["queues_ready"], {"queues": list(queues)}).fetchall()
         return [(str(name), int(depth), age) for name, depth, age in rows]
 
+    def waiting_by_queue(
+        self, conn: psycopg.Connection[Any], queues: Sequence[str]
+    ) -> list[tuple[str, int]]:
+        """(queue, jobs waiting for the jobs they run after) for each of `queues`."""
+        rows = conn.execute(self._sql["queues_waiting"], {"queues": list(queues)}).fetchall()
+        return [(str(name), int(count)) for name, count in rows]
+
     def prune_batch(
         self,
         conn: psycopg.Connection[Any],
@@ -591,6 +612,12 @@ class JobStore:
             return cur.execute(self._sql["jobs_get"], {"id": job_id}).fetchone()
 
     # -- daemons ----------------------------------------------------------------------------
+
+    def dependencies(self, conn: psycopg.Connection[Any], job_id: int) -> list[dict[str, Any]]:
+        """The jobs `job_id` was enqueued after ('dependency') and those enqueued after
+        it ('dependent'), each with its id, state (None: pruned) and kind."""
+        cursor = conn.cursor(row_factory=dict_row)
+        return cursor.execute(self._sql["jobs_dependencies"], {"id": job_id}).fetchall()
 
     def heartbeat(
         self,
@@ -670,6 +697,11 @@ def _id_and_created(rows: list[Any]) -> tuple[int, bool]:
     return rows[0][0], rows[0][1]
 
 
+def _id_and_missing(rows: list[Any]) -> tuple[int | None, list[int]]:
+    job_id, missing = rows[0]
+    return job_id, list(missing)
+
+
 def _first_id(rows: list[Any]) -> int | None:
     return rows[0][0] if rows else None
 
@@ -722,4 +754,5 @@ def _job_from_row(row: dict[str, Any]) -> Job:
         lease_token=row["lease_token"],
         queue_order=row["queue_ord"],
         trace_context=row["trace_context"],
+        after=tuple(row.get("after_ids") or ()),
     )

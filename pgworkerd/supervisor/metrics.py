@@ -61,6 +61,12 @@ class SupervisorMetrics:
         self.queue_depth = Gauge(
             "pgworkerd_queue_depth", "Jobs ready to run now", ("queue",), registry=r
         )
+        self.waiting = Gauge(
+            "pgworkerd_queue_waiting",
+            "Jobs waiting for the jobs they run after (workflows)",
+            ("queue",),
+            registry=r,
+        )
         self.oldest_ready_age = Gauge(
             "pgworkerd_queue_oldest_ready_age_seconds",
             "Age of the oldest job ready to run",
@@ -177,6 +183,12 @@ class SupervisorMetrics:
         self.held_back.clear()
         for queue, held in rows:
             self.held_back.labels(queue).set(held)
+
+    def waiting_sampled(self, rows: Iterable[tuple[str, int]]) -> None:
+        """(queue, waiting jobs) for each queue."""
+        self.waiting.clear()
+        for queue, count in rows:
+            self.waiting.labels(queue).set(count)
 
     def database_sampled(self, horizon: Horizon | None, table: dict[str, Any] | None) -> None:
         """The holder of the xmin horizon (none: the gauges are empty) and the jobs

@@ -34,6 +34,9 @@ DETAIL_KEYS = JOB_KEYS | {
     "progress",
     "progress_stage",
     "progress_at",
+    "after_failure",
+    "dependencies",
+    "dependents",
 }
 QUEUE_KEYS = {"queue", "counts", "oldest_ready_age_s", "finished_per_minute", "paused", "paused_at"}
 DAEMON_KEYS = {
@@ -47,7 +50,7 @@ DAEMON_KEYS = {
     "workers",
     "jobs_running",
 }
-STATES = ("queued", "running", "succeeded", "dead", "cancelled")
+STATES = ("waiting", "queued", "running", "succeeded", "dead", "cancelled")
 
 
 @pytest.fixture
@@ -129,7 +132,7 @@ def test_enqueue_list_show_retry_cancel_and_status(cli, db_dsn):
     assert cancelled.returncode == 0 and f"cancelled: {first}" in cancelled.stdout
     assert ok_json(cli("jobs", "show", str(first), "--json"))["state"] == "cancelled"
     twice = cli("jobs", "cancel", str(first))
-    assert_one_line_error(twice, 1, f"job {first} is cancelled: not queued or running")
+    assert_one_line_error(twice, 1, f"job {first} is cancelled: not waiting, queued or running")
 
     # status: the JSON and the human table agree
     status = ok_json(cli("status", "--json"))
@@ -153,11 +156,12 @@ def test_enqueue_list_show_retry_cancel_and_status(cli, db_dsn):
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines)
+    # no waiting job: no WAITING column
     assert lines[0].split()[:6] == ["QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "DEAD", "CANCELLED"]
     for line in lines[1:4]:
         cells = line.split()
         counts = by_queue[cells[0]]["counts"]
-        assert [int(c) for c in cells[1:6]] == [counts[s] for s in STATES]
+        assert [int(c) for c in cells[1:6]] == [counts[s] for s in STATES[1:]]
     assert "no live daemons" in table.stdout
 
 
@@ -286,3 +290,48 @@ def test_status_shows_a_live_daemon_and_the_jobs_it_runs(cli, start_daemon, hist
     assert row["hostname"] and row["heartbeat_at"] and row["state"] == "running"
     table = cli("status").stdout
     assert str(daemon.pid) in table
+
+
+def test_enqueue_after_show_dependencies_and_dependents_and_count_waiting(cli):
+    first = enqueue(cli, "export", "--queue", "exports")
+    second = enqueue(cli, "export", "--queue", "exports")
+    mail = enqueue(cli, "send_email", "--after", str(first), "--after", str(second))
+    callback = enqueue(cli, "cleanup", "--after", str(mail), "--after-failure", "run")
+    assert [j["id"] for j in ok_json(cli("jobs", "list", "--state", "waiting", "--json"))] == [
+        callback,
+        mail,
+    ]
+    detail = ok_json(cli("jobs", "show", str(mail), "--json"))
+    assert detail["state"] == "waiting" and detail["after_failure"] == "cancel"
+    assert detail["dependencies"] == [
+        {"id": first, "state": "queued", "kind": "export"},
+        {"id": second, "state": "queued", "kind": "export"},
+    ]
+    assert detail["dependents"] == [{"id": callback, "state": "waiting", "kind": "cleanup"}]
+    shown = cli("jobs", "show", str(mail))
+    assert shown.returncode == 0, shown.stderr
+    assert "runs after: 2 job(s) (if one fails: cancel)" in shown.stdout
+    assert f"    {callback}  waiting  cleanup" in shown.stdout
+    counts = {q["queue"]: q["counts"] for q in ok_json(cli("status", "--json"))["queues"]}
+    assert counts["default"]["waiting"] == 2 and counts["exports"]["queued"] == 2
+    assert "waiting for the jobs they run after: 2 in default" in cli("status").stdout
+    table = cli("queues").stdout.splitlines()
+    assert table[0].split()[:5] == ["QUEUE", "PAUSED", "CONFIG", "WAITING", "QUEUED"]
+    assert [line.split()[3] for line in table[1:]] == ["2", "0"]  # default, exports
+    cancelled = cli("jobs", "cancel", str(first))
+    assert cancelled.returncode == 0, cancelled.stderr
+    states = {j["id"]: j["state"] for j in ok_json(cli("jobs", "list", "--json"))}
+    assert states == {first: "cancelled", second: "queued", mail: "cancelled", callback: "queued"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["enqueue", "k", "--after", "999999"], "after names jobs that do not exist: 999999"),
+        (["enqueue", "k", "--after", "x"], "'x' is not a job id"),
+        (["enqueue", "k", "--after-failure", "run"], "--after-failure goes with --after"),
+        (["enqueue", "k", "--after", "1", "--after-failure", "skip"], "invalid choice"),
+    ],
+)
+def test_bad_after_arguments_exit_2_with_one_line(cli, args, message):
+    assert_one_line_error(cli(*args), 2, message)

@@ -66,7 +66,7 @@ def test_list_pause_resume_and_the_table_agreeing_with_the_json(cli):
             q["queue"],
             "yes" if q["paused"] else "no",
             "yes" if q["configured"] else "no",
-            *(str(q["counts"][s]) for s in STATES),
+            *(str(q["counts"][s]) for s in STATES[1:]),  # no waiting job: no column
         ]
         for q in listing
     ]

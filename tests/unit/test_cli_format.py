@@ -34,7 +34,7 @@ def test_cut_age_when_first_line() -> None:
 
 
 def _queue(name: str, **counts: int) -> dict[str, object]:
-    states = ("queued", "running", "succeeded", "dead", "cancelled")
+    states = ("waiting", "queued", "running", "succeeded", "dead", "cancelled")
     return {
         "queue": name,
         "counts": {s: counts.get(s, 0) for s in states},

@@ -97,6 +97,97 @@ CROSS JOIN (SELECT count(*) FROM notified) AS force_notify
 ORDER BY inserted.id;
 
 
+-- name: jobs_insert_after
+-- Inserts one job that runs `after` other jobs (workflows, 0010_workflows.sql). Used
+-- only for such a job: jobs_insert is untouched. The dependencies are locked FOR SHARE
+-- (in id order) before their states are read: an outcome of one of them, an UPDATE,
+-- waits for this transaction to end, and this statement waits for an outcome in
+-- progress and then reads the state it committed. So either this insert sees the
+-- dependency final (and counts it now), or the outcome's release sees this job's edge
+-- (has_dependents, set here, and the job_dependencies row are committed before the
+-- outcome's UPDATE can lock the row): never neither, never both.
+-- The job is `cancelled` at once if a dependency already ended dead or cancelled and
+-- after_failure is 'cancel'; `queued` if every dependency has already ended; else
+-- `waiting` with one edge per dependency not yet final. Nothing is inserted if an id
+-- does not exist: `missing` names them.
+WITH deps AS (
+    SELECT j.id, j.state IN ('succeeded', 'dead', 'cancelled') AS final,
+           j.state IN ('dead', 'cancelled') AS failed
+    FROM {schema}.jobs AS j
+    WHERE j.id = ANY(%(after)s::bigint[])
+    ORDER BY j.id
+    FOR SHARE
+),
+facts AS (
+    SELECT count(*) AS found,
+           count(*) FILTER (WHERE NOT final)::int AS pending,
+           min(id) FILTER (WHERE failed) AS failed_dependency
+    FROM deps
+),
+input AS (
+    SELECT nextval(%(sequence)s::regclass) AS id, t.*, f.pending, f.failed_dependency,
+           CASE WHEN f.failed_dependency IS NOT NULL AND t.after_failure = 'cancel'
+                    THEN 'cancelled'
+                WHEN f.pending = 0 THEN 'queued'
+                ELSE 'waiting' END AS state
+    FROM jsonb_to_record(%(job)s::jsonb)
+             AS t(queue text, kind text, payload jsonb, priority int, run_at timestamptz,
+                  delay_s float8, max_attempts int, max_runtime_s float8,
+                  trace_context jsonb, key text, after_failure text)
+    CROSS JOIN facts AS f
+    WHERE f.found = cardinality(%(after)s::bigint[])
+),
+inserted AS (
+    INSERT INTO {schema}.jobs AS j
+        (id, queue, kind, payload, priority, run_at, max_attempts, max_runtime,
+         trace_context, key, state, finished_at, last_error, after_ids, after_failure,
+         deps_pending)
+    SELECT id, queue, kind, payload, COALESCE(priority, 0),
+           COALESCE(run_at, now() + make_interval(secs => COALESCE(delay_s, 0))),
+           max_attempts, make_interval(secs => max_runtime_s), trace_context, key, state,
+           CASE WHEN state = 'cancelled' THEN now() END,
+           CASE WHEN state = 'cancelled'
+                THEN format('cancelled: job %%s, which it was to run after, ended dead or '
+                            'cancelled', failed_dependency) END,
+           %(after)s::bigint[], after_failure,
+           CASE WHEN state = 'waiting' THEN pending ELSE 0 END
+    FROM input
+    RETURNING j.id, j.queue, j.state
+),
+edges AS (
+    INSERT INTO {schema}.job_dependencies (dependency_id, job_id)
+    SELECT d.id, i.id FROM deps AS d CROSS JOIN inserted AS i
+    WHERE i.state = 'waiting' AND NOT d.final
+),
+marked AS (  -- the flag the release trigger's WHEN tests; written once per dependency
+    UPDATE {schema}.jobs AS j
+    SET has_dependents = true
+    FROM deps AS d, inserted AS i
+    WHERE j.id = d.id AND i.state = 'waiting' AND NOT d.final AND NOT j.has_dependents
+),
+notified AS (  -- as in jobs_insert, for a job queued at once
+    SELECT pg_notify(%(channel)s, i.queue) FROM inserted AS i WHERE i.state = 'queued'
+)
+SELECT (SELECT id FROM inserted) AS id,
+       ARRAY(SELECT a FROM unnest(%(after)s::bigint[]) AS a
+             WHERE a NOT IN (SELECT id FROM deps) ORDER BY a) AS missing
+FROM (SELECT count(*) FROM notified) AS force_notify;
+
+
+-- name: jobs_dependencies
+-- `jobs show`: the jobs this one was enqueued after, and the jobs enqueued after it
+-- (their after_ids name it: by jobs_after_idx). `relation` is 'dependency' or
+-- 'dependent'; a dependency pruned since shows with state and kind NULL.
+SELECT 'dependency' AS relation, a.id, j.state, j.kind
+FROM unnest((SELECT after_ids FROM {schema}.jobs WHERE id = %(id)s)) AS a(id)
+LEFT JOIN {schema}.jobs AS j ON j.id = a.id
+UNION ALL
+SELECT 'dependent', j.id, j.state, j.kind
+FROM {schema}.jobs AS j
+WHERE j.after_ids @> ARRAY[%(id)s::bigint] AND j.after_ids IS NOT NULL
+ORDER BY 1, 2;
+
+
 -- name: jobs_insert_throttled
 -- Enqueues one job with `throttle`: at most one job per unique_key is created per window
 -- of throttle_s seconds; within the window the window's job id is returned, whatever its
@@ -356,7 +447,8 @@ WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked)) AND q.name = j.queue
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
           j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord, j.key,
-          j.trace_context  -- the handler's span continues the enqueuer's trace
+          j.trace_context,  -- the handler's span continues the enqueuer's trace
+          j.after_ids       -- job.after (workflows)
 
 
 -- name: jobs_complete_and_claim
@@ -615,7 +707,7 @@ claimed AS (
     RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
               extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
               j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord, j.key,
-              j.trace_context
+              j.trace_context, j.after_ids
 ),
 charged AS (
     INSERT INTO {schema}.starts (lease_token, queue, key, at)
@@ -970,7 +1062,8 @@ RETURNING j.id;
 
 
 -- name: jobs_cancel
--- Cancels waiting or running jobs. A running job's holder loses its lease: its outcome
+-- Cancels waiting, queued or running jobs (a job with dependents releases them: the
+-- release_dependents trigger of 0010_workflows.sql). A running job's holder loses its lease: its outcome
 -- will match no row. The token stays on the row (only a running job has one: every
 -- way back to queued clears it), so the holder's renewal can tell a cancel from a
 -- rescue (jobs_cancelled_among).
@@ -979,7 +1072,7 @@ WITH cancelled AS (
     SET state            = 'cancelled',
         finished_at      = now(),
         lease_expires_at = NULL
-    WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'running')
+    WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'queued', 'running')
     RETURNING id, lease_token,
               -- FINISHED (as in complete_update)
               CASE WHEN waited_on THEN pg_notify({finished_channel}, id::text) END
@@ -1073,10 +1166,12 @@ archived AS (
     INSERT INTO {schema}.jobs_archive
         (id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
          run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
-         finished_at, progress, progress_stage, progress_at, trace_context, key)
+         finished_at, progress, progress_stage, progress_at, trace_context, key, after_ids,
+         after_failure)
     SELECT id, queue, kind, payload, priority, state, attempt, max_attempts, max_runtime,
            run_at, unique_key, worker, last_error, errors, result, created_at, started_at,
-           finished_at, progress, progress_stage, progress_at, trace_context, key
+           finished_at, progress, progress_stage, progress_at, trace_context, key, after_ids,
+           after_failure
     FROM moved
     RETURNING finished_at
 )
@@ -1201,6 +1296,7 @@ SELECT set_config('search_path', %(search_path)s, true);
 -- pass over the table (finished rows included, until pruned): an operator's read, not
 -- a hot path.
 SELECT queue,
+       count(*) FILTER (WHERE state = 'waiting')   AS waiting,
        count(*) FILTER (WHERE state = 'queued')    AS queued,
        count(*) FILTER (WHERE state = 'running')   AS running,
        count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
@@ -1299,6 +1395,15 @@ LEFT JOIN {schema}.jobs AS j
 GROUP BY q.name;
 
 
+-- name: queues_waiting
+-- The metrics' waiting gauge: per queue, the jobs waiting for the jobs they run after;
+-- by jobs_waiting_idx (0010_workflows.sql), which holds only waiting jobs.
+SELECT q.name, count(j.id)
+FROM unnest(%(queues)s::text[]) AS q(name)
+LEFT JOIN {schema}.jobs AS j ON j.queue = q.name AND j.state = 'waiting'
+GROUP BY q.name;
+
+
 -- name: queues_pause
 -- Pauses these queues (kept in the database until resumed): no claim takes their jobs
 -- from the next one on; running jobs finish. Returns the queues that were not paused
@@ -1339,6 +1444,7 @@ SELECT queue, paused_at FROM {schema}.paused_queues ORDER BY queue;
 -- the table, as jobs_status_by_queue: an operator's read, not a hot path.
 WITH counts AS (
     SELECT queue,
+           count(*) FILTER (WHERE state = 'waiting')   AS waiting,
            count(*) FILTER (WHERE state = 'queued')    AS queued,
            count(*) FILTER (WHERE state = 'running')   AS running,
            count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
@@ -1357,6 +1463,7 @@ named AS (
 SELECT n.queue,
        n.queue = ANY(%(configured)s::text[]) AS configured,
        p.paused_at,
+       coalesce(c.waiting, 0)   AS waiting,
        coalesce(c.queued, 0)    AS queued,
        coalesce(c.running, 0)   AS running,
        coalesce(c.succeeded, 0) AS succeeded,
