@@ -534,6 +534,27 @@ def test_the_jobs_list_and_a_job_page_show_the_job_key(client, conn):
     assert "<dt>Key</dt><dd>—</dd>" in client.get(f"/jobs/{plain}").text
 
 
+def test_a_job_page_lists_what_it_runs_after_and_what_runs_after_it(client, conn):
+    first = pgworkerd.enqueue(conn, "export", {})
+    second = pgworkerd.enqueue(conn, "export", {})
+    email = pgworkerd.enqueue(conn, "email", {}, after=[first, second])
+
+    page = client.get(f"/jobs/{email}").text
+    runs_after = page.split('<h2 id="dependencies-h">Runs after</h2>')[1].split("</section>")[0]
+    for dependency in (first, second):
+        assert f'<a href="/jobs/{dependency}">Job {dependency}</a> · export' in runs_after
+    assert '<span class="state state-waiting">waiting</span>' not in runs_after
+    assert runs_after.count('<span class="state state-queued">queued</span>') == 2
+    assert 'id="dependents-h"' not in page, "nothing runs after the email"
+
+    parent = client.get(f"/jobs/{first}").text
+    run_after_it = parent.split('<h2 id="dependents-h">Run after it</h2>')[1]
+    assert f'<a href="/jobs/{email}">Job {email}</a> · email' in run_after_it
+    assert '<span class="state state-waiting">waiting</span>' in run_after_it
+    assert 'id="dependencies-h"' not in parent
+    assert 'id="dependencies-h"' not in client.get(f"/jobs/{second}").text
+
+
 LIMITS_CONFIG = """
 queues:
   payments: {concurrency: 2, rate: 10/m}
