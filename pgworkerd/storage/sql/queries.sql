@@ -402,7 +402,7 @@ FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
 -- jobs_claim for a list that includes limited queues, run after limits_lock in the same
 -- transaction. The same levels, positions, pauses and order; each limited queue takes
 -- at most its room:
---   concurrency - its running rows (jobs_running_idx, at most `concurrency` entries read)
+--   concurrency - its running rows (RUNNING: one pass over the fleet's leased rows)
 --   rate N      - its starts in (t - period, t] (starts_queue_idx, at most N entries read)
 -- where t = statement_timestamp(), this statement's start: after the lock, so later
 -- than every start a previous holder wrote. A job counts as running from its claim
@@ -420,7 +420,7 @@ FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
 -- in each level, the keys with queued jobs (jobs_key_claim_idx, one descent a key)
 -- in key order from just after the key that had the last turn (key_turns), wrapping
 -- around once. Each key gives its ready jobs (1 a turn in a fair queue) up to its own
--- room, the same two counts per key (jobs_running_idx, starts_key_idx). A key with
+-- room, the same two counts per key (RUNNING's row, starts_key_idx). A key with
 -- 10,000 ready jobs, or one at its limit, costs one descent, never a walk past its
 -- jobs. The key that had the last turn of the claim is written to key_turns: the
 -- next claim starts after it (round-robin: every key with ready jobs gets a turn
@@ -447,16 +447,28 @@ limits AS (
          AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
               key_rate_count, key_rate_period_s, fair)
 ),
+running AS MATERIALIZED (
+    -- RUNNING: the leased rows of the concurrency-limited queues, by queue and key, in
+    -- one pass over jobs_lease_expiry_idx (0001), whose entries are the fleet's running
+    -- jobs (by jobs_running_is_leased), however big the table. No index of its own: one
+    -- would be written by every claim and renewal of every queue, limited or not. Not
+    -- read at all (a one-time filter) when no queue of the claim limits concurrency.
+    SELECT j.queue, j.key, count(*) AS n
+    FROM {schema}.jobs AS j
+    WHERE j.lease_expires_at IS NOT NULL
+      AND j.queue = ANY(%(limit_queues)s::text[])
+      AND EXISTS (SELECT FROM limits AS l
+                  WHERE l.concurrency IS NOT NULL OR l.key_concurrency IS NOT NULL)
+    GROUP BY j.queue, j.key
+),
 room AS MATERIALIZED (
     SELECT l.*,
            -- least() and greatest() ignore NULLs: a queue with only one of the two
            -- limits takes the other's room; with neither (keyed only), NULL: no cap
            CASE WHEN l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL THEN
            greatest(0, least(
-               l.concurrency - (SELECT count(*) FROM (
-                   SELECT FROM {schema}.jobs AS j
-                   WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.queue
-                   LIMIT l.concurrency) AS running),
+               l.concurrency - coalesce((SELECT sum(r.n) FROM running AS r
+                                         WHERE r.queue = l.queue), 0),
                l.rate_count - (SELECT count(*) FROM (
                    SELECT FROM {schema}.starts AS s
                    WHERE s.queue = l.queue AND s.at > statement_timestamp() - l.rate_period
@@ -542,11 +554,9 @@ key_picks AS MATERIALIZED (
         CROSS JOIN LATERAL (
             SELECT CASE WHEN g.key IS NULL THEN NULL ELSE greatest(0, least(
                        CASE WHEN l.fair THEN 1 END,
-                       l.key_concurrency - (SELECT count(*) FROM (
-                           SELECT FROM {schema}.jobs AS j
-                           WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.name
-                             AND j.key = g.key
-                           LIMIT l.key_concurrency) AS running),
+                       l.key_concurrency - coalesce((SELECT r.n FROM running AS r
+                                                     WHERE r.queue = l.name
+                                                       AND r.key = g.key), 0),
                        l.key_rate_count - (SELECT count(*) FROM (
                            SELECT FROM {schema}.starts AS s
                            WHERE s.queue = l.name AND s.key = g.key
@@ -687,10 +697,15 @@ WITH limits AS (
          AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
               key_rate_count, key_rate_period_s, fair)
 ),
+running AS MATERIALIZED (  -- RUNNING, as in jobs_claim_limited: one pass over the leased rows
+    SELECT j.queue, j.key, count(*) AS n
+    FROM {schema}.jobs AS j
+    WHERE j.lease_expires_at IS NOT NULL AND j.queue = ANY(%(limit_queues)s::text[])
+    GROUP BY j.queue, j.key
+),
 counted AS (
     SELECT l.*,
-           (SELECT count(*) FROM {schema}.jobs AS j
-            WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.queue) AS running,
+           coalesce((SELECT sum(r.n) FROM running AS r WHERE r.queue = l.queue), 0) AS running,
            (SELECT count(*) FROM {schema}.starts AS s
             WHERE s.queue = l.queue AND s.at > now() - l.rate_period) AS window_starts,
            (SELECT count(*) FROM {schema}.jobs AS j
@@ -706,9 +721,9 @@ SELECT c.queue, c.running, c.window_starts, c.ready,
                     WHERE j.state = 'queued' AND j.queue = c.queue AND j.run_at <= now()
                       AND j.key IS NOT NULL
                     GROUP BY j.key) AS k
-                WHERE (SELECT count(*) FROM {schema}.jobs AS r
-                       WHERE r.lease_expires_at IS NOT NULL AND r.queue = c.queue
-                         AND r.key = k.key) >= c.key_concurrency
+                WHERE coalesce((SELECT r.n FROM running AS r
+                                WHERE r.queue = c.queue AND r.key = k.key), 0)
+                          >= c.key_concurrency
                    OR (SELECT count(*) FROM {schema}.starts AS s
                        WHERE s.queue = c.queue AND s.key = k.key
                          AND s.at > now() - c.key_rate_period) >= c.key_rate_count), 0)
