@@ -738,6 +738,16 @@ ORDER BY c.queue;
 SELECT count(pg_notify(%(channel)s, q.name)) FROM unnest(%(queues)s::text[]) AS q(name);
 
 
+-- name: wake_limited
+-- Fragment (a RETURNING column) of the statements that free a place of a limited queue
+-- other than a completion: jobs_fail, jobs_rescue (apply_failure), jobs_snooze and
+-- jobs_release. WAKE: a job of one of `wake_queues` (the writer's limited queues whose
+-- places this frees) left `running`: its queue's idle workers are woken (delivered at
+-- commit; the same notification twice in a transaction is sent once), as limits_notify
+-- does for completions. Any other queue's job costs the test of an empty array.
+CASE WHEN j.queue = ANY(%(wake_queues)s::text[]) THEN pg_notify({queue_channel}, j.queue) END
+
+
 -- name: queue_levels
 -- Fragment of jobs_levels: given a CTE `queues(name, ord)`, the distinct priorities
 -- present among queued jobs of each queue, found by one index descent each (a loose
@@ -910,7 +920,8 @@ FROM target AS t
 WHERE j.id = t.id
 RETURNING j.id, j.state, j.run_at, j.attempt,
           -- FINISHED (as in complete_update)
-          CASE WHEN t.dead AND j.waited_on THEN pg_notify({finished_channel}, j.id::text) END
+          CASE WHEN t.dead AND j.waited_on THEN pg_notify({finished_channel}, j.id::text) END,
+          {wake_limited}
 
 
 -- name: jobs_release
@@ -925,7 +936,7 @@ SET state            = 'queued',
     started_at       = NULL
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'running'  -- FENCE
-RETURNING j.id;
+RETURNING j.id, {wake_limited};
 
 
 -- name: jobs_snooze
@@ -966,7 +977,8 @@ SET state            = 'queued',
     started_at       = NULL
 FROM target AS t
 WHERE j.id = t.id
-RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT count(*) FROM paused) AS keys_paused;
+RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT count(*) FROM paused) AS keys_paused,
+          {wake_limited};
 
 
 -- name: jobs_renew
@@ -989,9 +1001,18 @@ WITH cancelled AS (
         finished_at      = now(),
         lease_expires_at = NULL
     WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('queued', 'running')
-    RETURNING id, lease_token,
+    RETURNING id, queue, lease_token,
               -- FINISHED (as in complete_update)
               CASE WHEN waited_on THEN pg_notify({finished_channel}, id::text) END
+),
+-- WAKE (as wake_limited): a running job cancelled frees its place at this commit, not
+-- when its holder stops; the operator's side does not know which queues are limited,
+-- so every queue that had one is told (an idle worker of an unlimited queue claims
+-- once for nothing). Rare: an operator's action.
+freed AS (
+    SELECT pg_notify({queue_channel}, c.queue)
+    FROM cancelled AS c WHERE c.lease_token IS NOT NULL
+    GROUP BY c.queue
 ),
 -- Tell the holders of the running ones now (delivered at commit), as "id:token" pairs,
 -- a hundred to a notification: NOTIFY payloads are limited to 8000 bytes.
@@ -1002,7 +1023,8 @@ told AS (
     GROUP BY c.chunk
 )
 SELECT id FROM cancelled
-CROSS JOIN (SELECT count(*) FROM told) AS force_notify;  -- an unreferenced CTE never runs
+CROSS JOIN (SELECT count(*) FROM told) AS force_notify  -- an unreferenced CTE never runs
+CROSS JOIN (SELECT count(*) FROM freed) AS force_wake;
 
 
 -- name: jobs_cancelled_among
