@@ -103,13 +103,19 @@ def drain(dsn: str, limits: QueueLimits | None, workers: int, batch: int) -> dic
     }
 
 
-def plans(dsn: str) -> str:
+def plans(dsn: str, running: int = 0) -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of a claim of 10 of each kind, 100,000 ready jobs over
-    10,000 keys."""
+    10,000 keys, `running` of them claimed first (committed: they hold leases, as a busy
+    fleet's running jobs do, which the limited claims count)."""
     enqueue(dsn, PLAN_JOBS, PLAN_KEYS)
     sql = queries.statements("pgworkerd")
     out = []
     with psycopg.connect(dsn) as conn:
+        if running:
+            JobStore().claim(conn, queues=["default"], limit=running, lease_ttl_s=3600, worker="r")
+            conn.commit()
+            conn.execute("ANALYZE pgworkerd.jobs")
+            conn.commit()
         for name, limits, _ in ROWS:
             store = JobStore(limits={"default": limits} if limits else None)
             store.positions.learn(["default"], [])
@@ -137,6 +143,10 @@ def main(argv: list[str] | None = None, out: Path | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument(
+        "--running", type=int, default=0, help="jobs running (leased) while the plans are taken"
+    )
+    parser.add_argument("--plans-only", action="store_true", help="the plans, not the rows")
     args = parser.parse_args(argv)
     out = out or REPO / "bench" / "results" / (time.strftime("%Y%m%dT%H%M%S") + "-limits")
     out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +158,7 @@ def main(argv: list[str] | None = None, out: Path | None = None) -> int:
         "|---|---:|---:|---:|",
     ]
     with throwaway_cluster() as cluster:
-        for index, (name, limits, keys) in enumerate(ROWS):
+        for index, (name, limits, keys) in enumerate([] if args.plans_only else ROWS):
             dsn = fresh_database(cluster, f"limits{index}")
             migrate(dsn)
             enqueue(dsn, args.jobs, keys)
@@ -161,7 +171,7 @@ def main(argv: list[str] | None = None, out: Path | None = None) -> int:
             lines.append(line)
         dsn = fresh_database(cluster, "plans")
         migrate(dsn)
-        explained = plans(dsn)
+        explained = plans(dsn, args.running)
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     (out / "plans.txt").write_text(explained)
     print("\n".join(lines))

@@ -37,8 +37,15 @@ class QueueLimits:
 
     @property
     def frees_on_completion(self) -> bool:
-        """Whether a completion frees a place (so idle workers are woken for it)."""
+        """Whether a completion frees a place (so idle workers are woken for it); so
+        does any end of a lease: a failure, a release, a rescue, a cancel."""
         return self.concurrency is not None or self.key_concurrency is not None
+
+    @property
+    def frees_on_snooze(self) -> bool:
+        """Whether a Snooze or PauseKey frees a place: its lease's, and its start, which
+        it gives back to the rate."""
+        return self.frees_on_completion or self.rate is not None or self.key_rate is not None
 
 
 def limited_queues(queues: Sequence[str], limits: Mapping[str, QueueLimits]) -> list[str]:

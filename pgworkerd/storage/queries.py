@@ -12,12 +12,13 @@ from importlib import resources
 
 from psycopg import sql
 
-from pgworkerd.storage.channels import finished_channel
+from pgworkerd.storage.channels import finished_channel, notify_channel
 
 _NAME_MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # Fragments spliced into other statements rather than run on their own; a fragment may
 # use the ones before it.
 _FRAGMENTS = (
+    "wake_limited",
     "apply_failure",
     "queue_levels",
     "claim_picks",
@@ -53,6 +54,8 @@ def statements(schema: str) -> dict[str, bytes]:
         # there (FINISHED) without their callers passing anything more.
         "finished_channel": sql.Literal(finished_channel(schema)),
         "finished_channel_name": sql.Identifier(finished_channel(schema)),
+        # The queues' channel (jobs_insert's), for WAKE: a literal for the same reason.
+        "queue_channel": sql.Literal(notify_channel(schema)),
     }
     fragments: dict[str, sql.Composed] = {}
     for name in _FRAGMENTS:

@@ -207,6 +207,11 @@ class JobStore:
         # a place (None: its concurrency, freed by a completion). An idle wait leaves
         # these queues' ready jobs out (next_run_in) instead of spinning on them.
         self._held: dict[str, float | None] = {}
+        # WAKE (sql/queries.sql, wake_limited): the limited queues whose idle workers a
+        # failure, release or rescue (a place freed), or a snooze (a place and a start),
+        # wakes. Empty without limits: those statements then notify nothing.
+        self._wake_on_settle = [q for q, lim in self.limits.items() if lim.frees_on_completion]
+        self._wake_on_snooze = [q for q, lim in self.limits.items() if lim.frees_on_snooze]
         self.backoff = backoff or Backoff()
         # Per store, so per process: each worker process makes its own JobStore.
         self.positions = positions or ClaimPositions()
@@ -502,6 +507,7 @@ class JobStore:
             "delay_s": float(delay_s or 0.0),
             "until": until,
             "pause_key": pause_key,
+            "wake_queues": self._wake_on_snooze,
         }
         row = conn.execute(self._sql["jobs_snooze"], params).fetchone()
         return FailedAttempt(*row[:4]) if row else None
@@ -511,7 +517,7 @@ class JobStore:
         # They keep their run_at, behind the positions claims have passed: this
         # process's next claim sweeps (others find them at their own next sweep).
         self.positions.sweep_soon()
-        return self._by_leases(conn, "jobs_release", leases)
+        return self._by_leases(conn, "jobs_release", leases, wake_queues=self._wake_on_settle)
 
     def renew(
         self, conn: psycopg.Connection[Any], leases: Iterable[Lease], lease_ttl_s: float
@@ -526,7 +532,7 @@ class JobStore:
 
     def rescue(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[FailedAttempt]:
         """Retry or dead-letter up to `limit` jobs whose lease expired."""
-        params = {"limit": limit, **self._backoff_params()}
+        params = {"limit": limit, "wake_queues": self._wake_on_settle, **self._backoff_params()}
         rows = conn.execute(self._sql["jobs_rescue"], params).fetchall()
         return [FailedAttempt(*row[:4]) for row in rows]
 
@@ -658,6 +664,7 @@ class JobStore:
             "error": error,
             "discard": discard,
             "delay_s": delay_s,
+            "wake_queues": self._wake_on_settle,
             **self._backoff_params(),
         }
         row = conn.execute(self._sql["jobs_fail"], params).fetchone()

@@ -384,7 +384,11 @@ class Supervisor:
     def _store(self) -> JobStore:
         defaults = self.config.defaults
         backoff = Backoff(base_s=defaults.backoff_base, max_s=defaults.backoff_max)
-        return JobStore(self.config.database.schema_name, backoff=backoff)
+        # The limits, for WAKE only: a rescue or a settlement of a limited queue's job
+        # frees a place, and wakes that queue's idle workers (the supervisor never claims).
+        return JobStore(
+            self.config.database.schema_name, backoff=backoff, limits=self.config.queue_limits()
+        )
 
     def _housekeeper(self) -> Housekeeper:
         return Housekeeper(

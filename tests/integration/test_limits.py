@@ -221,3 +221,23 @@ def test_fair_priority_first(conn):
     claim(store, conn, limit=1)  # learns the levels; takes the first of priority 5
     [job] = claim(store, conn, limit=1)
     assert job.id in urgent
+
+
+def test_a_keyed_queues_positions_never_move_so_jobs_behind_them_are_found(conn):
+    # Key "a"'s jobs are older than key "b"'s: a claim that takes a1 and b1 has passed
+    # (b1.run_at, b1.id), which is ahead of a2 and a3. A keyed queue's claims walk keys,
+    # so a position moved there would hide a2 and a3 from the idle worker's look for
+    # work (next_run_in), until a sweep (an hour away here).
+    store = JobStore(
+        positions=ClaimPositions(lag_s=0, sweep_every_s=3600),
+        limits={"default": QueueLimits(key_concurrency=1)},
+    )
+    now = db_now(conn)
+    older = pgworkerd.enqueue_many(conn, keyed("a", 3, run_at=now - timedelta(hours=2)))
+    (later,) = pgworkerd.enqueue_many(conn, keyed("b", 1, run_at=now - timedelta(hours=1)))
+    first = claim(store, conn, limit=2)
+    assert sorted(j.id for j in first) == [older[0], later]
+    store.complete(conn, [(j.lease, None) for j in first])
+    wait = store.next_run_in(conn, ["default"])
+    assert wait is not None and wait < 0, "a2 and a3 are ready, behind where the claim went"
+    assert [j.id for j in claim(store, conn, limit=2)] == [older[1]]

@@ -2,15 +2,12 @@
 -- Runs with search_path set to the pgworkerd schema, inside the migration transaction.
 -- (0007: 0008 and 0009 are other branches'; migrate applies every missing version.)
 
--- Concurrency is derived from the running rows themselves, never from a counter: a
--- claim of a limited queue counts them here, index-only, a few entries per queue (at
--- most its concurrency are ever read). The predicate names lease_expires_at, not
--- state = 'running' (equivalent by jobs_running_is_leased), for the reason
--- jobs_lease_expiry_idx gives: the fenced writes must never be planned through it.
--- CONCURRENTLY is not possible inside the migration's transaction; on a big jobs
--- table, build it by hand first (docs/deploy.md, "Upgrading, with migrations").
-CREATE INDEX jobs_running_idx ON jobs (queue, key)
-    WHERE lease_expires_at IS NOT NULL;
+-- Concurrency is derived from the running rows themselves, never from a counter. No
+-- index of its own: a limited claim counts them in one pass over jobs_lease_expiry_idx
+-- (0001), whose entries are the fleet's running jobs however big the table (RUNNING in
+-- jobs_claim_limited). An index on running rows by (queue, key) would get an entry at
+-- every claim and renewal of every queue, limited or not (no such update is HOT: each
+-- changes state or lease_expires_at), to serve the limited claims alone.
 
 -- The starts ledger of rate-limited queues: one row per start, written by the claim
 -- in its own transaction (a rollback or a crash undoes both), deleted by a Snooze or

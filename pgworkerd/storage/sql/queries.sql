@@ -494,7 +494,7 @@ FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
 -- jobs_claim for a list that includes limited queues, run after limits_lock in the same
 -- transaction. The same levels, positions, pauses and order; each limited queue takes
 -- at most its room:
---   concurrency - its running rows (jobs_running_idx, at most `concurrency` entries read)
+--   concurrency - its running rows (RUNNING: one pass over the fleet's leased rows)
 --   rate N      - its starts in (t - period, t] (starts_queue_idx, at most N entries read)
 -- where t = statement_timestamp(), this statement's start: after the lock, so later
 -- than every start a previous holder wrote. A job counts as running from its claim
@@ -512,7 +512,7 @@ FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
 -- in each level, the keys with queued jobs (jobs_key_claim_idx, one descent a key)
 -- in key order from just after the key that had the last turn (key_turns), wrapping
 -- around once. Each key gives its ready jobs (1 a turn in a fair queue) up to its own
--- room, the same two counts per key (jobs_running_idx, starts_key_idx). A key with
+-- room, the same two counts per key (RUNNING's row, starts_key_idx). A key with
 -- 10,000 ready jobs, or one at its limit, costs one descent, never a walk past its
 -- jobs. The key that had the last turn of the claim is written to key_turns: the
 -- next claim starts after it (round-robin: every key with ready jobs gets a turn
@@ -539,16 +539,28 @@ limits AS (
          AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
               key_rate_count, key_rate_period_s, fair)
 ),
+running AS MATERIALIZED (
+    -- RUNNING: the leased rows of the concurrency-limited queues, by queue and key, in
+    -- one pass over jobs_lease_expiry_idx (0001), whose entries are the fleet's running
+    -- jobs (by jobs_running_is_leased), however big the table. No index of its own: one
+    -- would be written by every claim and renewal of every queue, limited or not. Not
+    -- read at all (a one-time filter) when no queue of the claim limits concurrency.
+    SELECT j.queue, j.key, count(*) AS n
+    FROM {schema}.jobs AS j
+    WHERE j.lease_expires_at IS NOT NULL
+      AND j.queue = ANY(%(limit_queues)s::text[])
+      AND EXISTS (SELECT FROM limits AS l
+                  WHERE l.concurrency IS NOT NULL OR l.key_concurrency IS NOT NULL)
+    GROUP BY j.queue, j.key
+),
 room AS MATERIALIZED (
     SELECT l.*,
            -- least() and greatest() ignore NULLs: a queue with only one of the two
            -- limits takes the other's room; with neither (keyed only), NULL: no cap
            CASE WHEN l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL THEN
            greatest(0, least(
-               l.concurrency - (SELECT count(*) FROM (
-                   SELECT FROM {schema}.jobs AS j
-                   WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.queue
-                   LIMIT l.concurrency) AS running),
+               l.concurrency - coalesce((SELECT sum(r.n) FROM running AS r
+                                         WHERE r.queue = l.queue), 0),
                l.rate_count - (SELECT count(*) FROM (
                    SELECT FROM {schema}.starts AS s
                    WHERE s.queue = l.queue AND s.at > statement_timestamp() - l.rate_period
@@ -634,11 +646,9 @@ key_picks AS MATERIALIZED (
         CROSS JOIN LATERAL (
             SELECT CASE WHEN g.key IS NULL THEN NULL ELSE greatest(0, least(
                        CASE WHEN l.fair THEN 1 END,
-                       l.key_concurrency - (SELECT count(*) FROM (
-                           SELECT FROM {schema}.jobs AS j
-                           WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.name
-                             AND j.key = g.key
-                           LIMIT l.key_concurrency) AS running),
+                       l.key_concurrency - coalesce((SELECT r.n FROM running AS r
+                                                     WHERE r.queue = l.name
+                                                       AND r.key = g.key), 0),
                        l.key_rate_count - (SELECT count(*) FROM (
                            SELECT FROM {schema}.starts AS s
                            WHERE s.queue = l.name AND s.key = g.key
@@ -766,7 +776,7 @@ FULL JOIN (
 -- each limited queue's running jobs, starts in its rate's current window, ready jobs, and
 -- how many of those a limit holds back now: all of them when the queue has no room; else
 -- those of keys with no room (per_key). The keys with no room are found from the running
--- rows and the starts ledger (jobs_running_idx, starts_key_idx: at most the queue's
+-- rows and the starts ledger (jobs_lease_expiry_idx, starts_key_idx: at most the queue's
 -- running jobs and its window's starts), never by probing every key that has ready
 -- jobs: over 100,000 ready jobs of 100,000 keys that took 2.6 s, the overview polls it.
 -- `counted` is MATERIALIZED: inlined, each count ran once per reference (ready twice, a
@@ -783,10 +793,15 @@ WITH limits AS (
          AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
               key_rate_count, key_rate_period_s, fair)
 ),
+running AS MATERIALIZED (  -- RUNNING, as in jobs_claim_limited: one pass over the leased rows
+    SELECT j.queue, j.key, count(*) AS n
+    FROM {schema}.jobs AS j
+    WHERE j.lease_expires_at IS NOT NULL AND j.queue = ANY(%(limit_queues)s::text[])
+    GROUP BY j.queue, j.key
+),
 counted AS MATERIALIZED (
     SELECT l.*,
-           (SELECT count(*) FROM {schema}.jobs AS j
-            WHERE j.lease_expires_at IS NOT NULL AND j.queue = l.queue) AS running,
+           coalesce((SELECT sum(r.n) FROM running AS r WHERE r.queue = l.queue), 0) AS running,
            (SELECT count(*) FROM {schema}.starts AS s
             WHERE s.queue = l.queue AND s.at > now() - l.rate_period) AS window_starts,
            (SELECT count(*) FROM {schema}.jobs AS j
@@ -801,10 +816,9 @@ SELECT c.queue, c.running, c.window_starts, c.ready,
                 WHERE j.state = 'queued' AND j.queue = c.queue AND j.run_at <= now()
                   AND j.key IS NOT NULL
                   AND j.key IN (  -- the queue's keys at their per_key limit now
-                      SELECT r.key FROM {schema}.jobs AS r
-                      WHERE r.lease_expires_at IS NOT NULL AND r.queue = c.queue
-                        AND r.key IS NOT NULL
-                      GROUP BY r.key HAVING count(*) >= c.key_concurrency
+                      SELECT r.key FROM running AS r
+                      WHERE r.queue = c.queue AND r.key IS NOT NULL
+                        AND r.n >= c.key_concurrency
                     UNION
                       SELECT s.key FROM {schema}.starts AS s
                       WHERE s.queue = c.queue AND s.key IS NOT NULL
@@ -819,6 +833,16 @@ ORDER BY c.queue;
 -- LIMITS: a completion freed places in these concurrency-limited queues: wake their idle
 -- workers (delivered at commit, as jobs_insert's).
 SELECT count(pg_notify(%(channel)s, q.name)) FROM unnest(%(queues)s::text[]) AS q(name);
+
+
+-- name: wake_limited
+-- Fragment (a RETURNING column) of the statements that free a place of a limited queue
+-- other than a completion: jobs_fail, jobs_rescue (apply_failure), jobs_snooze and
+-- jobs_release. WAKE: a job of one of `wake_queues` (the writer's limited queues whose
+-- places this frees) left `running`: its queue's idle workers are woken (delivered at
+-- commit; the same notification twice in a transaction is sent once), as limits_notify
+-- does for completions. Any other queue's job costs the test of an empty array.
+CASE WHEN j.queue = ANY(%(wake_queues)s::text[]) THEN pg_notify({queue_channel}, j.queue) END
 
 
 -- name: queue_levels
@@ -993,7 +1017,8 @@ FROM target AS t
 WHERE j.id = t.id
 RETURNING j.id, j.state, j.run_at, j.attempt,
           -- FINISHED (as in complete_update)
-          CASE WHEN t.dead AND j.waited_on THEN pg_notify({finished_channel}, j.id::text) END
+          CASE WHEN t.dead AND j.waited_on THEN pg_notify({finished_channel}, j.id::text) END,
+          {wake_limited}
 
 
 -- name: jobs_release
@@ -1008,7 +1033,7 @@ SET state            = 'queued',
     started_at       = NULL
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'running'  -- FENCE
-RETURNING j.id;
+RETURNING j.id, {wake_limited};
 
 
 -- name: jobs_snooze
@@ -1049,7 +1074,8 @@ SET state            = 'queued',
     started_at       = NULL
 FROM target AS t
 WHERE j.id = t.id
-RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT count(*) FROM paused) AS keys_paused;
+RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT count(*) FROM paused) AS keys_paused,
+          {wake_limited};
 
 
 -- name: jobs_renew
@@ -1073,9 +1099,18 @@ WITH cancelled AS (
         finished_at      = now(),
         lease_expires_at = NULL
     WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'queued', 'running')
-    RETURNING id, lease_token,
+    RETURNING id, queue, lease_token,
               -- FINISHED (as in complete_update)
               CASE WHEN waited_on THEN pg_notify({finished_channel}, id::text) END
+),
+-- WAKE (as wake_limited): a running job cancelled frees its place at this commit, not
+-- when its holder stops; the operator's side does not know which queues are limited,
+-- so every queue that had one is told (an idle worker of an unlimited queue claims
+-- once for nothing). Rare: an operator's action.
+freed AS (
+    SELECT pg_notify({queue_channel}, c.queue)
+    FROM cancelled AS c WHERE c.lease_token IS NOT NULL
+    GROUP BY c.queue
 ),
 -- Tell the holders of the running ones now (delivered at commit), as "id:token" pairs,
 -- a hundred to a notification: NOTIFY payloads are limited to 8000 bytes.
@@ -1086,7 +1121,8 @@ told AS (
     GROUP BY c.chunk
 )
 SELECT id FROM cancelled
-CROSS JOIN (SELECT count(*) FROM told) AS force_notify;  -- an unreferenced CTE never runs
+CROSS JOIN (SELECT count(*) FROM told) AS force_notify  -- an unreferenced CTE never runs
+CROSS JOIN (SELECT count(*) FROM freed) AS force_wake;
 
 
 -- name: jobs_cancelled_among
