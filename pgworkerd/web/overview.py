@@ -29,6 +29,7 @@ def build(
         if name not in queues:
             queues[name] = {
                 "name": name,
+                "waiting": 0,
                 "queued": 0,
                 "running": 0,
                 "dead": 0,

@@ -534,6 +534,16 @@ def test_the_jobs_list_and_a_job_page_show_the_job_key(client, conn):
     assert "<dt>Key</dt><dd>—</dd>" in client.get(f"/jobs/{plain}").text
 
 
+def test_the_overview_counts_each_queues_waiting_jobs(client, conn):
+    export = pgworkerd.enqueue(conn, "export", {}, queue="exports")
+    pgworkerd.enqueue_many(
+        conn, [{"kind": "email", "payload": {}, "queue": "mail", "after": [export]}] * 2
+    )
+    mail = _row(client.get("/").text, "mail")
+    assert 'state=waiting">2<' in mail and 'state=queued">0<' in mail, mail
+    assert 'state=waiting">0<' in _row(client.get("/").text, "exports")
+
+
 def test_a_job_page_lists_what_it_runs_after_and_what_runs_after_it(client, conn):
     first = pgworkerd.enqueue(conn, "export", {})
     second = pgworkerd.enqueue(conn, "export", {})

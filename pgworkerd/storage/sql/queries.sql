@@ -1585,10 +1585,11 @@ SET max_parallel_workers_per_gather = 0;
 -- from an index range, never a pass over the whole table: the overview is polled every
 -- few seconds while a browser is open. bench/web_cost.py times them and prints plans.
 --
--- Queued and running jobs per queue, each from its partial index: jobs_claim_idx holds
--- only queued rows (queue and run_at are in it: an index-only scan once vacuumed), and
--- jobs_lease_expiry_idx only leased (= running, by jobs_running_is_leased) rows. Finished
--- rows, however many, are in neither.
+-- Queued, running and waiting jobs per queue, each from its partial index:
+-- jobs_claim_idx holds only queued rows (queue and run_at are in it: an index-only scan
+-- once vacuumed), jobs_lease_expiry_idx only leased (= running, by
+-- jobs_running_is_leased) rows, jobs_waiting_idx (0010) only waiting ones. Finished
+-- rows, however many, are in none of them.
 SELECT queue, 'queued' AS state, count(*) AS n,
        extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
            AS oldest_ready_age_s
@@ -1597,6 +1598,10 @@ GROUP BY queue
 UNION ALL
 SELECT queue, 'running', count(*), NULL
 FROM {schema}.jobs WHERE lease_expires_at IS NOT NULL
+GROUP BY queue
+UNION ALL
+SELECT queue, 'waiting', count(*), NULL
+FROM {schema}.jobs WHERE state = 'waiting'
 GROUP BY queue;
 
 
