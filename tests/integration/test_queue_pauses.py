@@ -109,6 +109,7 @@ def test_queue_listing_names_configured_jobs_and_paused_queues(conn, store):
     by_name = {q["queue"]: q for q in listing}
     assert [q["queue"] for q in listing] == ["default", "idle-but-paused", "mail"]
     assert by_name["mail"]["counts"] == {
+        "waiting": 0,
         "queued": 1,
         "running": 1,
         "succeeded": 0,
