@@ -18,11 +18,9 @@ LOG_FORMATS = ("text", "json")
 _FIELDS = "pgworkerd_fields"
 
 
-class _TextFormatter(logging.Formatter):
-    # A worker logs two lines per job: the formatting is kept cheap (the date part of
-    # the timestamp is formatted once a second).
-    _second = -1
-    _second_text = ""
+class _LineFormatter(logging.Formatter):
+    """A record taken apart into the fields of `line`, which the fast path of `event`
+    calls directly, without building a LogRecord: both paths write the same line."""
 
     def format(self, record: logging.LogRecord) -> str:
         exc = self.formatException(record.exc_info) if record.exc_info else None
@@ -35,6 +33,25 @@ class _TextFormatter(logging.Formatter):
             getattr(record, _FIELDS, None),
             exc,
         )
+
+    def line(
+        self,
+        created: float,
+        levelname: str,
+        pid: int | None,
+        process_name: str | None,
+        message: str,
+        fields: dict[str, Any] | None,
+        exception: str | None = None,
+    ) -> str:
+        raise NotImplementedError
+
+
+class _TextFormatter(_LineFormatter):
+    # A worker logs two lines per job: the formatting is kept cheap (the date part of
+    # the timestamp is formatted once a second).
+    _second = -1
+    _second_text = ""
 
     def line(
         self,
@@ -70,19 +87,7 @@ class _TextFormatter(logging.Formatter):
         return f"{self._second_text}.{int((created - second) * 1000):03d}Z"
 
 
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        exc = self.formatException(record.exc_info) if record.exc_info else None
-        return self.line(
-            record.created,
-            record.levelname,
-            record.process,
-            record.processName,
-            record.getMessage(),
-            getattr(record, _FIELDS, None),
-            exc,
-        )
-
+class _JsonFormatter(_LineFormatter):
     def line(
         self,
         created: float,
@@ -114,7 +119,7 @@ class _EventHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def emit_event(self, level: int, message: str, fields: dict[str, Any]) -> None:
         formatter = self.formatter
-        assert isinstance(formatter, _TextFormatter | _JsonFormatter)  # set by setup()
+        assert isinstance(formatter, _LineFormatter)  # set by setup()
         created = time.time()
         try:
             # Formatted under the lock, as Handler.handle formats: the text formatter's
