@@ -183,6 +183,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "before its migration is written); repeatable",
     )
     parser.add_argument("--bytes-reps", type=int, default=1, help="runs of each (A B A B)")
+    parser.add_argument(
+        "--bytes-rounds",
+        type=int,
+        default=1,
+        help="2: a second round of N jobs in the same table, and its retained bytes",
+    )
     args = parser.parse_args(argv)
     if args.io_harness is None:
         args.io_harness = args.peers_dir.parent / "io" / "io_bound.py"
@@ -243,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             code=args.bytes_code,
             reps=args.bytes_reps,
             sql_variants=[(a, b) for a, _, b in (v.partition("=") for v in args.bytes_sql)],
+            rounds=args.bytes_rounds,
         )
     proto = measure.Protocol(n=args.n, n_single=min(args.n_single, args.n // 10))
     print(f"results in {out}")

@@ -9,7 +9,9 @@ For pgworkerd (this checkout; with `--bytes-code DIR` another checkout's code to
 `--bytes-sql LABEL=SQL` this checkout again with SQL run after its migrations, e.g.
 `ff100=ALTER TABLE pgworkerd.jobs SET (fillfactor = 100)`, to try a schema change
 before writing its migration; all alternated A B A B over `--bytes-reps`), in a fresh
-database: `pgworkerd migrate`, a
+database (`--bytes-rounds 2`: then N more jobs in the same table, bulk enqueued and
+worked, and the retained bytes again: the room the first round's versions and its
+20,000-deep queue left is reused, or the table grows): `pgworkerd migrate`, a
 CHECKPOINT (so full-page images count from a known point), then four phases, the WAL
 position read between them: N_SINGLE no-op jobs enqueued one per transaction, the rest
 with `enqueue_many` in calls of 1,000 (both in a subprocess running that checkout's
@@ -206,6 +208,10 @@ class Run:
     phases: dict[str, Wal]
     retained: Retained | None
     note: str = ""
+    # After a second round in the same table (`--bytes-rounds 2`): N more jobs, bulk
+    # enqueued and worked by the daemon, then a VACUUM: does the table grow by what a
+    # job keeps, or reuse the room the first round's versions and queue left?
+    second: Retained | None = None
 
     def to_success(self) -> Wal:
         """The phases from the first enqueue to the last success, summed (for a peer:
@@ -328,6 +334,7 @@ def run_pgworkerd(
     proto: Protocol,
     code: Path | None,
     after_migrate: str | None = None,
+    rounds: int = 1,
 ) -> dict[str, Wal | Retained]:
     """The four phases of one pgworkerd checkout (`code`: another checkout's), in `dsn`;
     `after_migrate`: SQL run once the schema is in place."""
@@ -361,16 +368,20 @@ def run_pgworkerd(
     mark = reader.mark()
     out["enqueue_bulk"] = reader.phase(dsn, start, mark, proto.n - proto.n_single)
     start = mark
-    daemon = Daemon(config, log_path, code=code)
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            deadline = time.monotonic() + proto.phase_timeout_s
-            while one(conn, UNFINISHED)[0]:
-                if daemon.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"jobs left unfinished; see {log_path}")
-                time.sleep(0.05)
-    finally:
-        daemon.stop()
+
+    def work() -> None:
+        daemon = Daemon(config, log_path, code=code)
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                deadline = time.monotonic() + proto.phase_timeout_s
+                while one(conn, UNFINISHED)[0]:
+                    if daemon.proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"jobs left unfinished; see {log_path}")
+                    time.sleep(0.05)
+        finally:
+            daemon.stop()
+
+    work()
     mark = reader.mark()
     out["process"] = reader.phase(dsn, start, mark, proto.n)
     start = mark
@@ -382,6 +393,12 @@ def run_pgworkerd(
     marks = json.loads(enqueue("steps", STEP_JOBS).strip().splitlines()[-1])
     for step, begin, end in zip(STEPS, marks, marks[1:], strict=False):
         out[step] = reader.phase(dsn, begin, end, STEP_JOBS)
+    for _ in range(1, rounds):
+        start = reader.mark()
+        enqueue("bulk", proto.n)
+        work()
+        out["second_round"] = reader.phase(dsn, start, reader.mark(), proto.n)
+        out["second"] = retained(dsn, "pgworkerd.jobs", "SELECT count(*) FROM pgworkerd.jobs")
     return out
 
 
@@ -464,10 +481,12 @@ def markdown(runs: list[Run], header: list[str]) -> str:
         "| indexes B/job | toast+maps B/job |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for run in runs:
-        kept = run.retained
+    for run, kept, label in [
+        *((r, r.retained, r.label) for r in runs),
+        *((r, r.second, f"{r.label}, after round 2") for r in runs if r.second is not None),
+    ]:
         if kept is None:
-            lines.append(f"| {run.label} | {run.rep} | | {run.note} | | | | | |")
+            lines.append(f"| {label} | {run.rep} | | {run.note} | | | | | |")
             continue
         rows = max(kept.rows, 1)
         heap = sum(r["main"] for r in kept.relations if r["kind"] == "r")
@@ -479,7 +498,7 @@ def markdown(runs: list[Run], header: list[str]) -> str:
             # pgstattuple's tuple_len has the tuple headers, not the line pointers
             in_use = _f(kept.live_tuple_bytes + 4 + sum(r.get("leaf_used", 0) for r in idx) / rows)
         lines.append(
-            f"| {run.label} | {run.rep} | {kept.rows:,} | **{_f(kept.total() / rows)}** | "
+            f"| {label} | {run.rep} | {kept.rows:,} | **{_f(kept.total() / rows)}** | "
             f"{in_use} | {_f(heap / rows)} | {live} | "
             + ", ".join(
                 f"{r['name']} {_f(r['main'] / rows)}"
@@ -502,7 +521,7 @@ def markdown(runs: list[Run], header: list[str]) -> str:
                 "| phase | WAL B/job | FPI B/job | by relation: record bytes (records) per job |"
             )
             lines.append("|---|---|---|---|")
-            for name in [p for p in (*PHASES, *STEPS) if p in run.phases]:
+            for name in [p for p in (*PHASES, *STEPS, "second_round") if p in run.phases]:
                 w = run.phases[name]
                 rel = sorted(w.sums("relation").items(), key=lambda kv: -kv[1]["record_bytes"])
                 detail = ", ".join(
@@ -554,6 +573,7 @@ def main(
     code: Path | None,
     reps: int,
     sql_variants: list[tuple[str, str]] = [],  # noqa: B006 (never mutated)
+    rounds: int = 1,
 ) -> int:
     runs: list[Run] = []
     variants: list[tuple[str, Path | None, str | None]] = [("pgworkerd", None, None)]
@@ -572,12 +592,13 @@ def main(
                     def ours(
                         dsn: str, tag: str = tag, c: Path | None = variant_code, q: Any = sql
                     ) -> Any:
-                        return run_pgworkerd(reader, dsn, logs, tag, proto, c, q)
+                        return run_pgworkerd(reader, dsn, logs, tag, proto, c, q, rounds)
 
                     got = in_fresh_database(cluster, "bench_bytes", logs, tag, ours)
                     if got is None:
                         continue
                     kept = got.pop("retained")
+                    second = got.pop("second", None)
                     assert isinstance(kept, Retained)
                     run = Run(
                         label,
@@ -585,6 +606,7 @@ def main(
                         proto.n,
                         {k: v for k, v in got.items() if isinstance(v, Wal)},
                         kept,
+                        second=second if isinstance(second, Retained) else None,
                     )
                     runs.append(run)
                     print(
@@ -662,4 +684,5 @@ def _as_json(run: Run) -> dict[str, Any]:
         "n": run.n,
         "phases": {k: asdict(v) for k, v in run.phases.items()},
         "retained": asdict(run.retained) if run.retained else None,
+        "second": asdict(run.second) if run.second else None,
     }
