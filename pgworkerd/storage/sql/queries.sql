@@ -110,13 +110,30 @@ ORDER BY inserted.id;
 -- after_failure is 'cancel'; `queued` if every dependency has already ended; else
 -- `waiting` with one edge per dependency not yet final. Nothing is inserted if an id
 -- does not exist: `missing` names them.
+-- PER ID: every row of jobs is reached by primary key, one id at a time, whatever plan
+-- is cached. A producer may enqueue thousands of dependents in one transaction, and
+-- psycopg prepares a statement run five times (a worker's connection plans every
+-- statement generically): a plan made while the table was small, and blind to how
+-- many ids `after` holds (a generic plan guesses 10), scanned `jobs` for
+-- `= ANY(after)` and for the join of `marked`, and was kept for the rest of the
+-- transaction, so each insert read every job inserted before it (bench/results/
+-- workflows-costs-20261124.md; tests/integration/test_workflows_enqueue_cost.py).
+-- A LATERAL subquery that locks is never pulled up into a join: it runs once per id,
+-- a lookup of one row, which an index wins on any table of ten pages or more (and on
+-- one never analysed). On a table analysed while it was smaller, a plan made then may
+-- still scan it, until the next analyse replans it.
 WITH deps AS (
     SELECT j.id, j.state IN ('succeeded', 'dead', 'cancelled') AS final,
-           j.state IN ('dead', 'cancelled') AS failed
-    FROM {schema}.jobs AS j
-    WHERE j.id = ANY(%(after)s::bigint[])
-    ORDER BY j.id
-    FOR SHARE
+           j.state IN ('dead', 'cancelled') AS failed,
+           (j.state NOT IN ('succeeded', 'dead', 'cancelled') AND NOT j.has_dependents)::int
+               AS unmarked
+    -- in id order: the nested loop keeps the order of its outer side
+    FROM (SELECT DISTINCT a.id FROM unnest(%(after)s::bigint[]) AS a(id) ORDER BY a.id) AS a
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.state, j.has_dependents FROM {schema}.jobs AS j
+        WHERE j.id = a.id
+        FOR SHARE
+    ) AS j
 ),
 facts AS (
     SELECT count(*) AS found,
@@ -159,11 +176,21 @@ edges AS (
     SELECT d.id, i.id FROM deps AS d CROSS JOIN inserted AS i
     WHERE i.state = 'waiting' AND NOT d.final
 ),
-marked AS (  -- the flag the release trigger's WHEN tests; written once per dependency
+-- The flag the release trigger's WHEN tests; written once per dependency. PER ID: only
+-- the dependencies that lack it (read under the lock) are joined to jobs: after a job's
+-- first dependent there is nothing to join, and a hash join ends at once on an empty
+-- side. MATERIALIZED, with the test written as an equality (which the planner takes
+-- for a selective one, where it guesses half for a boolean): planned for one row, the
+-- join to jobs is a nested loop over the primary key, not a hash of a whole scan.
+to_mark AS MATERIALIZED (
+    SELECT d.id FROM deps AS d CROSS JOIN inserted AS i
+    WHERE i.state = 'waiting' AND d.unmarked = 1
+),
+marked AS (
     UPDATE {schema}.jobs AS j
     SET has_dependents = true
-    FROM deps AS d, inserted AS i
-    WHERE j.id = d.id AND i.state = 'waiting' AND NOT d.final AND NOT j.has_dependents
+    FROM to_mark AS m
+    WHERE j.id = m.id AND NOT j.has_dependents
 ),
 notified AS (  -- as in jobs_insert, for a job queued at once
     SELECT pg_notify(%(channel)s, i.queue) FROM inserted AS i WHERE i.state = 'queued'
