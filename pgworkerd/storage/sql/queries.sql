@@ -99,8 +99,9 @@ ORDER BY inserted.id;
 
 -- name: jobs_insert_after
 -- Inserts one job that runs `after` other jobs (workflows, 0010_workflows.sql). Used
--- only for such a job: jobs_insert is untouched. The dependencies are locked FOR SHARE
--- (in id order) before their states are read: an outcome of one of them, an UPDATE,
+-- only for such a job: jobs_insert is untouched. The dependencies are locked (in id
+-- order; FOR SHARE, or FOR NO KEY UPDATE while they lack has_dependents: LOCK MODE)
+-- before their states are read: an outcome of one of them, an UPDATE,
 -- waits for this transaction to end, and this statement waits for an outcome in
 -- progress and then reads the state it committed. So either this insert sees the
 -- dependency final (and counts it now), or the outcome's release sees this job's edge
@@ -129,11 +130,34 @@ WITH deps AS (
                AS unmarked
     -- in id order: the nested loop keeps the order of its outer side
     FROM (SELECT DISTINCT a.id FROM unnest(%(after)s::bigint[]) AS a(id) ORDER BY a.id) AS a
-    CROSS JOIN LATERAL (
+    -- LOCK MODE. A dependency that has the flag already is locked FOR SHARE: producers
+    -- of its later dependents run side by side. One without it is locked at once FOR NO
+    -- KEY UPDATE, the mode `marked` needs to set it: two producers of a parent's first
+    -- dependents that both took the share lock and then each waited for the other's to
+    -- write the flag deadlocked (tests/integration/test_workflows.py). The mode is
+    -- chosen by `peek`, a read without a lock; the choice is a filter on peek's value
+    -- alone, which is not rechecked against a newer version of the row when a lock
+    -- waits: so a row a concurrent producer marked meanwhile is still returned (and
+    -- its flag, read under the lock, is then seen set), never dropped as missing.
+    CROSS JOIN LATERAL (  -- OFFSET 0: kept a subquery, a lookup per id (PER ID below)
+        SELECT p.has_dependents FROM {schema}.jobs AS p WHERE p.id = a.id OFFSET 0
+    ) AS peek
+    LEFT JOIN LATERAL (
         SELECT j.id, j.state, j.has_dependents FROM {schema}.jobs AS j
-        WHERE j.id = a.id
+        WHERE j.id = a.id AND peek.has_dependents
         FOR SHARE
+    ) AS shared ON true
+    LEFT JOIN LATERAL (
+        SELECT j.id, j.state, j.has_dependents FROM {schema}.jobs AS j
+        WHERE j.id = a.id AND NOT peek.has_dependents
+        FOR NO KEY UPDATE
+    ) AS first ON true
+    CROSS JOIN LATERAL (
+        SELECT coalesce(shared.id, first.id) AS id,
+               coalesce(shared.state, first.state) AS state,
+               coalesce(shared.has_dependents, first.has_dependents) AS has_dependents
     ) AS j
+    WHERE j.id IS NOT NULL  -- deleted since peek: missing
 ),
 facts AS (
     SELECT count(*) AS found,
