@@ -1,7 +1,7 @@
 """What one enqueue per transaction costs, beside the raw loop's insert-and-commit, in one
 run on one throwaway durable cluster (the peers' settings, bench/cluster.py).
 
-    python -m bench.enqueue_cost [--a /work/main] [--n 2000] [--rounds 4]
+    python -m bench.enqueue_cost [--a /work/main] [--b .] [--n 2000] [--rounds 4]
                                  [--producers 1,8] [--profile DIR]
 
 Each round alternates, for every number of concurrent producers (processes, each on its
@@ -13,16 +13,17 @@ own autocommit connection, `n` calls each after a warm-up):
   raw_quiet    the same insert on the same table without the trigger: what NOTIFY costs
   raw_notify   raw_quiet's insert then `SELECT pg_notify(...)` in one transaction
                (two round trips and an explicit COMMIT)
-  A, B         `pgworkerd.enqueue(conn, "noop", {"i": 0}, queue="bench")`, autocommit
+  A, B (, C)   `pgworkerd.enqueue(conn, "noop", {"i": 0}, queue="bench")`, autocommit
                (as bench/measure.py's 1-by-1 phase), with the code of checkout A
-               (`--a`, default the main checkout) and B (this one), each on a database
-               of its own migrated by its own code
+               (`--a`, default the main checkout) and B (`--b`, default this one),
+               (and C, `--c`, if given), each on a database of its own migrated by
+               its own code
 
 Every table is emptied before each measurement. Prints jobs/s per variant (median of the
 rounds), each as a ratio to `raw` of the same round, and the client CPU per call.
 
 `--profile DIR` then, on a second cluster with pg_stat_statements (track_planning on),
-enqueues `n` jobs with A and B under cProfile and writes DIR/profile-{A,B}.txt (top
+enqueues `n` jobs with each checkout under cProfile and writes DIR/profile-A.txt... (top
 functions by self time) and DIR/statements.md (the server's per-statement figures).
 """
 
@@ -59,15 +60,12 @@ CREATE TRIGGER raw_jobs_notify AFTER INSERT ON raw_jobs
 CREATE TABLE raw_quiet (LIKE raw_jobs INCLUDING ALL);
 """
 
-# The child: imports, forks `producers` processes that each connect, warm up (psycopg
-# prepares a statement on its 5th execution) and wait at a barrier; then each makes `n`
-# calls. jobs/s = all calls / (last end - first start), CLOCK_MONOTONIC being one clock
-# for every process; CPU = the producers' own CPU time (not the server's) per call.
-CHILD = r"""
+# What one call of each variant is, in a child process run in the checkout measured.
+CALLS = r"""
 import json, multiprocessing as mp, sys, time
 import psycopg
 
-dsn, variant, n, producers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+dsn, variant = sys.argv[1], sys.argv[2]
 if variant == "enqueue":
     import pgworkerd
 
@@ -89,6 +87,18 @@ else:  # raw_notify
                 conn.execute("INSERT INTO raw_quiet (payload) VALUES (%s)", (payload,))
                 conn.execute("SELECT pg_notify('raw_jobs', 'default')")
         return call
+
+
+"""
+
+# The child of a round: imports, forks `producers` processes that each connect, warm up
+# (psycopg prepares a statement on its 5th execution) and wait at a barrier; then each
+# makes `n` calls. jobs/s = all calls / (last end - first start), CLOCK_MONOTONIC being
+# one clock for every process; CPU = the producers' own CPU time (not the server's).
+CHILD = (
+    CALLS
+    + r"""
+n, producers = int(sys.argv[3]), int(sys.argv[4])
 
 
 def producer(barrier, out):
@@ -115,6 +125,28 @@ span = max(g[1] for g in got) - min(g[0] for g in got)
 cpu_us = sum(g[2] for g in got) / (n * producers) * 1e6
 print(json.dumps({"jps": n * producers / span, "cpu_us": cpu_us}))
 """
+)
+
+# The child of --blocks: one producer that makes `k` calls each time it reads `k` on
+# stdin and answers with their wall and CPU seconds; the parent interleaves the variants
+# block by block, so that a slow moment of the shared machine (another fsync-heavy
+# process) falls on every variant alike.
+SERVE = (
+    CALLS
+    + r"""
+with psycopg.connect(dsn, autocommit=True) as conn:
+    call = make_call(conn)
+    for _ in range(20):
+        call()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        k = int(line)
+        c0, t0 = time.process_time(), time.perf_counter()
+        for _ in range(k):
+            call()
+        print(time.perf_counter() - t0, time.process_time() - c0, flush=True)
+"""
+)
 
 # The profile child: n enqueues under cProfile, then the top functions by self time.
 PROFILE_CHILD = r"""
@@ -193,18 +225,45 @@ def _setup(cluster_dsn: Any, checkouts: dict[str, Path]) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--a", type=Path, default=REPO.parent / "main", help="checkout A")
+    parser.add_argument("--b", type=Path, default=REPO, help="checkout B (default: this one)")
+    parser.add_argument("--c", type=Path, help="a third checkout C (a step between A and B)")
     parser.add_argument("--n", type=int, default=2000, help="calls per producer")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--producers", default="1,8", help="comma-separated counts")
     parser.add_argument("--variants", default="raw,raw_quiet,raw_notify,A,B")
     parser.add_argument("--profile", type=Path, help="also profile A and B into this folder")
+    parser.add_argument(
+        "--blocks", type=int, default=0, help="first, one producer per variant, interleaved"
+    )
+    parser.add_argument("--block", type=int, default=100, help="calls per block")
+    parser.add_argument(
+        "--server-loops",
+        type=int,
+        default=0,
+        help="first, this many rounds of a server-side loop of 3,000 INSERTs into each"
+        " checkout's jobs table (one DO block, no commit, no client): the executor's cost",
+    )
+    parser.add_argument(
+        "--async-commit",
+        action="store_true",
+        help="synchronous_commit off: the commit's flush out of the measure, to see the "
+        "CPU path (round trip, server, client) that differs between the variants",
+    )
     args = parser.parse_args()
-    checkouts = {"A": args.a.resolve(), "B": REPO}
+    checkouts = {"A": args.a.resolve(), "B": args.b.resolve()}
+    if args.c:
+        checkouts["C"] = args.c.resolve()
     variants = args.variants.split(",")
     counts = [int(c) for c in args.producers.split(",")]
     got: dict[tuple[str, int], list[dict[str, float]]] = {}
-    with throwaway_cluster() as cluster:
+    settings = {**PEER_SETTINGS, "synchronous_commit": "off"} if args.async_commit else None
+    with throwaway_cluster(settings=settings) as cluster:
+        print(f"cluster settings: {settings or PEER_SETTINGS}\n")
         dsns = _setup(cluster.dsn, checkouts)
+        if args.server_loops:
+            server_loops({k: dsns[k] for k in checkouts if k in variants}, args.server_loops)
+        if args.blocks:
+            interleaved(checkouts, variants, dsns, args.blocks, args.block)
         for round_no in range(args.rounds):
             for count in counts:
                 # the order rotates each round, so no variant always follows the same one
@@ -225,8 +284,11 @@ def main() -> None:
                         out = _python(REPO, CHILD, dsns["raw"], variant, str(args.n), str(count))
                     got.setdefault((variant, count), []).append(json.loads(out))
             print(f"round {round_no + 1} of {args.rounds} done", file=sys.stderr)
+    if not args.rounds:
+        return
+    named = ", ".join(f"{name} = {path}" for name, path in checkouts.items())
     print(
-        f"A = {checkouts['A']}, B = {checkouts['B']}; {args.n} calls per producer, "
+        f"{named}; {args.n} calls per producer, "
         f"median of {args.rounds} rounds; ratio = jobs/s / raw's in the same round\n"
     )
     print("| producers | variant | jobs/s | ÷ raw (median of rounds) | client CPU µs/call |")
@@ -244,7 +306,103 @@ def main() -> None:
             cpu = statistics.median(r["cpu_us"] for r in runs)
             print(f"| {count} | {variant} | {jps:,.0f} | {ratio:.2f}x | {cpu:.0f} |")
     if args.profile:
-        profile(checkouts, args.profile, args.n)
+        profile({k: v for k, v in checkouts.items() if k in variants}, args.profile, args.n)
+
+
+# The statement's executor alone: INSERTs in a PL/pgSQL loop (each one a new executor
+# run, as each enqueue is: CHECK constraints and index predicates are prepared per
+# statement), timed by the server's clock, in one transaction that is rolled back.
+SERVER_LOOP = """
+DO $$
+DECLARE t0 timestamptz := clock_timestamp();
+BEGIN
+    FOR i IN 1..3000 LOOP
+        INSERT INTO pgworkerd.jobs (queue, kind, payload) VALUES ('bench', 'noop', '{"i": 0}');
+    END LOOP;
+    RAISE NOTICE '%', extract(epoch FROM clock_timestamp() - t0) * 1e6 / 3000;
+END $$
+"""
+
+
+def server_loops(dsns: dict[str, str], rounds: int) -> None:
+    """µs per INSERT of SERVER_LOOP in each checkout's database, alternated."""
+    got: dict[str, list[float]] = {name: [] for name in dsns}
+    notes: list[float] = []
+    for _ in range(rounds):
+        for name, dsn in dsns.items():
+            with psycopg.connect(dsn) as conn:
+                conn.add_notice_handler(lambda d: notes.append(float(d.message_primary or 0)))
+                conn.execute(SERVER_LOOP)
+                conn.rollback()
+                got[name].append(notes[-1])
+    print(f"server-side loop, µs per INSERT into pgworkerd.jobs ({rounds} rounds, alternated)\n")
+    print("| checkout | median µs | rounds |")
+    print("|---|---:|---|")
+    for name, values in got.items():
+        runs = ", ".join(f"{v:.1f}" for v in values)
+        print(f"| {name} | {statistics.median(values):.1f} | {runs} |")
+    print()
+
+
+def interleaved(
+    checkouts: dict[str, Path], variants: list[str], dsns: dict[str, str], blocks: int, block: int
+) -> None:
+    """One producer per variant, all connected at once; `blocks` rounds in which each
+    makes `block` calls in turn (the order rotating). Ratio: raw's time over the
+    variant's in the same round (jobs/s ÷ raw's), median of the rounds."""
+    children = {}
+    for variant in variants:
+        checkout = checkouts.get(variant, REPO)
+        env = {**os.environ, "PYTHONPATH": str(checkout)}
+        env.pop("PGWORKERD_DATABASE__SCHEMA", None)
+        what = "enqueue" if variant in checkouts else variant
+        dsn = dsns[variant if variant in checkouts else "raw"]
+        children[variant] = subprocess.Popen(
+            [sys.executable, "-c", SERVE, dsn, what],
+            env=env,
+            cwd=checkout,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    times: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+    try:
+        for child in children.values():
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        for round_no in range(blocks):
+            shift = round_no % len(variants)
+            for variant in variants[shift:] + variants[:shift]:
+                child = children[variant]
+                assert child.stdin is not None and child.stdout is not None
+                child.stdin.write(f"{block}\n")
+                child.stdin.flush()
+                wall, cpu = map(float, child.stdout.readline().split())
+                times[variant].append((wall, cpu))
+    finally:
+        for child in children.values():
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait()
+    named = ", ".join(f"{name} = {path}" for name, path in checkouts.items())
+    print(f"{named}; one producer each, {blocks} rounds of {block} calls, interleaved\n")
+    print(
+        "| variant | jobs/s (all rounds) | ÷ raw (median of rounds) | ÷ raw (all rounds) |"
+        " client CPU µs/call |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    raw = times.get("raw")
+    for variant in variants:
+        walls = [w for w, _ in times[variant]]
+        jps = block * blocks / sum(walls)
+        if raw:
+            raw_walls = [w for w, _ in raw]
+            median = statistics.median(r / w for r, w in zip(raw_walls, walls, strict=True))
+            overall = sum(raw_walls) / sum(walls)
+        else:
+            median = overall = float("nan")
+        cpu = sum(c for _, c in times[variant]) / (block * blocks) * 1e6
+        print(f"| {variant} | {jps:,.0f} | {median:.3f}x | {overall:.3f}x | {cpu:.0f} |")
+    print()
 
 
 def profile(checkouts: dict[str, Path], folder: Path, n: int) -> None:
