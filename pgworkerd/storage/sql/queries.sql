@@ -99,10 +99,12 @@ ORDER BY inserted.id;
 
 -- name: jobs_insert_one
 -- jobs_insert_without_unique_keys for one job (enqueue's usual call, made once per web
--- request): the same row and the same notification, by a plan of four nodes instead of
--- nine. The record alone, not in an array (jsonb_to_record: no tuplestore, no
+-- request): the same row and the same notification, by a plan of five nodes instead
+-- of eleven. The record alone, not in an array (jsonb_to_record: no tuplestore, no
 -- ordinality); the id from the identity's default (no order to keep); the channel a
--- literal, so the one parameter is the record.
+-- literal, so the one parameter is the record. Every call notifies, as jobs_insert does:
+-- an idle worker cannot be known from here without a race (docs/design.md, "The cost of
+-- one enqueue"), and PostgreSQL folds duplicates within a transaction.
 WITH inserted AS (
     INSERT INTO {schema}.jobs AS j
         (queue, kind, payload, priority, run_at, max_attempts, max_runtime, trace_context,
