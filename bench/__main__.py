@@ -5,6 +5,7 @@
     python -m bench --peak [--peak-layouts 1x2x8,2x1x8] [--peak-seconds 30] [--peak-raw]
                     [--peak-config JSON] [--peak-code DIR] [--peak-reps 1]
     python -m bench --held-snapshot [...]
+    python -m bench --bytes [-n 20000] [--bytes-code DIR] [--bytes-reps 1] [--peers ...]
 
 pgworkerd runs as users run it (YAML config, `pgworkerd migrate`, `pgworkerd run`);
 each peer runs through its own harness from the peers' directory (`--peers-dir`; the
@@ -18,7 +19,9 @@ run.json, chart.png, logs/) plus bench/results/latest.png and latest.md.
 
 `--peak` runs only the full-system peak (bench/peak.py: a producer and the daemon at
 once, 1 ms jobs, depth held at 2,000; jobs/s and the CPU split), `--held-snapshot`
-only the held-snapshot mode (bench/held.py).
+only the held-snapshot mode (bench/held.py), `--bytes` only the bytes each job leaves
+behind (bench/bytes.py: WAL per job from enqueue to success by record type and relation,
+and the bytes a retained finished job keeps, beside the selected peers).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Any
 
 import psutil
 
+from bench import bytes as bytes_mode
 from bench import chart, held, iobound, limits, measure, peak, peers, report, scale
 from bench.cluster import (
     drop_database,
@@ -157,6 +161,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run this other checkout's pgworkerd, alternating with this one's",
     )
     parser.add_argument("--peak-reps", type=int, default=1, help="runs of each layout")
+    parser.add_argument(
+        "--bytes",
+        action="store_true",
+        help="only the bytes mode (bench/bytes.py): WAL per job from enqueue to success "
+        "(by record type and relation, full-page images apart) and bytes per retained "
+        "finished job (table and each index), beside the selected peers",
+    )
+    parser.add_argument(
+        "--bytes-code",
+        type=Path,
+        default=None,
+        help="also run this other checkout's pgworkerd, alternating with this one's",
+    )
+    parser.add_argument(
+        "--bytes-sql",
+        action="append",
+        default=[],
+        metavar="LABEL=SQL",
+        help="also this checkout with SQL run after its migrations (a schema change tried "
+        "before its migration is written); repeatable",
+    )
+    parser.add_argument("--bytes-reps", type=int, default=1, help="runs of each (A B A B)")
+    parser.add_argument(
+        "--bytes-rounds",
+        type=int,
+        default=1,
+        help="2: a second round of N jobs in the same table, and its retained bytes",
+    )
     args = parser.parse_args(argv)
     if args.io_harness is None:
         args.io_harness = args.peers_dir.parent / "io" / "io_bound.py"
@@ -202,6 +234,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.peak:
         print(f"results in {out}")
         return _peak(args, out, logs)
+    if args.bytes:
+        print(f"results in {out}")
+        return bytes_mode.main(
+            out=out,
+            logs=logs,
+            proto=measure.Protocol(n=args.n, n_single=min(args.n_single, args.n // 10)),
+            peer_names=[
+                name
+                for name in args.peer_names
+                if peers.ready(peers.PEERS[name], logs / "venv.log")
+            ],
+            peers_dir=args.peers_dir,
+            code=args.bytes_code,
+            reps=args.bytes_reps,
+            sql_variants=[(a, b) for a, _, b in (v.partition("=") for v in args.bytes_sql)],
+            rounds=args.bytes_rounds,
+        )
     proto = measure.Protocol(n=args.n, n_single=min(args.n_single, args.n // 10))
     print(f"results in {out}")
 

@@ -1,18 +1,25 @@
 """CPU per job of a daemon at the defaults, this checkout against another, alternated.
 
     python -m bench.worker_abab OTHER_CHECKOUT [--pairs 3] [--window 8] [--spy DIR]
+        [--config JSON] [--jobs 60000] [--statements DIR]
 
 Each run: a throwaway cluster, 60,000 no-op jobs inserted, `pgworkerd run` with two
 processes and everything else at its defaults (batch_size 10, info logs); after a
 start-up pause, the supervisor's and its workers' CPU (psutil) over a window, divided
 by the jobs the database shows succeeded in it. Runs alternate: OTHER, this, OTHER,
 this... With `--spy DIR`, py-spy (on the PATH or PY_SPY) samples one worker and the
-supervisor of each run for 6 s at 200 Hz into DIR (raw format).
+supervisor of each run for 6 s at 200 Hz into DIR (raw format). `--config JSON`: keys
+merged into both sides' config file, e.g. the tuned row's
+'{"defaults": {"batch_size": 100}, "log_level": "warning"}' (default: none, the
+defaults). `--statements DIR`: the cluster loads pg_stat_statements, reset at the
+window's start; at its end each statement's calls, mean execution and planning time,
+and shared buffers hit and dirtied per call are written to DIR/<run>_statements.txt.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -21,11 +28,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import psycopg
 
-from bench.cluster import throwaway_cluster
+from bench.cluster import PEER_SETTINGS, throwaway_cluster
 from bench.daemon import REPO, command, daemon_env, migrate, write_config
 
 JOBS = 60_000
@@ -51,18 +59,30 @@ def _py_spy(py_spy: str, pid: int, out: Path) -> list[str]:
     ]
 
 
-def one_run(code: Path | None, tag: str, window_s: float, spy: Path | None) -> dict[str, float]:
+def one_run(
+    code: Path | None,
+    tag: str,
+    window_s: float,
+    spy: Path | None,
+    extra: dict[str, Any] | None = None,
+    statements: Path | None = None,
+    jobs: int = JOBS,
+) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="pgworkerd-worker-abab-"))
+    settings = dict(PEER_SETTINGS)
+    if statements is not None:
+        settings["shared_preload_libraries"] = "pg_stat_statements"
+        settings["pg_stat_statements.track_planning"] = "on"  # plans are per call too
     try:
-        with throwaway_cluster() as cluster:
+        with throwaway_cluster(settings=settings) as cluster:
             dsn = cluster.dsn()
-            config = write_config(work / "config.yaml", dsn)
+            config = write_config(work / "config.yaml", dsn, extra=extra)
             migrate(config, work / "daemon.log", code=code)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(
                     "INSERT INTO pgworkerd.jobs (queue, kind, payload)"
                     " SELECT 'bench', 'noop', '{\"i\": 0}'::jsonb FROM generate_series(1, %s)",
-                    (JOBS,),
+                    (jobs,),
                 )
                 conn.execute("VACUUM ANALYZE pgworkerd.jobs")
                 with (work / "daemon.log").open("ab") as log:
@@ -75,7 +95,7 @@ def one_run(code: Path | None, tag: str, window_s: float, spy: Path | None) -> d
                         start_new_session=True,
                     )
                 try:
-                    return _window(conn, psutil.Process(daemon.pid), tag, window_s, spy)
+                    return _window(conn, psutil.Process(daemon.pid), tag, window_s, spy, statements)
                 finally:
                     daemon.terminate()
                     daemon.wait(60)
@@ -89,6 +109,7 @@ def _window(
     tag: str,
     window_s: float,
     spy: Path | None,
+    statements: Path | None = None,
 ) -> dict[str, float]:
     deadline = time.monotonic() + 60
     while len(supervisor.children()) < 2:  # both workers forked
@@ -121,9 +142,14 @@ def _window(
                     stderr=subprocess.DEVNULL,
                 )
             )
+    if statements is not None:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
     d0, c0, t0 = done(), cpu(), time.monotonic()
     time.sleep(window_s)
     d1, c1, t1 = done(), cpu(), time.monotonic()
+    if statements is not None:
+        _write_statements(conn, statements / f"{tag}_statements.txt")
     for sampler in samplers:
         sampler.wait()
     jobs = max(1, d1 - d0)
@@ -136,20 +162,58 @@ def _window(
     }
 
 
+def _write_statements(conn: psycopg.Connection[Any], out: Path) -> None:
+    """The window's statements by total time: calls, ms per call, buffers per call."""
+    rows = conn.execute(
+        "SELECT calls, total_exec_time, plans, total_plan_time, shared_blks_hit,"
+        " shared_blks_read, shared_blks_dirtied, wal_bytes,"
+        " left(regexp_replace(query, '\\s+', ' ', 'g'), 160)"
+        " FROM pg_stat_statements WHERE calls > 0 ORDER BY total_exec_time DESC LIMIT 15"
+    ).fetchall()
+    lines = [
+        "calls\ttotal_ms\tms/call\tplans\tplan_ms/call\thit/call\tread/call\tdirtied/call"
+        "\twal_B/call\tquery"
+    ]
+    for calls, total, plans, plan_ms, hit, read, dirtied, wal, query in rows:
+        lines.append(
+            f"{calls}\t{total:.0f}\t{total / calls:.3f}\t{plans}\t{plan_ms / calls:.3f}\t"
+            f"{hit / calls:.1f}\t"
+            f"{read / calls:.1f}\t{dirtied / calls:.1f}\t{int(wal) / calls:.0f}\t{query}"
+        )
+    out.write_text("\n".join(lines) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("other", type=Path, help="the other checkout (A)")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--window", type=float, default=8.0, help="seconds measured")
     parser.add_argument("--spy", type=Path, default=None, help="py-spy output directory")
+    parser.add_argument(
+        "--config",
+        type=json.loads,
+        default=None,
+        help="JSON object merged into both sides' config (default: the defaults)",
+    )
+    parser.add_argument(
+        "--statements", type=Path, default=None, help="pg_stat_statements output directory"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=JOBS,
+        help="jobs inserted: enough for the start-up pause and the window (the tuned row"
+        " runs ~15,000 a second)",
+    )
     args = parser.parse_args()
-    if args.spy is not None:
-        args.spy.mkdir(parents=True, exist_ok=True)
+    for directory in (args.spy, args.statements):
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
     tree: dict[str, list[float]] = {"A": [], "B": []}
     for pair in range(1, args.pairs + 1):
         for side, code in (("A", args.other.resolve()), ("B", None)):
             tag = f"{side}{pair}"
-            r = one_run(code, tag, args.window, args.spy)
+            r = one_run(code, tag, args.window, args.spy, args.config, args.statements, args.jobs)
             tree[side].append(r["tree_s_per_10k"])
             print(
                 f"{tag}: {r['jobs_per_s']:,.0f} jobs/s; CPU s per 10k jobs: supervisor "

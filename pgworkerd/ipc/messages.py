@@ -17,7 +17,7 @@ class ClaimedJob(NamedTuple):
     busy child sends one such message per batch)."""
 
     id: int
-    token: str  # the lease token, as text (a UUID)
+    token: str  # the lease token as text: UUID.hex from a worker, any form UUID() reads
     kind: str
     queue: str
     max_runtime_s: float | None  # the job's own; None: the queue's or the defaults'

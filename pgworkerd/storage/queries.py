@@ -21,12 +21,22 @@ _FRAGMENTS = (
     "wake_limited",
     "apply_failure",
     "queue_levels",
+    "claim_levels",
+    "level_ready",
     "claim_picks",
     "claim_update",
     "claim_meta",
     "complete_update",
     "prune_picks",
 )
+# Fragments that leave a name open, rendered once per value under a name of their own:
+# claim_update's `{started_at}` (the claim's start; see its comment in queries.sql).
+_VARIANTS: dict[str, dict[str, dict[str, str]]] = {
+    "claim_update": {
+        "claim_update": {"started_at": "now()"},
+        "claim_update_after_lock": {"started_at": "statement_timestamp()"},
+    },
+}
 
 
 @functools.cache
@@ -59,7 +69,9 @@ def statements(schema: str) -> dict[str, bytes]:
     }
     fragments: dict[str, sql.Composed] = {}
     for name in _FRAGMENTS:
-        fragments[name] = sql.SQL(source[name]).format(**names, **fragments)
+        for variant, values in _VARIANTS.get(name, {name: {}}).items():
+            open_names = {key: sql.SQL(value) for key, value in values.items()}
+            fragments[variant] = sql.SQL(source[name]).format(**names, **open_names, **fragments)
     return {
         name: sql.SQL(body).format(**names, **fragments).as_bytes(None)
         for name, body in source.items()

@@ -134,15 +134,17 @@ class ClaimPositions:
     ) -> None:
         """Move the positions past the jobs claimed; past every ready job when the
         claim found fewer than it asked for (`exhausted`: each level of an unpaused
-        queue was scanned to its end). Never beyond `db_now - lag`, never backwards."""
+        queue was scanned to its end). Never beyond `db_now - lag`, never backwards.
+
+        `jobs` come in claim order (_jobs_in_claim_order): within a level, by (run_at,
+        id), so the last job of each level is the furthest, and no comparison is made
+        per job. Jobs out of that order would leave a position short of the furthest
+        (one scan more next time), never past a job not claimed."""
         horizon: Position = (db_now - self.lag, -1)
         reached: dict[tuple[str, int], Position] = {}
         for job in jobs:
-            if job.run_at is None:  # never from a claim: every claimed row has one
-                continue
-            level = (job.queue, job.priority)
-            position = (job.run_at, job.id)
-            reached[level] = max(reached.get(level, position), position)
+            if job.run_at is not None:  # always, from a claim: every claimed row has one
+                reached[(job.queue, job.priority)] = (job.run_at, job.id)
         if exhausted:
             skipped = set(paused)
             for queue, priority in self._after:

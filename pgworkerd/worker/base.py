@@ -21,7 +21,8 @@ import signal
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, cast
+from uuid import UUID
 
 import psutil
 import psycopg
@@ -168,8 +169,10 @@ class BaseWorker:
             first = self._claimed_count + 1
             self._claimed_count += len(batch)
             self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
+            # The token as its hex digits, not str(): a third of the cost, on every job.
+            # Every claimed job has one (cast: Job's field is optional for handlers).
             jobs = tuple(
-                ClaimedJob(j.id, str(j.lease_token), j.kind, j.queue, j.max_runtime_s)
+                ClaimedJob(j.id, cast(UUID, j.lease_token).hex, j.kind, j.queue, j.max_runtime_s)
                 for j in batch
             )
             claimed = Claimed(first, claimed_at, len(batch) == limit, jobs)

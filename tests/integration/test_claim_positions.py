@@ -92,7 +92,39 @@ def test_positions_never_go_back_nor_past_now_minus_the_look_back():
     assert positions.params(["q"], sweep=True)["level_after_run_at"] == [None]
 
 
-def _job(queue: str, *, run_at: datetime, job_id: int) -> pgworkerd.Job:
+def test_a_claims_positions_are_the_last_job_of_each_level_in_claim_order():
+    positions = ClaimPositions(lag_s=1.0)
+    positions.learn(["q"], [("q", 5)])
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    t = now - timedelta(seconds=60)
+    jobs = [  # claim order: priority 5 first, then 0; each by (run_at, id)
+        _job("q", run_at=t, job_id=4, priority=5),
+        _job("q", run_at=t + timedelta(seconds=1), job_id=2, priority=5),
+        _job("q", run_at=t, job_id=1),
+        _job("q", run_at=t, job_id=3),
+    ]
+    positions.advance(["q"], jobs, db_now=now, exhausted=False, paused=[])
+    params = positions.params(["q"], sweep=False)
+    by_level = dict(zip(params["level_priorities"], params["level_after_id"], strict=True))
+    assert by_level == {5: 2, 0: 3}
+    # Out of order, a position may stay short of the furthest job (a scan more), but
+    # never passes a job that was not claimed.
+    later = _job("q", run_at=t + timedelta(seconds=5), job_id=9)
+    earlier = _job("q", run_at=t + timedelta(seconds=4), job_id=8)
+    positions.advance(["q"], [later, earlier], db_now=now, exhausted=False, paused=[])
+    params = positions.params(["q"], sweep=False)
+    by_level = dict(zip(params["level_priorities"], params["level_after_id"], strict=True))
+    assert by_level[0] in {8, 9}
+
+
+def _job(queue: str, *, run_at: datetime, job_id: int, priority: int = 0) -> pgworkerd.Job:
     return pgworkerd.Job(
-        id=job_id, kind="k", queue=queue, payload={}, attempt=1, max_attempts=5, run_at=run_at
+        id=job_id,
+        kind="k",
+        queue=queue,
+        payload={},
+        attempt=1,
+        max_attempts=5,
+        priority=priority,
+        run_at=run_at,
     )

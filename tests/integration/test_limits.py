@@ -85,6 +85,22 @@ def test_a_snooze_removes_its_start_from_the_window(conn):
     assert len(claim(store, conn)) == 1, "the snoozed start was not charged"
 
 
+def test_a_limited_claim_starts_its_jobs_at_the_time_its_ledger_has(db_dsn):
+    """A limited claim's started_at is its statement's time after the lock, the ledger's
+    `at` (statement_timestamp()), not its transaction's now(), which is earlier."""
+    store = limited(default=QueueLimits(rate=(5, 3600.0)))
+    with psycopg.connect(db_dsn) as conn:  # one transaction: now() is its start
+        pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 2)
+        began = db_now(conn)
+        assert len(claim(store, conn)) == 2
+        rows = conn.execute(
+            "SELECT j.started_at, s.at FROM pgworkerd.jobs AS j"
+            " JOIN pgworkerd.starts AS s USING (lease_token)"
+        ).fetchall()
+        assert len(rows) == 2
+        assert all(started == at > began for started, at in rows), (began, rows)
+
+
 def test_starts_leave_the_window_after_the_period(conn):
     store = limited(default=QueueLimits(rate=(2, 3600.0)))
     pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 4)

@@ -33,6 +33,19 @@ def test_claim_leases_a_batch_charges_an_attempt_and_uses_the_database_clock(con
     assert claim(store, conn) == []
 
 
+def test_claim_starts_a_job_at_its_transactions_time(store, db_dsn):
+    """A plain claim's started_at is now() (claim_update): in a caller's transaction, the
+    transaction's time, as a completion's finished_at there. (A limited claim's is its
+    statement's, after the lock: test_limits.)"""
+    with psycopg.connect(db_dsn) as conn:  # a transaction, not autocommit
+        job_id = pgworkerd.enqueue(conn, "k", {})
+        began = db_now(conn)
+        (job,) = claim(store, conn)
+        store.complete(conn, [(job.lease, None)])
+        row = store.get(conn, job_id)
+        assert row["started_at"] == began == row["finished_at"]
+
+
 def test_claim_order_is_priority_then_run_at_then_id(conn, store):
     now = db_now(conn)
     low = pgworkerd.enqueue(conn, "k", {}, priority=-5)

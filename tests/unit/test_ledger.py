@@ -35,6 +35,15 @@ def test_claimed_jobs_are_held_unstarted_from_the_claim_time() -> None:
     assert len(ledger.leases()) == 2 and bool(ledger)
 
 
+def test_a_token_sent_as_hex_digits_is_the_lease_the_worker_holds() -> None:
+    # Workers send UUID.hex (cheaper than str() on every job); renewals, releases and
+    # skips must name the very token the claim drew.
+    token = uuid.uuid4()
+    ledger = ChildLedger()
+    ledger.claimed(Claimed(1, T0, False, (ClaimedJob(7, token.hex, "k", "q", None),)), runtime_for)
+    assert ledger.jobs[7].lease == Lease(7, token)
+
+
 def test_a_posted_start_makes_the_job_running_with_its_start_time() -> None:
     ledger = ChildLedger()
     claim(ledger, [7, 8])

@@ -376,17 +376,13 @@ FROM claimed
 FULL JOIN ({claim_meta}) AS meta ON false;
 
 
--- name: claim_picks
--- Fragment of jobs_claim and jobs_complete_and_claim: the CTEs that lock the picks.
+-- name: claim_levels
+-- Fragment of claim_picks and jobs_claim_limited: the CTEs `queues` (the queues asked
+-- for, in claim order, less the paused ones) and `levels` (the levels to claim from,
+-- each with its position).
 -- A paused queue is left out of the list (an anti-join on paused_queues, a table of a
 -- few rows at most): its jobs are never looked at. A claim already running when a pause
 -- commits does not see it; the next one does.
--- KEY PAUSES: a job whose key has a pause until later than now() (paused_keys) is passed
--- over, not locked. The test costs nothing for a job without a key, and one probe of
--- paused_keys' primary key (an empty table, or a few rows) for a job with one. While
--- any key is paused the claim's positions stay where they are (claim_meta's
--- keys_paused): the jobs passed over are behind them, and must be found when the pause
--- ends, without waiting for a sweep.
 --
 -- POSITIONS: the levels (queue, priority) to claim from come from the caller, each with
 -- the position (run_at, id) its claims have passed (JobStore's ClaimPositions). Each
@@ -399,10 +395,6 @@ FULL JOIN ({claim_meta}) AS meta ON false;
 -- periodic sweep) scans the level from its start: what a claim behind a position
 -- missed (a job released, a producer's transaction that committed long after its
 -- run_at, a run_at set in the past) is found by the sweep.
--- Within a level the scan is a range on run_at that stops at the first future row: a
--- million jobs scheduled for later cost nothing. The picks come from a nested loop over
--- levels sorted in claim order; the outer LIMIT stops it as soon as enough rows are
--- locked, so no row is locked that is not claimed.
 queues AS (
     SELECT q.name, q.max_attempts, q.ord
     FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
@@ -417,18 +409,43 @@ levels AS (
                 %(level_after_run_at)s::timestamptz[], %(level_after_id)s::bigint[])
          AS l(queue, priority, after_run_at, after_id)
     JOIN queues AS q ON q.name = l.queue
-),
-picked AS MATERIALIZED (
-    SELECT ready.id
-    FROM (SELECT * FROM levels ORDER BY ord, priority DESC) AS l
-    CROSS JOIN LATERAL (
-        SELECT j.id FROM {schema}.jobs AS j
-        WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
+)
+
+
+-- name: level_ready
+-- Fragment of claim_picks and jobs_claim_limited (level_picks): the WHERE of a level's
+-- scan, for a job `j` of a level `l` of claim_levels: queued in the level, after its
+-- position (POSITIONS), ready, and not of a paused key. Ordered by (run_at, id), the
+-- scan is a range of jobs_claim_idx that stops at the first future row: a million jobs
+-- scheduled for later cost nothing.
+-- KEY PAUSES: a job whose key has a pause until later than now() (paused_keys) is passed
+-- over, not locked. The test costs nothing for a job without a key, and one probe of
+-- paused_keys' primary key (an empty table, or a few rows) for a job with one. While
+-- any key is paused the claim's positions stay where they are (claim_meta's
+-- keys_paused): the jobs passed over are behind them, and must be found when the pause
+-- ends, without waiting for a sweep.
+-- (Its lines after the first are indented as where it is included.)
+j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
           AND (j.run_at, j.id) > (l.after_run_at, l.after_id)  -- POSITIONS
           AND j.run_at <= now()
           AND (j.key IS NULL OR NOT EXISTS (  -- KEY PAUSES
                 SELECT FROM {schema}.paused_keys AS pk
                 WHERE pk.key = j.key AND pk.until > now()))
+
+
+-- name: claim_picks
+-- Fragment of jobs_claim and jobs_complete_and_claim: the CTEs that lock the picks
+-- (claim_levels' queues and levels, then picked). The picks come from a nested loop
+-- over levels sorted in claim order, each scanned after its position (level_ready);
+-- the outer LIMIT stops it as soon as enough rows are locked, so no row is locked that
+-- is not claimed.
+{claim_levels},
+picked AS MATERIALIZED (
+    SELECT ready.id
+    FROM (SELECT * FROM levels ORDER BY ord, priority DESC) AS l
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM {schema}.jobs AS j
+        WHERE {level_ready}
         ORDER BY j.run_at, j.id
         LIMIT %(limit)s
         -- SKIP LOCKED: rows another claimer is taking right now are passed over, not
@@ -441,11 +458,11 @@ picked AS MATERIALIZED (
 
 
 -- name: claim_meta
--- Fragment of jobs_claim and jobs_complete_and_claim: the database clock, which moves
--- the claim positions (never a worker's clock), and which of the queues asked for were
--- paused (read in the claim's own snapshot: their levels were not scanned, so their
--- positions must not move), and whether any key was paused (KEY PAUSES: no position
--- moves then).
+-- Fragment of jobs_claim, jobs_complete_and_claim and jobs_claim_limited: the database
+-- clock, which moves the claim positions (never a worker's clock), and which of the
+-- queues asked for were paused (read in the claim's own snapshot: their levels were not
+-- scanned, so their positions must not move), and whether any key was paused (KEY
+-- PAUSES: no position moves then).
 SELECT now() AS db_now,
        ARRAY(SELECT p.queue FROM {schema}.paused_queues AS p
              WHERE p.queue = ANY(%(queues)s::text[])) AS paused_queues,
@@ -453,14 +470,24 @@ SELECT now() AS db_now,
 
 
 -- name: claim_update
--- Fragment of jobs_claim and jobs_complete_and_claim: leases the picked rows.
+-- Fragment of jobs_claim, jobs_complete_and_claim (as claim_update) and
+-- jobs_claim_limited (as claim_update_after_lock): leases the picked rows. Rendered
+-- once per value of {started_at} (queries.py), the claim's start:
+--   now() in claim_update: jobs_claim and jobs_complete_and_claim are each their own
+--     transaction in a worker (autocommit), and a caller that runs them inside a longer
+--     one (JobStore leaves the transaction to its caller) gets the transaction's time,
+--     as its other writes there (a completion's finished_at) get it;
+--   statement_timestamp() in claim_update_after_lock: jobs_claim_limited's transaction
+--     began before limits_lock, so its now() is earlier than the lock; the start is
+--     written with the time after the lock, as the rate ledger (starts) has it
+--     (monotonic across the queue's claims).
 UPDATE {schema}.jobs AS j
 SET state            = 'running',
     attempt          = j.attempt + 1,          -- every start is charged
     lease_token      = gen_random_uuid(),      -- a fresh token per claim: the FENCE
     lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s),
     worker           = %(worker)s,
-    started_at       = now(),
+    started_at       = {started_at},
     max_attempts     = COALESCE(j.max_attempts, q.max_attempts),
     progress         = NULL,                   -- each attempt reports its own
     progress_stage   = NULL,
@@ -517,7 +544,8 @@ FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
 
 -- name: jobs_claim_limited
 -- jobs_claim for a list that includes limited queues, run after limits_lock in the same
--- transaction. The same levels, positions, pauses and order; each limited queue takes
+-- transaction. The same levels, positions, pauses and order, from the same fragments
+-- (claim_levels, level_ready, claim_update, claim_meta); each limited queue takes
 -- at most its room:
 --   concurrency - its running rows (RUNNING: one pass over the fleet's leased rows)
 --   rate N      - its starts in (t - period, t] (starts_queue_idx, at most N entries read)
@@ -544,12 +572,7 @@ FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
 -- before any gets a second). Jobs without a key in a keyed queue form one more group,
 -- after the keys, with no per-key limit (the queue's own limits still apply), found
 -- among the first 1,000 ready jobs of their level only.
-WITH RECURSIVE queues AS (
-    SELECT q.name, q.max_attempts, q.ord
-    FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
-         WITH ORDINALITY AS q(name, max_attempts, ord)
-    WHERE NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = q.name)
-),
+WITH RECURSIVE {claim_levels},
 limits AS (
     SELECT l.queue, l.concurrency, l.rate_count,
            make_interval(secs => l.rate_period_s) AS rate_period,
@@ -593,32 +616,22 @@ room AS MATERIALIZED (
            )) END AS room
     FROM limits AS l
 ),
-levels AS (
-    SELECT q.name, q.ord, l.priority,
-           coalesce(l.after_run_at, '-infinity') AS after_run_at,
-           coalesce(l.after_id, -1) AS after_id,
+level_limits AS (  -- claim_levels' levels, each with its queue's room and key limits
+    SELECT l.*,
            r.room, coalesce(r.keyed, false) AS keyed, r.fair, r.key_concurrency,
            r.key_rate_count, r.key_rate_period,
            coalesce((SELECT t.last_key FROM {schema}.key_turns AS t
-                     WHERE t.queue = q.name AND t.priority = l.priority), '') AS last_key
-    FROM unnest(%(level_queues)s::text[], %(level_priorities)s::int[],
-                %(level_after_run_at)s::timestamptz[], %(level_after_id)s::bigint[])
-         AS l(queue, priority, after_run_at, after_id)
-    JOIN queues AS q ON q.name = l.queue
-    LEFT JOIN room AS r ON r.queue = q.name
+                     WHERE t.queue = l.name AND t.priority = l.priority), '') AS last_key
+    FROM levels AS l
+    LEFT JOIN room AS r ON r.queue = l.name
 ),
 level_picks AS MATERIALIZED (
     SELECT ready.id, l.name, l.ord, l.priority, l.room, NULL::text AS key,
            0 AS step, ready.run_at
-    FROM (SELECT * FROM levels WHERE NOT keyed ORDER BY ord, priority DESC) AS l
+    FROM (SELECT * FROM level_limits WHERE NOT keyed ORDER BY ord, priority DESC) AS l
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM {schema}.jobs AS j
-        WHERE j.state = 'queued' AND j.queue = l.name AND j.priority = l.priority
-          AND (j.run_at, j.id) > (l.after_run_at, l.after_id)  -- POSITIONS
-          AND j.run_at <= now()
-          AND (j.key IS NULL OR NOT EXISTS (  -- KEY PAUSES
-                SELECT FROM {schema}.paused_keys AS pk
-                WHERE pk.key = j.key AND pk.until > now()))
+        WHERE {level_ready}
         ORDER BY j.run_at, j.id
         LIMIT least(%(limit)s, l.room)  -- NULL room (an unlimited queue): the batch
         FOR UPDATE SKIP LOCKED  -- SKIP LOCKED (as in claim_picks)
@@ -626,7 +639,7 @@ level_picks AS MATERIALIZED (
 ),
 key_picks AS MATERIALIZED (
     SELECT turn.id, l.name, l.ord, l.priority, l.room, turn.key, turn.step, turn.run_at
-    FROM (SELECT * FROM levels WHERE keyed ORDER BY ord, priority DESC) AS l
+    FROM (SELECT * FROM level_limits WHERE keyed ORDER BY ord, priority DESC) AS l
     CROSS JOIN LATERAL (
         WITH RECURSIVE walk(key, step, phase) AS (
             -- the first key after the last turn's (phase 1), else the first (phase 2)
@@ -724,25 +737,8 @@ picked AS MATERIALIZED (
     ORDER BY p.ord, p.priority DESC, p.step, p.run_at, p.id
     LIMIT %(limit)s
 ),
-claimed AS (
-    UPDATE {schema}.jobs AS j
-    SET state            = 'running',
-        attempt          = j.attempt + 1,
-        lease_token      = gen_random_uuid(),      -- the FENCE
-        lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s),
-        worker           = %(worker)s,
-        -- the start's time, as the ledger has it (monotonic across the queue's claims)
-        started_at       = statement_timestamp(),
-        max_attempts     = COALESCE(j.max_attempts, q.max_attempts),
-        progress         = NULL,
-        progress_stage   = NULL,
-        progress_at      = NULL
-    FROM queues AS q
-    WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked)) AND q.name = j.queue
-    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
-              extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
-              j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord, j.key,
-              j.trace_context, j.after_ids
+claimed AS (  -- started_at: the time after the lock, as the ledger has it
+    {claim_update_after_lock}
 ),
 charged AS (
     INSERT INTO {schema}.starts (lease_token, queue, key, at)
@@ -768,11 +764,7 @@ turned AS (  -- the key that had the last turn of each keyed level that claimed
 SELECT claimed.*, meta.*
 FROM claimed
 FULL JOIN (
-    SELECT now() AS db_now,
-           ARRAY(SELECT p.queue FROM {schema}.paused_queues AS p
-                 WHERE p.queue = ANY(%(queues)s::text[])) AS paused_queues,
-           EXISTS (SELECT FROM {schema}.paused_keys AS pk WHERE pk.until > now())
-               AS keys_paused,
+    SELECT claim_meta.*,
            -- the limited queues left with no room after this claim, and the keyed
            -- queues whose walk ended before the batch was full (their ready jobs
            -- may all be held back by their keys' limits)
@@ -793,6 +785,7 @@ FULL JOIN (
             WHERE r.rate_count IS NOT NULL
               AND r.room <= (SELECT count(*) FROM picked AS p WHERE p.name = r.queue))::float8
                AS rate_wake_in_s
+    FROM ({claim_meta}) AS claim_meta
 ) AS meta ON false;
 
 
