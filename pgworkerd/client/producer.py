@@ -214,10 +214,11 @@ class Producer:
     ) -> Steps:
         """Encoding, the last check, happens before the first statement is yielded.
         `unique_keys`: whether any record has one."""
-        ids: list[int | None] = yield self.store.insert_statement(
-            self._encode(records, label_index=label_index),
-            unique_keys=unique_keys,
-        )
+        text = self._encode(records, label_index=label_index)
+        if len(records) == 1 and not unique_keys:  # enqueue's usual call
+            ids: list[int | None] = yield self.store.insert_one_statement(text[1:-1])
+        else:
+            ids = yield self.store.insert_statement(text, unique_keys=unique_keys)
         if None not in ids:  # the usual case: every job went in
             return cast(list[int], ids)
         inserted_by_key: dict[str, int] = {}

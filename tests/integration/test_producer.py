@@ -94,6 +94,41 @@ def test_enqueue_many_returns_ids_in_order_from_one_statement(way, pconn, conn):
     assert [int(rows[i]) for i in ids] == list(range(10_000))
 
 
+def test_one_job_alone_is_stored_as_the_same_job_in_a_list(way, pconn, conn):
+    # One job without a unique_key goes in by its own statement (jobs_insert_one), a
+    # list by jobs_insert: every option must land the same way through both.
+    spec = {
+        "kind": "k",
+        "payload": {"n": [1, "two"]},
+        "queue": "mail",
+        "priority": -3,
+        "delay": 30,
+        "max_attempts": 4,
+        "max_runtime": timedelta(seconds=9),
+        "key": "tenant:1",
+    }
+    with way.count_statements() as execute:
+        alone = way.enqueue(
+            pconn,
+            spec["kind"],
+            spec["payload"],
+            **{k: v for k, v in spec.items() if k not in ("kind", "payload")},
+        )
+    assert execute.call_count == 1
+    in_list = way.enqueue_many(pconn, [spec, spec])
+    columns = (
+        "queue, kind, payload, priority, state, attempt, max_attempts, max_runtime, key,"
+        " unique_key, trace_context, errors, round(extract(epoch FROM run_at - created_at))"
+    )
+    rows = [
+        conn.execute(f"SELECT {columns} FROM pgworkerd.jobs WHERE id = %s", (i,)).fetchone()
+        for i in [alone, *in_list]
+    ]
+    assert rows[0] == rows[1] == rows[2]
+    assert rows[0][-1] == 30 and rows[0][3] == -3 and rows[0][8] == "tenant:1"
+    assert alone < in_list[0] < in_list[1], "ids from the one sequence, in order"
+
+
 def test_enqueue_many_of_nothing_does_nothing(way, pconn):
     with way.count_statements() as execute:
         assert way.enqueue_many(pconn, []) == []
