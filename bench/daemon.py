@@ -96,6 +96,18 @@ def migrate(
         )
 
 
+def fill_noop_jobs(conn: psycopg.Connection[Any], jobs: int) -> None:
+    """`jobs` no-op jobs on queue `bench`, inserted in one statement and analysed (on an
+    autocommit connection): a backlog for a daemon to work through, without a
+    producer's cost in the measured window."""
+    conn.execute(
+        "INSERT INTO pgworkerd.jobs (queue, kind, payload)"
+        " SELECT 'bench', 'noop', '{\"i\": 0}'::jsonb FROM generate_series(1, %s)",
+        (jobs,),
+    )
+    conn.execute("VACUUM ANALYZE pgworkerd.jobs")
+
+
 @dataclass
 class TreeUsage:
     cpu_s: float  # user + system of supervisor and workers, reaped workers included

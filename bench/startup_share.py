@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 from bench.cluster import throwaway_cluster
-from bench.daemon import Daemon, migrate, write_config
+from bench.daemon import Daemon, fill_noop_jobs, migrate, write_config
 from bench.measure import TUNED_CONFIG
 
 
@@ -38,12 +38,7 @@ def one_run(code: Path | None, jobs: int, extra: dict[str, Any]) -> dict[str, fl
             config = write_config(work / "config.yaml", dsn, extra=extra)
             migrate(config, work / "daemon.log", code=code)
             with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(
-                    "INSERT INTO pgworkerd.jobs (queue, kind, payload)"
-                    " SELECT 'bench', 'noop', '{\"i\": 0}'::jsonb FROM generate_series(1, %s)",
-                    (jobs,),
-                )
-                conn.execute("VACUUM ANALYZE pgworkerd.jobs")
+                fill_noop_jobs(conn, jobs)
                 daemon = Daemon(config, work / "daemon.log", code=code)
                 try:
                     started_cpu = None

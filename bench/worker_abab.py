@@ -34,7 +34,7 @@ import psutil
 import psycopg
 
 from bench.cluster import PEER_SETTINGS, throwaway_cluster
-from bench.daemon import REPO, command, daemon_env, migrate, write_config
+from bench.daemon import REPO, command, daemon_env, fill_noop_jobs, migrate, write_config
 
 JOBS = 60_000
 STARTUP_S = 3.0  # after both workers are forked: their imports and first claims
@@ -79,12 +79,7 @@ def one_run(
             config = write_config(work / "config.yaml", dsn, extra=extra)
             migrate(config, work / "daemon.log", code=code)
             with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(
-                    "INSERT INTO pgworkerd.jobs (queue, kind, payload)"
-                    " SELECT 'bench', 'noop', '{\"i\": 0}'::jsonb FROM generate_series(1, %s)",
-                    (jobs,),
-                )
-                conn.execute("VACUUM ANALYZE pgworkerd.jobs")
+                fill_noop_jobs(conn, jobs)
                 with (work / "daemon.log").open("ab") as log:
                     daemon = subprocess.Popen(
                         [*command(code), "run", "-c", str(config)],
