@@ -156,33 +156,32 @@ WITH deps AS (
     -- in id order: the nested loop keeps the order of its outer side
     FROM (SELECT DISTINCT a.id FROM unnest(%(after)s::bigint[]) AS a(id) ORDER BY a.id) AS a
     -- LOCK MODE. A dependency that has the flag already is locked FOR SHARE: producers
-    -- of its later dependents run side by side. One without it is locked at once FOR NO
-    -- KEY UPDATE, the mode `marked` needs to set it: two producers of a parent's first
-    -- dependents that both took the share lock and then each waited for the other's to
-    -- write the flag deadlocked (tests/integration/test_workflows.py). The mode is
-    -- chosen by `peek`, a read without a lock; the choice is a filter on peek's value
-    -- alone, which is not rechecked against a newer version of the row when a lock
-    -- waits: so a row a concurrent producer marked meanwhile is still returned (and
-    -- its flag, read under the lock, is then seen set), never dropped as missing.
-    CROSS JOIN LATERAL (  -- OFFSET 0: kept a subquery, a lookup per id (PER ID below)
-        SELECT p.has_dependents FROM {schema}.jobs AS p WHERE p.id = a.id OFFSET 0
-    ) AS peek
+    -- of its later dependents run side by side, one lookup each. One without it is
+    -- locked FOR NO KEY UPDATE from the start, the mode `marked` needs to set it: two
+    -- producers of a job's first dependents that both took the share lock and then each
+    -- waited for the other's to write the flag deadlocked (tests/integration/
+    -- test_workflows.py). `shared` tests the flag on the version its snapshot sees, before
+    -- it locks: a row it returns had the flag, and keeps it (nothing clears it), so the
+    -- recheck after a lock wait never drops it. A row it does not return (no flag, or a
+    -- concurrent producer setting it now) goes to `unflagged`, whose only test after a wait
+    -- is the id: it waits for that producer, then reads the flag set (nothing to write),
+    -- and is never reported missing unless it was deleted.
     LEFT JOIN LATERAL (
         SELECT j.id, j.state, j.has_dependents FROM {schema}.jobs AS j
-        WHERE j.id = a.id AND peek.has_dependents
+        WHERE j.id = a.id AND j.has_dependents
         FOR SHARE
     ) AS shared ON true
     LEFT JOIN LATERAL (
         SELECT j.id, j.state, j.has_dependents FROM {schema}.jobs AS j
-        WHERE j.id = a.id AND NOT peek.has_dependents
+        WHERE j.id = a.id AND shared.id IS NULL
         FOR NO KEY UPDATE
-    ) AS first ON true
+    ) AS unflagged ON true
     CROSS JOIN LATERAL (
-        SELECT coalesce(shared.id, first.id) AS id,
-               coalesce(shared.state, first.state) AS state,
-               coalesce(shared.has_dependents, first.has_dependents) AS has_dependents
+        SELECT coalesce(shared.id, unflagged.id) AS id,
+               coalesce(shared.state, unflagged.state) AS state,
+               coalesce(shared.has_dependents, unflagged.has_dependents) AS has_dependents
     ) AS j
-    WHERE j.id IS NOT NULL  -- deleted since peek: missing
+    WHERE j.id IS NOT NULL  -- neither: no such job (missing)
 ),
 facts AS (
     SELECT count(*) AS found,
