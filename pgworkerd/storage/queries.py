@@ -26,6 +26,7 @@ _FRAGMENTS = (
     "claim_picks",
     "claim_update",
     "claim_meta",
+    "limit_settings",
     "complete_update",
     "prune_picks",
 )

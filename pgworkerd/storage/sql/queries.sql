@@ -574,6 +574,26 @@ FULL JOIN (SELECT coalesce((SELECT array_agg(id) FROM completed), '{{}}') AS com
            FROM ({claim_meta}) AS meta) AS done ON false;
 
 
+-- name: limit_settings
+-- Fragment of jobs_claim_limited and limits_sample: the CTE `limits`, one row per
+-- limited queue from the configuration's lists (LIMITS), its periods as intervals, and
+-- whether it is walked key by key (`keyed`: per_key limits or fair).
+limits AS (
+    SELECT l.queue, l.concurrency, l.rate_count,
+           make_interval(secs => l.rate_period_s) AS rate_period,
+           l.key_concurrency, l.key_rate_count,
+           make_interval(secs => l.key_rate_period_s) AS key_rate_period,
+           l.fair,
+           (l.fair OR l.key_concurrency IS NOT NULL OR l.key_rate_count IS NOT NULL) AS keyed
+    FROM unnest(%(limit_queues)s::text[], %(limit_concurrency)s::int[],
+                %(limit_rate_count)s::int[], %(limit_rate_period_s)s::float8[],
+                %(limit_key_concurrency)s::int[], %(limit_key_rate_count)s::int[],
+                %(limit_key_rate_period_s)s::float8[], %(limit_fair)s::bool[])
+         AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
+              key_rate_count, key_rate_period_s, fair)
+)
+
+
 -- name: limits_lock
 -- LIMITS: the first statement of a claim that includes a limited queue (concurrency,
 -- rate, per_key or fair; storage/limits.py): one transaction-scoped advisory lock per
@@ -623,20 +643,7 @@ FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
 -- after the keys, with no per-key limit (the queue's own limits still apply), found
 -- among the first 1,000 ready jobs of their level only.
 WITH RECURSIVE {claim_levels},
-limits AS (
-    SELECT l.queue, l.concurrency, l.rate_count,
-           make_interval(secs => l.rate_period_s) AS rate_period,
-           l.key_concurrency, l.key_rate_count,
-           make_interval(secs => l.key_rate_period_s) AS key_rate_period,
-           l.fair,
-           (l.fair OR l.key_concurrency IS NOT NULL OR l.key_rate_count IS NOT NULL) AS keyed
-    FROM unnest(%(limit_queues)s::text[], %(limit_concurrency)s::int[],
-                %(limit_rate_count)s::int[], %(limit_rate_period_s)s::float8[],
-                %(limit_key_concurrency)s::int[], %(limit_key_rate_count)s::int[],
-                %(limit_key_rate_period_s)s::float8[], %(limit_fair)s::bool[])
-         AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
-              key_rate_count, key_rate_period_s, fair)
-),
+{limit_settings},
 running AS MATERIALIZED (
     -- RUNNING: the leased rows of the concurrency-limited queues, by queue and key, in
     -- one pass over jobs_lease_expiry_idx (0001), whose entries are the fleet's running
@@ -849,18 +856,7 @@ FULL JOIN (
 -- jobs: over 100,000 ready jobs of 100,000 keys that took 2.6 s, the overview polls it.
 -- `counted` is MATERIALIZED: inlined, each count ran once per reference (ready twice, a
 -- second pass over the queue's ready jobs). bench/web_limits_cost.py gives the plans.
-WITH limits AS (
-    SELECT l.queue, l.concurrency, l.rate_count,
-           make_interval(secs => l.rate_period_s) AS rate_period,
-           l.key_concurrency, l.key_rate_count,
-           make_interval(secs => l.key_rate_period_s) AS key_rate_period
-    FROM unnest(%(limit_queues)s::text[], %(limit_concurrency)s::int[],
-                %(limit_rate_count)s::int[], %(limit_rate_period_s)s::float8[],
-                %(limit_key_concurrency)s::int[], %(limit_key_rate_count)s::int[],
-                %(limit_key_rate_period_s)s::float8[], %(limit_fair)s::bool[])
-         AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
-              key_rate_count, key_rate_period_s, fair)
-),
+WITH {limit_settings},
 running AS MATERIALIZED (  -- RUNNING, as in jobs_claim_limited: one pass over the leased rows
     SELECT j.queue, j.key, count(*) AS n
     FROM {schema}.jobs AS j
