@@ -57,13 +57,19 @@ CANCEL_GRACE_S = 3.0  # from JobCancelled to SIGKILL
 HELD = frozenset({JobState.CLAIMED, JobState.RUNNING, JobState.FINISHING})
 # States of a job whose handler runs.
 _IN_HANDLER = (JobState.RUNNING, JobState.CANCELLING)
+# States a `finishing` moves to FINISHING: not started yet (started and returned
+# unseen), or in its handler.
+_UNFINISHED = (JobState.CLAIMED, *_IN_HANDLER)
 # Kills for the sake of named jobs: the child's other jobs are not to blame.
 _FOR_ONE_JOB = frozenset({KillReason.TIMEOUT, KillReason.LEASE_LOST, KillReason.CANCELLED})
 
 
 @dataclass(slots=True)
 class LedgerJob:
-    lease: Lease
+    id: int
+    # The lease token as the child sent it (text): made a UUID only when the lease is
+    # asked for (a renewal, a settlement, a skip), which a short job never sees.
+    token: str
     kind: str
     queue: str
     max_runtime_s: float  # resolved: job, else queue, else defaults
@@ -76,10 +82,14 @@ class LedgerJob:
     slot: int | None = None  # the child's execution slot running it
     soft_timeout_at: float | None = None  # when JobTimeout was asked for
     cancelled_at: float | None = None  # when JobCancelled was asked for
+    _lease: Lease | None = None  # `lease`, once asked for
 
     @property
-    def id(self) -> int:
-        return self.lease.job_id
+    def lease(self) -> Lease:
+        lease = self._lease
+        if lease is None:
+            lease = self._lease = Lease(self.id, uuid.UUID(self.token))
+        return lease
 
     def deadline(self) -> float | None:
         """When its max runtime ends, for a job whose handler runs."""
@@ -124,12 +134,14 @@ class ChildLedger:
 
     def claimed(self, message: Claimed, runtime_for: Callable[[str, float | None], float]) -> None:
         at = message.at  # the lease runs from the claim, not from our reading of it
-        for number, job in enumerate(message.jobs, start=message.first):
-            lease = Lease(job.id, uuid.UUID(job.token))
+        jobs, by_number = self.jobs, self._by_number
+        for number, (job_id, token, kind, queue, max_runtime_s) in enumerate(
+            message.jobs, start=message.first
+        ):
             entry = LedgerJob(
-                lease, job.kind, job.queue, runtime_for(job.queue, job.max_runtime_s), number, at
+                job_id, token, kind, queue, runtime_for(queue, max_runtime_s), number, at
             )
-            self.jobs[job.id] = self._by_number[number] = entry
+            jobs[job_id] = by_number[number] = entry
         last = message.first + len(message.jobs) - 1
         self.claimed_through = max(self.claimed_through, last)
         self._moments = None
@@ -192,7 +204,7 @@ class ChildLedger:
     def finishing(self, ids: Iterable[int]) -> None:
         for job_id in ids:
             job = self.jobs.get(job_id)
-            if job is not None and job.state in (JobState.CLAIMED, *_IN_HANDLER):
+            if job is not None and job.state in _UNFINISHED:
                 if job.state is JobState.CLAIMED:
                     self.fresh_starts.append(job)  # started and returned unseen
                 job.state = JobState.FINISHING
@@ -200,8 +212,13 @@ class ChildLedger:
 
     def done(self, ids: Iterable[int]) -> None:
         """Their outcomes are written (or found fenced off): nothing left to do."""
+        # _forget's body, inlined: this runs for every job.
+        jobs, by_number = self.jobs, self._by_number
         for job_id in ids:
-            self._forget(job_id)
+            job = jobs.pop(job_id, None)
+            if job is not None and by_number.get(job.number) is job:
+                del by_number[job.number]
+        self._moments = None
 
     released = done  # given back by the child: the database has them queued again
 

@@ -74,7 +74,6 @@ class BaseWorker:
         # supervisor: a SIGTERM that comes in between says `stopping` only after.
         self._deciding = False
         self._stopping_deferred = False
-        self.decision = _DecisionStep(self)
         # Claims are numbered in the order we start them; the supervisor numbers them
         # alike from our `claimed` messages.
         self._claimed_count = 0
@@ -189,7 +188,11 @@ class BaseWorker:
         """Start `job` or not, and post its start in the slot `take_slot` gives: that
         slot, or why not. `give_up`, asked after `stopping`, may give back the rest
         and say True: then none of it starts."""
-        with self.decision:
+        # Python runs signal handlers between bytecodes of this one thread, so a flag
+        # does what masking SIGTERM would, without two system calls a job (nor a
+        # context manager's two calls).
+        self._deciding = True
+        try:
             if self.stopping:
                 return NoStart.STOP  # the supervisor releases the rest when it reads `stopping`
             if give_up is not None and give_up():
@@ -199,6 +202,11 @@ class BaseWorker:
             slot = take_slot()
             self.board.post_start(self._claim_number[job.id], slot)
             return slot
+        finally:
+            self._deciding = False
+            if self._stopping_deferred:
+                self._stopping_deferred = False
+                self.status.send(Stopping())
 
     def _handler_of(self, job: Job, **log_fields: object) -> Callable[..., Any] | None:
         """The job's handler, None for a kind without one; logs the start."""
@@ -270,25 +278,3 @@ class BaseWorker:
                 )
                 return True
         return False
-
-
-class _DecisionStep:
-    """`with worker.decision:` around deciding to start a job and posting its start.
-    Python runs signal handlers between bytecodes of this one thread, so a flag does
-    what masking SIGTERM would, without two system calls a job (nor a generator-based
-    context manager's cost)."""
-
-    __slots__ = ("worker",)
-
-    def __init__(self, worker: BaseWorker) -> None:
-        self.worker = worker
-
-    def __enter__(self) -> None:
-        self.worker._deciding = True
-
-    def __exit__(self, *exc_info: object) -> None:
-        worker = self.worker
-        worker._deciding = False
-        if worker._stopping_deferred:
-            worker._stopping_deferred = False
-            worker.status.send(Stopping())
