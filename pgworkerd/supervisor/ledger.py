@@ -135,12 +135,17 @@ class ChildLedger:
     def claimed(self, message: Claimed, runtime_for: Callable[[str, float | None], float]) -> None:
         at = message.at  # the lease runs from the claim, not from our reading of it
         jobs, by_number = self.jobs, self._by_number
+        runtimes: dict[str, float] = {}  # by queue, for the jobs that set none themselves
         for number, (job_id, token, kind, queue, max_runtime_s) in enumerate(
             message.jobs, start=message.first
         ):
-            entry = LedgerJob(
-                job_id, token, kind, queue, runtime_for(queue, max_runtime_s), number, at
-            )
+            if max_runtime_s is None:
+                runtime = runtimes.get(queue)
+                if runtime is None:
+                    runtime = runtimes[queue] = runtime_for(queue, None)
+            else:
+                runtime = runtime_for(queue, max_runtime_s)
+            entry = LedgerJob(job_id, token, kind, queue, runtime, number, at)
             jobs[job_id] = by_number[number] = entry
         last = message.first + len(message.jobs) - 1
         self.claimed_through = max(self.claimed_through, last)
@@ -313,22 +318,26 @@ class ChildLedger:
     def moments(self) -> Moments:
         if self._moments is not None:
             return self._moments
-        # One pass, no calls: this runs once per change, a busy child's loop turn.
+        # One pass, no calls (not even min()), the states in locals: this runs once per
+        # change, a busy child's loop turn, over every job of a claim or two.
+        claimed, running, finishing = JobState.CLAIMED, JobState.RUNNING, JobState.FINISHING
         held, earliest_renewal, next_runtime = False, math.inf, math.inf
         for job in self.jobs.values():
             state = job.state
-            if state is JobState.FINISHING:
+            if state is finishing:
                 held = True
-            elif state is JobState.CLAIMED or state is JobState.RUNNING:
+            elif state is claimed or state is running:
                 held = True
-                earliest_renewal = min(earliest_renewal, job.renewed_at)
-                if state is JobState.RUNNING and job.started_at is not None:
+                if job.renewed_at < earliest_renewal:
+                    earliest_renewal = job.renewed_at
+                if state is running and job.started_at is not None:
                     moment = (
                         job.started_at + job.max_runtime_s
                         if job.soft_timeout_at is None
                         else job.soft_timeout_at + SOFT_TIMEOUT_GRACE_S
                     )
-                    next_runtime = min(next_runtime, moment)
+                    if moment < next_runtime:
+                        next_runtime = moment
             elif state is JobState.CANCELLING and job.cancelled_at is not None:
                 next_runtime = min(next_runtime, job.cancelled_at + CANCEL_GRACE_S)
         self._moments = Moments(
