@@ -15,42 +15,40 @@ and `instrument` hands the registry back untouched: the worker runs the bare han
 and pays nothing per job. With it but no TracerProvider configured (the API alone),
 no span is made and no context stored: the spans go wherever the application's
 TracerProvider sends them, and there is none.
+
+Nor is OpenTelemetry imported here until a TracerProvider may be configured: setting
+one (`trace.set_tracer_provider`, an SDK's or an auto-instrumentation's) imports
+`opentelemetry.trace`, so while that module is not loaded, none is, unless
+OTEL_PYTHON_TRACER_PROVIDER names one for the API to load at its first use (then the
+API is imported at the first enqueue or job, to ask). A daemon or producer that does
+not trace loads none of its modules (23 of them, tens of milliseconds at each start).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from importlib.util import find_spec
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgworkerd.job import Job, Retry
 
-AVAILABLE = find_spec("opentelemetry") is not None and find_spec("opentelemetry.trace") is not None
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
-if AVAILABLE:
-    from opentelemetry import propagate, trace
-    from opentelemetry.trace import (
-        NoOpTracerProvider,
-        ProxyTracerProvider,
-        Span,
-        SpanKind,
-        Status,
-        StatusCode,
-    )
+# Without importing it: find_spec of a top-level name loads nothing.
+AVAILABLE = find_spec("opentelemetry") is not None
 
-# The global provider, once set (by code, or from OTEL_PYTHON_TRACER_PROVIDER at its
-# first use), is `trace._TRACER_PROVIDER` and never goes back to None: read directly, as
-# get_tracer_provider() looks the environment up at each call (about 2 us, twenty times
-# a no-op job's call). A provider named by the environment is loaded by that first use.
-_READ_GLOBAL = (
-    AVAILABLE
-    and hasattr(trace, "_TRACER_PROVIDER")
-    and "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ
-)
+# A provider named by the environment is loaded by the API's first use, whoever makes
+# it: with this set, the API is imported (at the first enqueue or job) to ask.
+_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+_TRACE_MODULE = "opentelemetry.trace"
+_modules = sys.modules
 
 SYSTEM = "pgworkerd"
 TRACER_NAME = "pgworkerd"
@@ -66,18 +64,32 @@ def tracing() -> bool:
     enqueue and job, as an application may configure it late (after the fork, say): with
     the API's default provider every span would be a no-op, which costs a handler
     microseconds for nothing, so none is made."""
-    if _READ_GLOBAL:
+    trace: Any = _modules.get(_TRACE_MODULE)
+    if trace is None:
+        if not (AVAILABLE and _PROVIDER_FROM_ENV):
+            return False  # nothing imported the API: nothing set a provider through it
+        try:
+            trace = importlib.import_module(_TRACE_MODULE)
+        except ImportError:
+            return False
+    if not _PROVIDER_FROM_ENV and hasattr(trace, "_TRACER_PROVIDER"):
+        # The global provider, once set (by code, or from the environment at its first
+        # use), is `trace._TRACER_PROVIDER` and never goes back to None: read directly,
+        # as get_tracer_provider() looks the environment up at each call (about 2 us,
+        # twenty times a no-op job's call).
         return trace._TRACER_PROVIDER is not None
     provider = trace.get_tracer_provider()
-    return not isinstance(provider, ProxyTracerProvider | NoOpTracerProvider)
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
 def start_send(records: list[dict[str, Any]]) -> Any:
     """Open the PRODUCER span of one enqueue call and write its context into each
     record (`trace_context`); None without OpenTelemetry or a configured TracerProvider.
     End it with `end_send`."""
-    if not AVAILABLE or not tracing():
+    if not tracing():
         return None
+    from opentelemetry import propagate, trace
+
     kinds = {record["kind"] for record in records}
     queues = {record["queue"] for record in records}
     attributes: dict[str, Any] = {
@@ -92,7 +104,7 @@ def start_send(records: list[dict[str, Any]]) -> Any:
     name = f"send {next(iter(kinds))}" if len(kinds) == 1 else "send"
     # Not made current: the caller's context is left as it was, whatever the steps do.
     span = trace.get_tracer(TRACER_NAME).start_span(
-        name, kind=SpanKind.PRODUCER, attributes=attributes
+        name, kind=trace.SpanKind.PRODUCER, attributes=attributes
     )
     carrier: dict[str, str] = {}
     propagate.inject(carrier, context=trace.set_span_in_context(span))
@@ -107,6 +119,8 @@ def end_send(span: Any, ids: list[int] | None = None, error: BaseException | Non
     if span is None:
         return
     if error is not None and not isinstance(error, GeneratorExit):
+        from opentelemetry.trace import Status, StatusCode
+
         span.record_exception(error)
         span.set_status(Status(StatusCode.ERROR, _one_line(error)))
     elif ids is not None and len(ids) == 1:
@@ -127,12 +141,13 @@ def instrument(registry: Mapping[str, Handler]) -> dict[str, Handler]:
 
 def traced(handler: Handler) -> Handler:
     """`handler` inside a `process <kind>` span; a coroutine function stays one (the
-    worker runs it on its event loop)."""
+    worker runs it on its event loop). Until something loads the API, each call asks
+    no more than that (a dict lookup, not a call: it is paid on every job)."""
     if inspect.iscoroutinefunction(handler):
 
         @functools.wraps(handler)
         async def run_async(job: Job) -> Any:
-            if not tracing():
+            if (_TRACE_MODULE not in _modules and not _PROVIDER_FROM_ENV) or not tracing():
                 return await handler(job)
             with _consumer_span(job):
                 return await handler(job)
@@ -141,7 +156,7 @@ def traced(handler: Handler) -> Handler:
 
     @functools.wraps(handler)
     def run(job: Job) -> Any:
-        if not tracing():
+        if (_TRACE_MODULE not in _modules and not _PROVIDER_FROM_ENV) or not tracing():
             return handler(job)
         with _consumer_span(job):
             return handler(job)
@@ -151,6 +166,9 @@ def traced(handler: Handler) -> Handler:
 
 @contextlib.contextmanager
 def _consumer_span(job: Job) -> Iterator[Span]:
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
     # The stored context is the parent; a job enqueued outside any trace starts one.
     parent = propagate.extract(job.trace_context) if job.trace_context else None
     attributes: dict[str, str | int] = {

@@ -98,7 +98,7 @@ class ControlReader:
     def is_skipped(self, job_id: int, token: object) -> bool:
         """`token`: the lease token, compared as text (a UUID is turned into text only
         when some skip is known: asked before every job start, it rarely is)."""
-        if self.has_news():
+        if self.board.control_lines() != self._lines_read:  # has_news(), asked every job
             self.read()
         return bool(self.skipped) and (job_id, str(token)) in self.skipped
 

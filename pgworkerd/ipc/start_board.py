@@ -6,8 +6,10 @@ job and would cost a system call each way through a pipe:
   * how many lines the supervisor wrote to the child's control pipe (supervisor ->
     child), so the child reads that pipe only when there is something in it.
 
-Each start record is (the job's claim number, its start time, a check). A read that
-catches a write half done finds a check that does not match, and reads again. After
+Each start record is (the job's claim number, its start time in integer nanoseconds, a
+check): integers only, so the check is two XORs, not a float's bits through struct on
+every job. A read that catches a write half done finds a check that does not match, and
+reads again. After
 writing a record the child bumps a counter of starts posted, so a supervisor that
 finds the counter unchanged skips the records. Every field has one writer.
 """
@@ -20,7 +22,9 @@ import time
 from dataclasses import dataclass
 
 _HEADER = struct.Struct("<qq")  # starts posted (child), control lines written (supervisor)
-_RECORD = struct.Struct("<qdq")  # claim number, monotonic start time, check
+_COUNTER = struct.Struct("<q")  # one of the header's two
+# Claim number, start time (time.monotonic_ns(): the clock of time.monotonic()), check.
+_RECORD = struct.Struct("<qqq")
 _CHECK_SEED = 0x5A17_0F_C0FFEE
 
 
@@ -40,7 +44,7 @@ class StartBoard:
         # very page the supervisor reads, and the other way round.
         self._memory = mmap.mmap(-1, _HEADER.size + slots * _RECORD.size)
         for slot in range(slots):
-            self._write_record(slot, 0, 0.0)
+            self._write_record(slot, 0, 0)
         self._starts_posted = 0  # the child's own count
         self._control_lines = 0  # the supervisor's own count
 
@@ -48,19 +52,26 @@ class StartBoard:
 
     def post_start(self, claim_number: int, slot: int = 0) -> None:
         """Execution slot `slot` is about to run the job numbered `claim_number`."""
-        self._write_record(slot, claim_number, time.monotonic())
+        started_ns = time.monotonic_ns()
+        _RECORD.pack_into(  # _write_record's body: this runs for every job
+            self._memory,
+            _HEADER.size + slot * _RECORD.size,
+            claim_number,
+            started_ns,
+            claim_number ^ started_ns ^ _CHECK_SEED,
+        )
         self._starts_posted += 1
-        struct.pack_into("<q", self._memory, 0, self._starts_posted)
+        _COUNTER.pack_into(self._memory, 0, self._starts_posted)
 
     def control_lines(self) -> int:
         """How many lines the supervisor has written to the control pipe so far."""
-        return int(struct.unpack_from("<q", self._memory, 8)[0])
+        return int(_COUNTER.unpack_from(self._memory, 8)[0])
 
     # -- the supervisor's side ------------------------------------------------------------
 
     def starts_posted(self) -> int:
         """A counter that moves whenever a start is posted: unchanged, nothing is new."""
-        return int(struct.unpack_from("<q", self._memory, 0)[0])
+        return int(_COUNTER.unpack_from(self._memory, 0)[0])
 
     def snapshot(self) -> tuple[int, list[StartRecord]]:
         """(starts posted, the last start of each slot) as of one moment. The child
@@ -79,26 +90,23 @@ class StartBoard:
         for slot in range(self.slots):
             offset = _HEADER.size + slot * _RECORD.size
             while True:
-                number, started_at, check = _RECORD.unpack_from(self._memory, offset)
-                if check == _check(number, started_at):
+                number, started_ns, check = _RECORD.unpack_from(self._memory, offset)
+                if check == number ^ started_ns ^ _CHECK_SEED:
                     break
             if number:
-                found.append(StartRecord(slot, number, started_at))
+                found.append(StartRecord(slot, number, started_ns / 1e9))
         return found
 
     def wrote_control_line(self) -> None:
         """Count a line written to the control pipe (after writing it)."""
         self._control_lines += 1
-        struct.pack_into("<q", self._memory, 8, self._control_lines)
+        _COUNTER.pack_into(self._memory, 8, self._control_lines)
 
     def close(self) -> None:
         self._memory.close()
 
-    def _write_record(self, slot: int, number: int, started_at: float) -> None:
+    def _write_record(self, slot: int, number: int, started_ns: int) -> None:
         offset = _HEADER.size + slot * _RECORD.size
-        _RECORD.pack_into(self._memory, offset, number, started_at, _check(number, started_at))
-
-
-def _check(number: int, started_at: float) -> int:
-    bits: int = struct.unpack("<q", struct.pack("<d", started_at))[0]
-    return number ^ bits ^ _CHECK_SEED
+        _RECORD.pack_into(
+            self._memory, offset, number, started_ns, number ^ started_ns ^ _CHECK_SEED
+        )

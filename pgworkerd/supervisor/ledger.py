@@ -57,13 +57,19 @@ CANCEL_GRACE_S = 3.0  # from JobCancelled to SIGKILL
 HELD = frozenset({JobState.CLAIMED, JobState.RUNNING, JobState.FINISHING})
 # States of a job whose handler runs.
 _IN_HANDLER = (JobState.RUNNING, JobState.CANCELLING)
+# States a `finishing` moves to FINISHING: not started yet (started and returned
+# unseen), or in its handler.
+_UNFINISHED = (JobState.CLAIMED, *_IN_HANDLER)
 # Kills for the sake of named jobs: the child's other jobs are not to blame.
 _FOR_ONE_JOB = frozenset({KillReason.TIMEOUT, KillReason.LEASE_LOST, KillReason.CANCELLED})
 
 
 @dataclass(slots=True)
 class LedgerJob:
-    lease: Lease
+    id: int
+    # The lease token as the child sent it (text): made a UUID only when the lease is
+    # asked for (a renewal, a settlement, a skip), which a short job never sees.
+    token: str
     kind: str
     queue: str
     max_runtime_s: float  # resolved: job, else queue, else defaults
@@ -76,10 +82,14 @@ class LedgerJob:
     slot: int | None = None  # the child's execution slot running it
     soft_timeout_at: float | None = None  # when JobTimeout was asked for
     cancelled_at: float | None = None  # when JobCancelled was asked for
+    _lease: Lease | None = None  # `lease`, once asked for
 
     @property
-    def id(self) -> int:
-        return self.lease.job_id
+    def lease(self) -> Lease:
+        lease = self._lease
+        if lease is None:
+            lease = self._lease = Lease(self.id, uuid.UUID(self.token))
+        return lease
 
     def deadline(self) -> float | None:
         """When its max runtime ends, for a job whose handler runs."""
@@ -124,12 +134,19 @@ class ChildLedger:
 
     def claimed(self, message: Claimed, runtime_for: Callable[[str, float | None], float]) -> None:
         at = message.at  # the lease runs from the claim, not from our reading of it
-        for number, job in enumerate(message.jobs, start=message.first):
-            lease = Lease(job.id, uuid.UUID(job.token))
-            entry = LedgerJob(
-                lease, job.kind, job.queue, runtime_for(job.queue, job.max_runtime_s), number, at
-            )
-            self.jobs[job.id] = self._by_number[number] = entry
+        jobs, by_number = self.jobs, self._by_number
+        runtimes: dict[str, float] = {}  # by queue, for the jobs that set none themselves
+        for number, (job_id, token, kind, queue, max_runtime_s) in enumerate(
+            message.jobs, start=message.first
+        ):
+            if max_runtime_s is None:
+                runtime = runtimes.get(queue)
+                if runtime is None:
+                    runtime = runtimes[queue] = runtime_for(queue, None)
+            else:
+                runtime = runtime_for(queue, max_runtime_s)
+            entry = LedgerJob(job_id, token, kind, queue, runtime, number, at)
+            jobs[job_id] = by_number[number] = entry
         last = message.first + len(message.jobs) - 1
         self.claimed_through = max(self.claimed_through, last)
         self._moments = None
@@ -192,7 +209,7 @@ class ChildLedger:
     def finishing(self, ids: Iterable[int]) -> None:
         for job_id in ids:
             job = self.jobs.get(job_id)
-            if job is not None and job.state in (JobState.CLAIMED, *_IN_HANDLER):
+            if job is not None and job.state in _UNFINISHED:
                 if job.state is JobState.CLAIMED:
                     self.fresh_starts.append(job)  # started and returned unseen
                 job.state = JobState.FINISHING
@@ -200,8 +217,13 @@ class ChildLedger:
 
     def done(self, ids: Iterable[int]) -> None:
         """Their outcomes are written (or found fenced off): nothing left to do."""
+        # _forget's body, inlined: this runs for every job.
+        jobs, by_number = self.jobs, self._by_number
         for job_id in ids:
-            self._forget(job_id)
+            job = jobs.pop(job_id, None)
+            if job is not None and by_number.get(job.number) is job:
+                del by_number[job.number]
+        self._moments = None
 
     released = done  # given back by the child: the database has them queued again
 
@@ -296,22 +318,26 @@ class ChildLedger:
     def moments(self) -> Moments:
         if self._moments is not None:
             return self._moments
-        # One pass, no calls: this runs once per change, a busy child's loop turn.
+        # One pass, no calls (not even min()), the states in locals: this runs once per
+        # change, a busy child's loop turn, over every job of a claim or two.
+        claimed, running, finishing = JobState.CLAIMED, JobState.RUNNING, JobState.FINISHING
         held, earliest_renewal, next_runtime = False, math.inf, math.inf
         for job in self.jobs.values():
             state = job.state
-            if state is JobState.FINISHING:
+            if state is finishing:
                 held = True
-            elif state is JobState.CLAIMED or state is JobState.RUNNING:
+            elif state is claimed or state is running:
                 held = True
-                earliest_renewal = min(earliest_renewal, job.renewed_at)
-                if state is JobState.RUNNING and job.started_at is not None:
+                if job.renewed_at < earliest_renewal:
+                    earliest_renewal = job.renewed_at
+                if state is running and job.started_at is not None:
                     moment = (
                         job.started_at + job.max_runtime_s
                         if job.soft_timeout_at is None
                         else job.soft_timeout_at + SOFT_TIMEOUT_GRACE_S
                     )
-                    next_runtime = min(next_runtime, moment)
+                    if moment < next_runtime:
+                        next_runtime = moment
             elif state is JobState.CANCELLING and job.cancelled_at is not None:
                 next_runtime = min(next_runtime, job.cancelled_at + CANCEL_GRACE_S)
         self._moments = Moments(

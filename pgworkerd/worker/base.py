@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import logging
+import operator
 import os
 import signal
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, cast
-from uuid import UUID
+from typing import Any
 
 import psutil
 import psycopg
@@ -51,6 +52,12 @@ from pgworkerd.worker.success_buffer import SuccessBuffer
 
 log = logging.getLogger("pgworkerd.worker")
 
+_claimed_job = functools.partial(tuple.__new__, ClaimedJob)
+# The lease token's 128 bits, for UUID.hex's own formula without its Python-level
+# property. Every claimed job has a token (the field is optional in Job for the
+# handlers' sake): attrgetter does not ask.
+_token_int = operator.attrgetter("int")
+
 MEMORY_CHECK_INTERVAL_S = 1.0  # reading our RSS costs a /proc read: not before every job
 
 
@@ -74,7 +81,6 @@ class BaseWorker:
         # supervisor: a SIGTERM that comes in between says `stopping` only after.
         self._deciding = False
         self._stopping_deferred = False
-        self.decision = _DecisionStep(self)
         # Claims are numbered in the order we start them; the supervisor numbers them
         # alike from our `claimed` messages.
         self._claimed_count = 0
@@ -169,11 +175,21 @@ class BaseWorker:
             first = self._claimed_count + 1
             self._claimed_count += len(batch)
             self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
-            # The token as its hex digits, not str(): a third of the cost, on every job.
-            # Every claimed job has one (cast: Job's field is optional for handlers).
+            # The token as its hex digits, not str(): a fraction of the cost, on every
+            # job. The tuples are made in C, not through ClaimedJob's generated __new__.
             jobs = tuple(
-                ClaimedJob(j.id, cast(UUID, j.lease_token).hex, j.kind, j.queue, j.max_runtime_s)
-                for j in batch
+                [
+                    _claimed_job(
+                        (
+                            j.id,
+                            format(_token_int(j.lease_token), "032x"),
+                            j.kind,
+                            j.queue,
+                            j.max_runtime_s,
+                        )
+                    )
+                    for j in batch
+                ]
             )
             claimed = Claimed(first, claimed_at, len(batch) == limit, jobs)
         # `done` for the successes written, then `claimed`: in that order, one write.
@@ -189,7 +205,11 @@ class BaseWorker:
         """Start `job` or not, and post its start in the slot `take_slot` gives: that
         slot, or why not. `give_up`, asked after `stopping`, may give back the rest
         and say True: then none of it starts."""
-        with self.decision:
+        # Python runs signal handlers between bytecodes of this one thread, so a flag
+        # does what masking SIGTERM would, without two system calls a job (nor a
+        # context manager's two calls).
+        self._deciding = True
+        try:
             if self.stopping:
                 return NoStart.STOP  # the supervisor releases the rest when it reads `stopping`
             if give_up is not None and give_up():
@@ -199,6 +219,11 @@ class BaseWorker:
             slot = take_slot()
             self.board.post_start(self._claim_number[job.id], slot)
             return slot
+        finally:
+            self._deciding = False
+            if self._stopping_deferred:
+                self._stopping_deferred = False
+                self.status.send(Stopping())
 
     def _handler_of(self, job: Job, **log_fields: object) -> Callable[..., Any] | None:
         """The job's handler, None for a kind without one; logs the start."""
@@ -270,25 +295,3 @@ class BaseWorker:
                 )
                 return True
         return False
-
-
-class _DecisionStep:
-    """`with worker.decision:` around deciding to start a job and posting its start.
-    Python runs signal handlers between bytecodes of this one thread, so a flag does
-    what masking SIGTERM would, without two system calls a job (nor a generator-based
-    context manager's cost)."""
-
-    __slots__ = ("worker",)
-
-    def __init__(self, worker: BaseWorker) -> None:
-        self.worker = worker
-
-    def __enter__(self) -> None:
-        self.worker._deciding = True
-
-    def __exit__(self, *exc_info: object) -> None:
-        worker = self.worker
-        worker._deciding = False
-        if worker._stopping_deferred:
-            worker._stopping_deferred = False
-            worker.status.send(Stopping())

@@ -43,6 +43,9 @@ def outcome_of_value(value: Any) -> Outcome:
     return Outcome("succeeded", result_json=dump_result(value))
 
 
+_SUCCEEDED_WITHOUT_RESULT = outcome_of_value(None)
+
+
 def outcome_of_unknown_kind(job: Job) -> Outcome:
     """No handler is configured for the job's kind: discarded (only configured code
     runs: an unknown kind never selects an import)."""
@@ -88,6 +91,8 @@ class Executor:
             value = self._call(handler, job)
         except BaseException as exc:
             return outcome_of_exception(exc)
+        if value is None:  # most handlers return None: one outcome, frozen, for them all
+            return _SUCCEEDED_WITHOUT_RESULT
         return outcome_of_value(value)
 
     def close(self) -> None:

@@ -8,7 +8,6 @@ raises JobTimeout or JobCancelled in the handler, which runs in this thread.
 
 from __future__ import annotations
 
-import functools
 import logging
 import select
 import time
@@ -82,12 +81,17 @@ class Worker(BaseWorker):
 
     def _run_batch(self, batch: list[Job]) -> None:
         epoch = self.connection.epoch
+        position = 0
+
+        def give_up() -> bool:  # one per batch, reading `position` as it moves on
+            return self._given_back(batch, position, epoch)
+
+        successes = self.outcomes.successes
         try:
-            for position, job in enumerate(batch):
-                if self.outcomes.successes.due_before(job):
+            for position, job in enumerate(batch):  # noqa: B007 (give_up reads it)
+                if successes.due_before(job):
                     setproctitle(f"{self.title} idle")  # a write, no job, runs now
                     self.outcomes.flush()
-                give_up = functools.partial(self._given_back, batch, position, epoch)
                 started = self._decide_start(job, _the_only_slot, give_up)
                 if started is NoStart.STOP:
                     return

@@ -154,3 +154,50 @@ print("bare")
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "bare"
+
+
+def test_installed_but_unused_nothing_of_it_loads_until_a_provider_is_set(db_dsn):
+    """With the extra installed and no TracerProvider configured, neither the daemon's
+    imports, nor loading handlers, nor an enqueue, nor a job load any of OpenTelemetry;
+    a provider configured late (after all that) is still found, and spans are made."""
+    script = f"""
+import sys
+import psycopg, pgworkerd
+import pgworkerd.cli.main, pgworkerd.supervisor.core, pgworkerd.worker
+from pgworkerd.contrib import otel
+from pgworkerd.handlers import load_registry
+
+def loaded():
+    return [m for m in sys.modules if m.startswith("opentelemetry")]
+
+assert otel.AVAILABLE
+registry = load_registry({{"noop": "tests.handlers:noop"}})
+with psycopg.connect({db_dsn!r}) as conn:
+    job_id = pgworkerd.enqueue(conn, "noop", {{}})
+    row = conn.execute("SELECT trace_context FROM pgworkerd.jobs WHERE id = %s", (job_id,))
+    assert row.fetchone()[0] is None
+job = pgworkerd.Job(id=job_id, kind="noop", queue="default", payload={{}}, attempt=1,
+                    max_attempts=5)
+assert registry["noop"](job) is None
+assert not otel.tracing()
+assert loaded() == [], loaded()
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+assert otel.tracing()
+registry["noop"](job)
+with psycopg.connect({db_dsn!r}) as conn:
+    pgworkerd.enqueue(conn, "noop", {{}})
+print(sorted(span.name for span in exporter.get_finished_spans()))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['process noop', 'send noop']"

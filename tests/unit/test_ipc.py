@@ -60,6 +60,9 @@ def test_every_message_round_trips_as_one_line(message: Message) -> None:
         b'{"t":"done"}',
         b'{"t":"done","ids":[1],"o":[["succeeded"]]}',
         b'{"t":"claimed","first":1,"at":0,"full":false,"jobs":[[1,"t"]]}',
+        b'{"t":"claimed","first":1,"at":0,"full":false,"jobs":["abcde"]}',
+        b'{"t":"claimed","first":1,"at":0,"full":false,"jobs":[1]}',
+        b'{"t":"done","ids":[1],"o":["ab"]}',
         b"[]",
     ],
 )
