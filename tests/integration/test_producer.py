@@ -174,7 +174,7 @@ def test_the_one_job_statement_is_prepared_and_keeps_one_plan(way, pconn, conn):
         way.enqueue(pconn, f"kind{n}", {"n": n}, queue=f"q{n % 3}")
     prepared = way.fetch_all(
         pconn,
-        "SELECT statement FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO%'",
+        "SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%INSERT INTO%jobs%'",
     )
     assert len(prepared) == 1, prepared
     assert count_jobs(conn) == 8
