@@ -3,6 +3,7 @@ run on one throwaway durable cluster (the peers' settings, bench/cluster.py).
 
     python -m bench.enqueue_cost [--a /work/main] [--b .] [--n 2000] [--rounds 4]
                                  [--producers 1,8] [--profile DIR]
+                                 [--blocks 60 --block 100 [--block-producers 8]]
 
 Each round alternates, for every number of concurrent producers (processes, each on its
 own autocommit connection, `n` calls each after a warm-up):
@@ -35,6 +36,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +239,12 @@ def main() -> None:
     )
     parser.add_argument("--block", type=int, default=100, help="calls per block")
     parser.add_argument(
+        "--block-producers",
+        type=int,
+        default=1,
+        help="producers per variant in --blocks (each makes `block` calls per block)",
+    )
+    parser.add_argument(
         "--server-loops",
         type=int,
         default=0,
@@ -263,7 +271,7 @@ def main() -> None:
         if args.server_loops:
             server_loops({k: dsns[k] for k in checkouts if k in variants}, args.server_loops)
         if args.blocks:
-            interleaved(checkouts, variants, dsns, args.blocks, args.block)
+            interleaved(checkouts, variants, dsns, args.blocks, args.block, args.block_producers)
         for round_no in range(args.rounds):
             for count in counts:
                 # the order rotates each round, so no variant always follows the same one
@@ -345,46 +353,67 @@ def server_loops(dsns: dict[str, str], rounds: int) -> None:
 
 
 def interleaved(
-    checkouts: dict[str, Path], variants: list[str], dsns: dict[str, str], blocks: int, block: int
+    checkouts: dict[str, Path],
+    variants: list[str],
+    dsns: dict[str, str],
+    blocks: int,
+    block: int,
+    producers: int = 1,
 ) -> None:
-    """One producer per variant, all connected at once; `blocks` rounds in which each
-    makes `block` calls in turn (the order rotating). Ratio: raw's time over the
-    variant's in the same round (jobs/s ÷ raw's), median of the rounds."""
-    children = {}
+    """`producers` producers per variant (processes), all connected at once; `blocks`
+    rounds in which each variant's producers make `block` calls each, together, in turn
+    (the order rotating). A block's wall time runs from the parent's go to the last
+    producer's answer. Ratio: raw's time over the variant's in the same round (jobs/s
+    ÷ raw's), median of the rounds."""
+    children: dict[str, list[subprocess.Popen[str]]] = {}
     for variant in variants:
         checkout = checkouts.get(variant, REPO)
         env = {**os.environ, "PYTHONPATH": str(checkout)}
         env.pop("PGWORKERD_DATABASE__SCHEMA", None)
         what = "enqueue" if variant in checkouts else variant
         dsn = dsns[variant if variant in checkouts else "raw"]
-        children[variant] = subprocess.Popen(
-            [sys.executable, "-c", SERVE, dsn, what],
-            env=env,
-            cwd=checkout,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        children[variant] = [
+            subprocess.Popen(
+                [sys.executable, "-c", SERVE, dsn, what],
+                env=env,
+                cwd=checkout,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(producers)
+        ]
     times: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
     try:
-        for child in children.values():
-            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        for group in children.values():
+            for child in group:
+                assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         for round_no in range(blocks):
             shift = round_no % len(variants)
             for variant in variants[shift:] + variants[:shift]:
-                child = children[variant]
-                assert child.stdin is not None and child.stdout is not None
-                child.stdin.write(f"{block}\n")
-                child.stdin.flush()
-                wall, cpu = map(float, child.stdout.readline().split())
-                times[variant].append((wall, cpu))
+                group = children[variant]
+                started = time.perf_counter()
+                for child in group:
+                    assert child.stdin is not None
+                    child.stdin.write(f"{block}\n")
+                    child.stdin.flush()
+                cpu = 0.0
+                for child in group:
+                    assert child.stdout is not None
+                    cpu += float(child.stdout.readline().split()[1])
+                times[variant].append((time.perf_counter() - started, cpu))
     finally:
-        for child in children.values():
-            if child.stdin is not None:
-                child.stdin.close()
-            child.wait()
+        for group in children.values():
+            for child in group:
+                if child.stdin is not None:
+                    child.stdin.close()
+                child.wait()
+    calls = block * blocks * producers
     named = ", ".join(f"{name} = {path}" for name, path in checkouts.items())
-    print(f"{named}; one producer each, {blocks} rounds of {block} calls, interleaved\n")
+    print(
+        f"{named}; {producers} producer(s) each, {blocks} rounds of {block} calls each,"
+        " interleaved\n"
+    )
     print(
         "| variant | jobs/s (all rounds) | ÷ raw (median of rounds) | ÷ raw (all rounds) |"
         " client CPU µs/call |"
@@ -393,14 +422,14 @@ def interleaved(
     raw = times.get("raw")
     for variant in variants:
         walls = [w for w, _ in times[variant]]
-        jps = block * blocks / sum(walls)
+        jps = calls / sum(walls)
         if raw:
             raw_walls = [w for w, _ in raw]
             median = statistics.median(r / w for r, w in zip(raw_walls, walls, strict=True))
             overall = sum(raw_walls) / sum(walls)
         else:
             median = overall = float("nan")
-        cpu = sum(c for _, c in times[variant]) / (block * blocks) * 1e6
+        cpu = sum(c for _, c in times[variant]) / calls * 1e6
         print(f"| {variant} | {jps:,.0f} | {median:.3f}x | {overall:.3f}x | {cpu:.0f} |")
     print()
 

@@ -59,6 +59,11 @@ def dump_payload(payload: Any, *, max_bytes: int, where: str = "payload") -> str
     return text
 
 
+def dump_trace_context(carrier: dict[str, str]) -> str:
+    """The W3C trace context `otel` records with a job (strings only) as JSON text."""
+    return _STRICT.encode(carrier)
+
+
 def dump_result(value: Any, *, max_bytes: int = MAX_RESULT_BYTES) -> str | None:
     """A handler's return value as JSON text (NULs escaped); None for None.
 

@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pgworkerd.contrib import otel
 from pgworkerd.contrib import sqlalchemy as sa_contrib
-from pgworkerd.encoding import dump_payload, dump_records
+from pgworkerd.encoding import dump_payload, dump_records, dump_trace_context
 from pgworkerd.errors import InvalidJob
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore, Statement
 
@@ -214,10 +214,10 @@ class Producer:
     ) -> Steps:
         """Encoding, the last check, happens before the first statement is yielded.
         `unique_keys`: whether any record has one."""
-        text = self._encode(records, label_index=label_index)
         if len(records) == 1 and not unique_keys:  # enqueue's usual call
-            ids: list[int | None] = yield self.store.insert_one_statement(text[1:-1])
+            ids: list[int | None] = yield self._insert_one(records[0], label_index)
         else:
+            text = self._encode(records, label_index=label_index)
             ids = yield self.store.insert_statement(text, unique_keys=unique_keys)
         if None not in ids:  # the usual case: every job went in
             return cast(list[int], ids)
@@ -238,6 +238,18 @@ class Producer:
                 holder = yield from self._live_or_insert_steps(record)
             resolved.append(holder)
         return resolved
+
+    def _insert_one(self, record: dict[str, Any], label_index: bool) -> Statement[Any]:
+        """The statement of one job without a unique key. Only its payload (and the trace
+        context, when `otel` wrote one) is JSON: the rest of the record goes as
+        parameters of their own, and `dump_payload` refuses what `_encode` would."""
+        try:
+            payload = dump_payload(record["payload"], max_bytes=self.max_payload_bytes)
+        except InvalidJob as exc:
+            raise InvalidJob(f"jobs[0]: {exc}" if label_index else str(exc)) from None
+        trace_context = record.get("trace_context")
+        trace_json = None if trace_context is None else dump_trace_context(trace_context)
+        return self.store.insert_one_statement(record, payload, trace_json)
 
     def _insert_with_modes(self, records: list[dict[str, Any]], label_index: bool) -> Steps:
         """A list in which some jobs have `debounce` or `throttle`: the others go in as

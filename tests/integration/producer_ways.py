@@ -44,6 +44,11 @@ class SyncWay:
     def enqueue_many(self, conn: Any, jobs: Any) -> list[int]:
         return pgworkerd.enqueue_many(conn, jobs)
 
+    def fetch_all(self, conn: Any, query: str) -> list[Any]:
+        """`query`'s rows, run on the producer's connection `conn`."""
+        rows: list[Any] = conn.execute(query).fetchall()
+        return rows
+
     def count_statements(self) -> Any:
         """A mock counting the statements producer calls run, while in its `with`."""
         real = psycopg.Connection.execute
@@ -102,6 +107,13 @@ class AsyncWay:
 
     def enqueue_many(self, conn: Any, jobs: Any) -> list[int]:
         return self.call(pgworkerd.enqueue_many_async(conn.aconn, jobs))
+
+    def fetch_all(self, conn: Any, query: str) -> list[Any]:
+        async def rows() -> list[Any]:
+            cursor = await conn.aconn.execute(query)
+            return await cursor.fetchall()
+
+        return self.call(rows())
 
     def count_statements(self) -> Any:
         real = psycopg.AsyncConnection.execute

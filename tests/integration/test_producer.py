@@ -129,6 +129,57 @@ def test_one_job_alone_is_stored_as_the_same_job_in_a_list(way, pconn, conn):
     assert alone < in_list[0] < in_list[1], "ids from the one sequence, in order"
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({}, id="no-options"),
+        pytest.param(
+            {"run_at": datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC), "priority": 2**31 - 1},
+            id="run_at",
+        ),
+        pytest.param({"delay": 0.25, "max_runtime": 0.5, "max_attempts": 1}, id="fractions"),
+    ],
+)
+def test_every_option_of_one_job_lands_as_in_a_list(way, pconn, conn, options):
+    # jobs_insert_one takes its options as positional parameters, NULL when not given;
+    # jobs_insert reads them from a JSON record: the same row either way.
+    spec = {"kind": "k", "payload": {"s": "é\\u0000", "f": 0.1}, **options}
+    alone = way.enqueue(pconn, "k", spec["payload"], **options)
+    (in_list,) = way.enqueue_many(pconn, [spec])
+    columns = (
+        "queue, kind, payload, payload::text, priority, state, attempt, max_attempts,"
+        " max_runtime, key, trace_context, errors,"
+        " CASE WHEN %s THEN run_at END,"
+        " CASE WHEN NOT %s THEN extract(epoch FROM run_at - created_at) END"
+    )
+    rows = [
+        conn.execute(
+            f"SELECT {columns} FROM pgworkerd.jobs WHERE id = %s",
+            ("run_at" in options, "run_at" in options, i),
+        ).fetchone()
+        for i in (alone, in_list)
+    ]
+    assert rows[0] == rows[1]
+    if "run_at" in options:
+        assert rows[0][-2] == options["run_at"]
+    else:  # delay from the transaction's start: exactly that many seconds
+        assert rows[0][-1] == options.get("delay", 0)
+
+
+def test_the_one_job_statement_is_prepared_and_keeps_one_plan(way, pconn, conn):
+    # psycopg prepares a statement on its prepare_threshold-th execution (5 by default)
+    # if its bytes and parameter types are the same each time: the one-job statement
+    # must be the same bytes at every call, whatever the job.
+    for n in range(8):
+        way.enqueue(pconn, f"kind{n}", {"n": n}, queue=f"q{n % 3}")
+    prepared = way.fetch_all(
+        pconn,
+        "SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%INSERT INTO%jobs%'",
+    )
+    assert len(prepared) == 1, prepared
+    assert count_jobs(conn) == 8
+
+
 def test_enqueue_many_of_nothing_does_nothing(way, pconn):
     with way.count_statements() as execute:
         assert way.enqueue_many(pconn, []) == []

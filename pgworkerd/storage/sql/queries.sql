@@ -99,27 +99,20 @@ ORDER BY inserted.id;
 
 -- name: jobs_insert_one
 -- jobs_insert_without_unique_keys for one job (enqueue's usual call, made once per web
--- request): the same row and the same notification, by a plan of five nodes instead
--- of eleven. The record alone, not in an array (jsonb_to_record: no tuplestore, no
--- ordinality); the id from the identity's default (no order to keep); the channel a
--- literal, so the one parameter is the record. Every call notifies, as jobs_insert does:
--- an idle worker cannot be known from here without a race (docs/design.md, "The cost of
--- one enqueue"), and PostgreSQL folds duplicates within a transaction.
-WITH inserted AS (
-    INSERT INTO {schema}.jobs AS j
-        (queue, kind, payload, priority, run_at, max_attempts, max_runtime, trace_context,
-         key)
-    SELECT t.queue, t.kind, t.payload, COALESCE(t.priority, 0),
-           COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay_s, 0))),
-           t.max_attempts, make_interval(secs => t.max_runtime_s), t.trace_context, t.key
-    FROM jsonb_to_record(%(job)s::jsonb)
-             AS t(queue text, kind text, payload jsonb, priority int, run_at timestamptz,
-                  delay_s float8, max_attempts int, max_runtime_s float8,
-                  trace_context jsonb, key text)
-    RETURNING j.id, j.queue
-)
-SELECT inserted.id, false AS left_out
-FROM inserted CROSS JOIN LATERAL pg_notify({queue_channel}, inserted.queue) AS notified;
+-- request): the same row and the same notification, by the shortest plan (a Result
+-- under the ModifyTable: no function scan, no CTE, no join). Positional parameters,
+-- in this order (JobStore.insert_one_statement): queue, kind, payload (JSON text),
+-- priority, run_at, delay_s, max_attempts, max_runtime_s, trace_context (JSON text),
+-- key; NULL for an option not given. The notification is in the RETURNING list:
+-- evaluated once for the one row, in this statement, as jobs_insert's is. Every call
+-- notifies: an idle worker cannot be known from here without a race (docs/design.md,
+-- "The cost of one enqueue"), and PostgreSQL folds duplicates within a transaction.
+INSERT INTO {schema}.jobs
+    (queue, kind, payload, priority, run_at, max_attempts, max_runtime, trace_context, key)
+VALUES (%s, %s, %s::jsonb, COALESCE(%s::int, 0),
+        COALESCE(%s::timestamptz, now() + make_interval(secs => COALESCE(%s::float8, 0))),
+        %s::int, make_interval(secs => %s::float8), %s::jsonb, %s::text)
+RETURNING id, pg_notify({queue_channel}, queue);
 
 
 -- name: jobs_insert_after
