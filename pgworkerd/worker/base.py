@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import logging
 import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, cast
 from uuid import UUID
@@ -47,11 +49,22 @@ from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
 from pgworkerd.worker.outcome_writer import OutcomeWriter
 from pgworkerd.worker.spec import WorkerSpec
-from pgworkerd.worker.success_buffer import SuccessBuffer
+from pgworkerd.worker.success_buffer import Success, SuccessBuffer
 
 log = logging.getLogger("pgworkerd.worker")
 
 MEMORY_CHECK_INTERVAL_S = 1.0  # reading our RSS costs a /proc read: not before every job
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """A claim on its way: the successes it writes, how many jobs it asks for, when it
+    was sent (its leases run from no earlier), and the call that sends it."""
+
+    successes: list[Success]
+    limit: int
+    sent_at: float
+    call: Callable[[], tuple[set[int], list[Job]]]
 
 
 class NoStart(enum.Enum):
@@ -78,7 +91,9 @@ class BaseWorker:
         # Claims are numbered in the order we start them; the supervisor numbers them
         # alike from our `claimed` messages.
         self._claimed_count = 0
-        self._claim_number: dict[int, int] = {}  # job id -> its number, current batch
+        # (job id, lease token) -> its number, till it starts or is given back. By lease:
+        # a job given up unstarted may come back to this child, claimed anew.
+        self._claim_number: dict[tuple[int, UUID | None], int] = {}
         self.store = JobStore(spec.schema, backoff=spec.backoff, limits=spec.limits)
         self._wake_r, self._wake_w = os.pipe()
         self.connection = WorkerConnection(spec, self._wake_r, lambda: self.stopping)
@@ -141,43 +156,71 @@ class BaseWorker:
         """A batch of at most `limit` (default: the batch size; maybe empty), or None
         when the database could not be reached. The successes still pending are written
         in the same transaction."""
-        limit = limit or self.spec.batch_size
+        claim = self._claim_request(limit or self.spec.batch_size)
+        if claim is None:
+            return None
+        try:
+            kept, batch = claim.call()
+        except CONNECTION_FAULTS as exc:
+            self._claim_failed(claim.successes, exc)
+            return None
+        return self._claim_answered(claim, kept, batch)
+
+    def _claim_request(self, limit: int) -> ClaimRequest | None:
+        """A claim of at most `limit` jobs that writes the pending successes, ready to
+        send (`call()`, here or in another thread), and announced; None when the
+        database could not be reached."""
         buffer = self.outcomes.successes
         successes = buffer.take()
         try:
             conn = self.connection.get()
-            # Before the claim is sent: its leases run from no earlier than this.
-            claimed_at = time.monotonic()
-            if successes:
-                self.status.send(Finishing(tuple(s.job.id for s in successes)))
-            kept, batch = self.store.complete_and_claim(
-                conn,
-                [(s.job.lease, s.result_json) for s in successes],
-                queues=self.spec.queues,
-                limit=limit,
-                lease_ttl_s=self.spec.lease_ttl_s,
-                worker=self.spec.worker_id,
-                max_attempts=self.spec.queue_max_attempts,
-            )
         except CONNECTION_FAULTS as exc:
-            buffer.put_back(successes)  # neither the write nor the claim happened
-            self.connection.lost(exc)
+            self._claim_failed(successes, exc)
             return None
+        # Before the claim is sent: its leases run from no earlier than this.
+        claimed_at = time.monotonic()
+        if successes:
+            self.status.send(Finishing(tuple(s.job.id for s in successes)))
+        call = functools.partial(
+            self.store.complete_and_claim,
+            conn,
+            [(s.job.lease, s.result_json) for s in successes],
+            queues=self.spec.queues,
+            limit=limit,
+            lease_ttl_s=self.spec.lease_ttl_s,
+            worker=self.spec.worker_id,
+            max_attempts=self.spec.queue_max_attempts,
+        )
+        return ClaimRequest(successes, limit, claimed_at, call)
+
+    def _claim_failed(self, successes: list[Success], exc: BaseException) -> None:
+        """A claim failed on its connection: neither its write of `successes` nor the
+        claim happened (they are still to be written)."""
+        self.outcomes.successes.put_back(successes)
+        self.connection.lost(exc)
+
+    def _claim_answered(self, claim: ClaimRequest, kept: set[int], batch: list[Job]) -> list[Job]:
+        """The claim went through: `kept`, the successes written whose lease held; the
+        jobs it leased, announced (and numbered) here."""
         self.connection.succeeded()
         claimed = None
         if batch:
             first = self._claimed_count + 1
             self._claimed_count += len(batch)
-            self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
+            # Kept until the job starts (or is given back): a child that claims before
+            # its last batch has all started holds the numbers of both.
+            numbers = self._claim_number
+            for n, job in enumerate(batch):
+                numbers[job.id, job.lease_token] = first + n
             # The token as its hex digits, not str(): a third of the cost, on every job.
             # Every claimed job has one (cast: Job's field is optional for handlers).
             jobs = tuple(
                 ClaimedJob(j.id, cast(UUID, j.lease_token).hex, j.kind, j.queue, j.max_runtime_s)
                 for j in batch
             )
-            claimed = Claimed(first, claimed_at, len(batch) == limit, jobs)
+            claimed = Claimed(first, claim.sent_at, len(batch) == claim.limit, jobs)
         # `done` for the successes written, then `claimed`: in that order, one write.
-        self.outcomes.written(successes, kept, then=claimed)
+        self.outcomes.written(claim.successes, kept, then=claimed)
         return batch
 
     def _decide_start(
@@ -195,9 +238,10 @@ class BaseWorker:
             if give_up is not None and give_up():
                 return NoStart.STOP
             if self.control.is_skipped(job.id, job.lease_token):
+                del self._claim_number[job.id, job.lease_token]
                 return NoStart.SKIP  # cancelled or rescued before it started: not ours to run
             slot = take_slot()
-            self.board.post_start(self._claim_number[job.id], slot)
+            self.board.post_start(self._claim_number.pop((job.id, job.lease_token)), slot)
             return slot
 
     def _handler_of(self, job: Job, **log_fields: object) -> Callable[..., Any] | None:
@@ -223,6 +267,8 @@ class BaseWorker:
     def _release(self, jobs: list[Job]) -> None:
         if not jobs:
             return
+        for job in jobs:
+            self._claim_number.pop((job.id, job.lease_token), None)
         with contextlib.suppress(*CONNECTION_FAULTS):
             self.store.release(self.connection.get(), [job.lease for job in jobs])
         # Said either way: if the release did not reach the database, the supervisor's
