@@ -91,9 +91,7 @@ class BaseWorker:
         # Claims are numbered in the order we start them; the supervisor numbers them
         # alike from our `claimed` messages.
         self._claimed_count = 0
-        # (job id, lease token) -> its number, till it starts or is given back. By lease:
-        # a job given up unstarted may come back to this child, claimed anew.
-        self._claim_number: dict[tuple[int, UUID | None], int] = {}
+        self._claim_number: dict[int, int] = {}  # job id -> its number, current batch
         self.store = JobStore(spec.schema, backoff=spec.backoff, limits=spec.limits)
         self._wake_r, self._wake_w = os.pipe()
         self.connection = WorkerConnection(spec, self._wake_r, lambda: self.stopping)
@@ -207,11 +205,7 @@ class BaseWorker:
         if batch:
             first = self._claimed_count + 1
             self._claimed_count += len(batch)
-            # Kept until the job starts (or is given back): a child that claims before
-            # its last batch has all started holds the numbers of both.
-            numbers = self._claim_number
-            for n, job in enumerate(batch):
-                numbers[job.id, job.lease_token] = first + n
+            self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
             # The token as its hex digits, not str(): a third of the cost, on every job.
             # Every claimed job has one (cast: Job's field is optional for handlers).
             jobs = tuple(
@@ -238,10 +232,9 @@ class BaseWorker:
             if give_up is not None and give_up():
                 return NoStart.STOP
             if self.control.is_skipped(job.id, job.lease_token):
-                del self._claim_number[job.id, job.lease_token]
                 return NoStart.SKIP  # cancelled or rescued before it started: not ours to run
             slot = take_slot()
-            self.board.post_start(self._claim_number.pop((job.id, job.lease_token)), slot)
+            self.board.post_start(self._claim_number[job.id], slot)
             return slot
 
     def _handler_of(self, job: Job, **log_fields: object) -> Callable[..., Any] | None:
@@ -267,8 +260,6 @@ class BaseWorker:
     def _release(self, jobs: list[Job]) -> None:
         if not jobs:
             return
-        for job in jobs:
-            self._claim_number.pop((job.id, job.lease_token), None)
         with contextlib.suppress(*CONNECTION_FAULTS):
             self.store.release(self.connection.get(), [job.lease for job in jobs])
         # Said either way: if the release did not reach the database, the supervisor's

@@ -5,12 +5,10 @@ slots (slots.py). Its claims and writes of successes go through the database thr
 (db_thread.py), one at a time, so the main thread keeps starting and collecting jobs
 while a round trip is under way.
 
-A process holds at most its slots plus batch_size - 1 jobs, running or waiting to
-start: it claims when it has a free slot and nothing claimed waits to start, and, to
-have the next jobs at hand when slots free up, ahead of that while the jobs it runs
-are of kinds known to be quick and fewer wait than those will make room for. So a
-slow job never sits behind a long batch of this process while a sibling process
-idles: nothing is claimed ahead while a slot runs a job not known to be quick.
+It claims only when it has a free slot and nothing claimed waits to start, and then
+at most its free slots plus batch_size - 1 jobs: a slow job never sits behind a long
+batch of this process while a sibling process idles. The successes written since the
+last claim go with it, in its transaction: one round trip and one commit for both.
 
 One database connection a process, the main thread's: handlers never share it, and
 claims and outcome writes are a few short statements a job, so a pool of 2 processes
@@ -53,10 +51,8 @@ class ConcurrentWorker(BaseWorker):
         self.slots = SlotPool(spec.threads, jobs_w)  # its threads start on first use
         self.database = DatabaseThread(jobs_w)  # likewise
         self._sent: ClaimRequest | list[Success] | None = None  # its call under way
-        self._sent_epoch = 0  # the connection the claim under way went on
         self.backlog: deque[Job] = deque()  # claimed, not started, in claim order
         self._backlog_epoch = 0  # the connection the backlog was claimed on
-        self._slow: set[int] = set()  # running jobs of kinds not known to be quick
         self._recycle = False  # max jobs or memory reached: finish, then exit
         self._said_idle = False  # told the supervisor we wait for a `wake`
         # The last claim found fewer jobs than it asked for: claim again only after a
@@ -106,29 +102,21 @@ class ConcurrentWorker(BaseWorker):
 
     # -- claims and writes, through the database thread -------------------------------------
 
-    def _claim_room(self) -> int:
-        """How many more jobs this process may hold, running or waiting to start."""
-        held = self.slots.busy + len(self.backlog)
-        return self.slots.size + self.spec.batch_size - 1 - held
-
     def _wants_claim(self) -> bool:
-        """Whether to claim now: a slot is free and nothing waits to start; or, ahead
-        of need, fewer wait than the running jobs expected to end soon will make room
-        for, and no running job is of a kind not known to be quick."""
-        if self.database.busy or self._drained or self._claim_room() <= 0:
-            return False
-        if not self.backlog:
-            return self.slots.free > 0
-        if self._slow:
-            return False  # some slots may stay taken long: claim only for a free one
-        return len(self.backlog) < self.slots.busy
+        """A slot is free, nothing claimed waits to start, and the database thread is
+        free (a claim under way has not answered yet: it may bring enough)."""
+        return (
+            not self.backlog
+            and self.slots.free > 0
+            and not self.database.busy
+            and not self._drained
+        )
 
     def _send_claim(self) -> None:
-        claim = self._claim_request(self._claim_room())
+        claim = self._claim_request(self.slots.free + self.spec.batch_size - 1)
         if claim is None:
             return  # the connection is lost: a later turn reconnects
         self._sent = claim
-        self._sent_epoch = self.connection.epoch  # the connection it goes on
         self.database.send(claim.call)
 
     def _send_successes_if_due(self) -> None:
@@ -175,12 +163,9 @@ class ConcurrentWorker(BaseWorker):
         if self.stopping or self._recycle:
             self._release(batch)  # none of it will start
             return
-        if self.backlog and self._backlog_epoch != self._sent_epoch:
-            # What waits was claimed on a connection since lost (see _turns).
-            self._release(list(self.backlog))
-            self.backlog.clear()
-        self.backlog.extend(batch)
-        self._backlog_epoch = self._sent_epoch
+        self.backlog.extend(batch)  # empty when the claim was sent, and since
+        # The connection the claim ran on: none is opened while a call is under way.
+        self._backlog_epoch = self.connection.epoch
         if batch:
             self._said_idle = False  # `claimed` made the supervisor count us busy
         self._drained = len(batch) < claim.limit
@@ -204,8 +189,6 @@ class ConcurrentWorker(BaseWorker):
 
     def _start(self, job: Job, slot: int) -> None:
         handler = self._handler_of(job, slot=slot)
-        if not self.outcomes.successes.expected_quick(job.kind):
-            self._slow.add(job.id)
         if handler is None:
             self.slots.hand_back(Finished(job, slot, outcome_of_unknown_kind(job), 0.0))
         else:
@@ -222,10 +205,7 @@ class ConcurrentWorker(BaseWorker):
         finished = self.slots.finished()
         if not finished:
             return
-        slow = self._slow
         for item in finished:
-            if slow:
-                slow.discard(item.job.id)
             if item.outcome.kind != "succeeded":
                 self._settle()  # written at once, on the connection: nothing under way
             self._finished(item.job, item.outcome, item.ran_s)

@@ -72,12 +72,6 @@ class SuccessBuffer:
             return 0.0
         return max(0.0, self._oldest_at + self.max_wait_s - self._clock())
 
-    def expected_quick(self, kind: str) -> bool:
-        """Whether a job of `kind` is expected to end soon: its kind's last run took
-        less than QUICK_JOB_S."""
-        last = self._last_run_s.get(kind)
-        return last is not None and last < QUICK_JOB_S
-
     def due_before(self, job: Job) -> bool:
         """Whether to write what is pending before `job` starts."""
         if not self._pending:
