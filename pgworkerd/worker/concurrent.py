@@ -28,7 +28,7 @@ from setproctitle import setproctitle
 from pgworkerd.ipc import ControlReader, ExitCode, Finishing, Idle, StartBoard, StatusWriter
 from pgworkerd.job import Job, JobCancelled, JobTimeout
 from pgworkerd.worker.base import BaseWorker, ClaimRequest, NoStart
-from pgworkerd.worker.connection import CONNECTION_FAULTS, drain_pipe
+from pgworkerd.worker.connection import CONNECTION_FAULTS
 from pgworkerd.worker.db_thread import DatabaseThread
 from pgworkerd.worker.execution import outcome_of_unknown_kind
 from pgworkerd.worker.slots import Finished, SlotPool
@@ -228,11 +228,10 @@ class ConcurrentWorker(BaseWorker):
                 idle_s = self._idle_wait_s()  # None: the connection is lost, reconnect now
                 timeout = min(timeout, 0.0 if idle_s is None else idle_s)
         if not self.control.has_news() and timeout > 0:
-            select.select([self._jobs_r, self.control.fd, self._wake_r], [], [], timeout)
-            drain_pipe(self._jobs_r)
-            drain_pipe(self._wake_r)
+            self._select(timeout)
         self._drained = False  # something happened, or the wait ran out: claim again
-        self.control.read()
+        if self.control.has_news():
+            self.control.read()
         if self.control.woken:  # the supervisor no longer counts us idle
             self.control.woken = False
             self._said_idle = False
@@ -251,10 +250,18 @@ class ConcurrentWorker(BaseWorker):
                 successes_due_in = self.outcomes.successes.due_in_s()
                 if successes_due_in is not None and not self.database.busy:
                     timeout = min(timeout, successes_due_in)
-                select.select([self._jobs_r, self.control.fd, self._wake_r], [], [], timeout)
-                drain_pipe(self._jobs_r)
-                drain_pipe(self._wake_r)
+                self._select(timeout)
         self._collect()
+
+    def _select(self, timeout: float) -> None:
+        """Wait up to `timeout` for a job's end, the database thread's answer, a control
+        line or a signal, and take the wake-up bytes that came: one read of each pipe
+        select found readable (it does not block), a byte or a few a wake-up."""
+        control = self.control.fd
+        ready, _, _ = select.select([self._jobs_r, control, self._wake_r], [], [], timeout)
+        for fd in ready:
+            if fd != control:  # the control pipe is read by lines, by its reader
+                os.read(fd, 4096)
 
     def _title(self) -> None:
         busy = self.slots.busy
