@@ -22,6 +22,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -48,7 +49,7 @@ from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
 from pgworkerd.worker.outcome_writer import OutcomeWriter
 from pgworkerd.worker.spec import WorkerSpec
-from pgworkerd.worker.success_buffer import SuccessBuffer
+from pgworkerd.worker.success_buffer import Success, SuccessBuffer
 
 log = logging.getLogger("pgworkerd.worker")
 
@@ -59,6 +60,17 @@ _claimed_job = functools.partial(tuple.__new__, ClaimedJob)
 _token_int = operator.attrgetter("int")
 
 MEMORY_CHECK_INTERVAL_S = 1.0  # reading our RSS costs a /proc read: not before every job
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """A claim on its way: the successes it writes, how many jobs it asks for, when it
+    was sent (its leases run from no earlier), and the call that sends it."""
+
+    successes: list[Success]
+    limit: int
+    sent_at: float
+    call: Callable[[], tuple[set[int], list[Job]]]
 
 
 class NoStart(enum.Enum):
@@ -147,28 +159,52 @@ class BaseWorker:
         """A batch of at most `limit` (default: the batch size; maybe empty), or None
         when the database could not be reached. The successes still pending are written
         in the same transaction."""
-        limit = limit or self.spec.batch_size
+        claim = self._claim_request(limit or self.spec.batch_size)
+        if claim is None:
+            return None
+        try:
+            kept, batch = claim.call()
+        except CONNECTION_FAULTS as exc:
+            self._claim_failed(claim.successes, exc)
+            return None
+        return self._claim_answered(claim, kept, batch)
+
+    def _claim_request(self, limit: int) -> ClaimRequest | None:
+        """A claim of at most `limit` jobs that writes the pending successes, ready to
+        send (`call()`, here or in another thread), and announced; None when the
+        database could not be reached."""
         buffer = self.outcomes.successes
         successes = buffer.take()
         try:
             conn = self.connection.get()
-            # Before the claim is sent: its leases run from no earlier than this.
-            claimed_at = time.monotonic()
-            if successes:
-                self.status.send(Finishing(tuple(s.job.id for s in successes)))
-            kept, batch = self.store.complete_and_claim(
-                conn,
-                [(s.job.lease, s.result_json) for s in successes],
-                queues=self.spec.queues,
-                limit=limit,
-                lease_ttl_s=self.spec.lease_ttl_s,
-                worker=self.spec.worker_id,
-                max_attempts=self.spec.queue_max_attempts,
-            )
         except CONNECTION_FAULTS as exc:
-            buffer.put_back(successes)  # neither the write nor the claim happened
-            self.connection.lost(exc)
+            self._claim_failed(successes, exc)
             return None
+        # Before the claim is sent: its leases run from no earlier than this.
+        claimed_at = time.monotonic()
+        if successes:
+            self.status.send(Finishing(tuple(s.job.id for s in successes)))
+        call = functools.partial(
+            self.store.complete_and_claim,
+            conn,
+            [(s.job.lease, s.result_json) for s in successes],
+            queues=self.spec.queues,
+            limit=limit,
+            lease_ttl_s=self.spec.lease_ttl_s,
+            worker=self.spec.worker_id,
+            max_attempts=self.spec.queue_max_attempts,
+        )
+        return ClaimRequest(successes, limit, claimed_at, call)
+
+    def _claim_failed(self, successes: list[Success], exc: BaseException) -> None:
+        """A claim failed on its connection: neither its write of `successes` nor the
+        claim happened (they are still to be written)."""
+        self.outcomes.successes.put_back(successes)
+        self.connection.lost(exc)
+
+    def _claim_answered(self, claim: ClaimRequest, kept: set[int], batch: list[Job]) -> list[Job]:
+        """The claim went through: `kept`, the successes written whose lease held; the
+        jobs it leased, announced (and numbered) here."""
         self.connection.succeeded()
         claimed = None
         if batch:
@@ -191,9 +227,9 @@ class BaseWorker:
                     for j in batch
                 ]
             )
-            claimed = Claimed(first, claimed_at, len(batch) == limit, jobs)
+            claimed = Claimed(first, claim.sent_at, len(batch) == claim.limit, jobs)
         # `done` for the successes written, then `claimed`: in that order, one write.
-        self.outcomes.written(successes, kept, then=claimed)
+        self.outcomes.written(claim.successes, kept, then=claimed)
         return batch
 
     def _decide_start(

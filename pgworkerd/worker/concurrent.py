@@ -1,9 +1,14 @@
 """A worker child that runs several jobs at once (`threads: N`, N > 1).
 
 The main thread claims, starts, records and waits; the jobs run in the execution
-slots (slots.py). It claims only when it has a free slot and nothing claimed waits
-to start, and then at most its free slots plus batch_size - 1 jobs: a slow job never
-sits behind a long batch of this process while a sibling process idles.
+slots (slots.py). Its claims and writes of successes go through the database thread
+(db_thread.py), one at a time, so the main thread keeps starting and collecting jobs
+while a round trip is under way.
+
+It claims only when it has a free slot and nothing claimed waits to start, and then
+at most its free slots plus batch_size - 1 jobs: a slow job never sits behind a long
+batch of this process while a sibling process idles. The successes written since the
+last claim go with it, in its transaction: one round trip and one commit for both.
 
 One database connection a process, the main thread's: handlers never share it, and
 claims and outcome writes are a few short statements a job, so a pool of 2 processes
@@ -12,6 +17,7 @@ of 100 slots each holds 2 connections (plus the supervisor's), not 200.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import select
@@ -19,13 +25,15 @@ from collections import deque
 
 from setproctitle import setproctitle
 
-from pgworkerd.ipc import ControlReader, ExitCode, Idle, StartBoard, StatusWriter
+from pgworkerd.ipc import ControlReader, ExitCode, Finishing, Idle, StartBoard, StatusWriter
 from pgworkerd.job import Job, JobCancelled, JobTimeout
-from pgworkerd.worker.base import BaseWorker, NoStart
-from pgworkerd.worker.connection import drain_pipe
+from pgworkerd.worker.base import BaseWorker, ClaimRequest, NoStart
+from pgworkerd.worker.connection import CONNECTION_FAULTS
+from pgworkerd.worker.db_thread import DatabaseThread
 from pgworkerd.worker.execution import outcome_of_unknown_kind
 from pgworkerd.worker.slots import Finished, SlotPool
 from pgworkerd.worker.spec import WorkerSpec
+from pgworkerd.worker.success_buffer import Success
 
 log = logging.getLogger("pgworkerd.worker")
 
@@ -37,59 +45,136 @@ class ConcurrentWorker(BaseWorker):
         self, spec: WorkerSpec, status: StatusWriter, control: ControlReader, board: StartBoard
     ) -> None:
         super().__init__(spec, status, control, board)
-        self._jobs_r, jobs_w = os.pipe()  # the slots write a byte per finished job
+        # The slots write a byte per finished job, the database thread one per answer.
+        self._jobs_r, jobs_w = os.pipe()
         os.set_blocking(jobs_w, False)
         self.slots = SlotPool(spec.threads, jobs_w)  # its threads start on first use
+        self.database = DatabaseThread(jobs_w)  # likewise
+        self._sent: ClaimRequest | list[Success] | None = None  # its call under way
         self.backlog: deque[Job] = deque()  # claimed, not started, in claim order
         self._backlog_epoch = 0  # the connection the backlog was claimed on
         self._recycle = False  # max jobs or memory reached: finish, then exit
         self._said_idle = False  # told the supervisor we wait for a `wake`
+        # The last claim found fewer jobs than it asked for: claim again only after a
+        # wait (a job ends, a `wake`, the poll), as a child that claims in its own
+        # thread does, not in a loop of round trips.
+        self._drained = False
 
     def _loop(self) -> int:
         try:
             return self._turns()
         finally:
             self._wait_for_running()
+            self._settle()
+            self.database.close()
             self.slots.close()
 
     def _turns(self) -> int:
         while True:
             self._collect()
+            if self.database.answered():
+                self._take_answer()
             if self.connection.orphaned():
                 return ExitCode.ORPHANED
             self._recycle = self._recycle or self._should_recycle()
             if self.stopping or self._recycle:
                 # Stopping: the supervisor releases what waits when it reads `stopping`.
+                self._settle()  # a claim under way gives its jobs back as it answers
                 if self._recycle and not self.stopping:
                     self._release(list(self.backlog))
                 self.backlog.clear()
                 if not self.slots.busy:
                     return ExitCode.RECYCLED
+                self._send_successes_if_due()
             else:
                 if self.backlog and self.connection.epoch != self._backlog_epoch:
                     # Claimed on a connection since lost: their leases may have lapsed
                     # while we were away.
+                    self._settle()
                     self._release(list(self.backlog))
                     self.backlog.clear()
                 self._start_waiting()
-                if not self.backlog and self.slots.free:
-                    self._claim_more()
+                if self._wants_claim():
+                    self._send_claim()
+                else:
+                    self._send_successes_if_due()
             self._wait()
 
-    def _claim_more(self) -> None:
-        limit = self.slots.free + self.spec.batch_size - 1
-        batch = self._claim(limit)
-        if batch is None:
+    # -- claims and writes, through the database thread -------------------------------------
+
+    def _wants_claim(self) -> bool:
+        """A slot is free, nothing claimed waits to start, and the database thread is
+        free (a claim under way has not answered yet: it may bring enough)."""
+        return (
+            not self.backlog
+            and self.slots.free > 0
+            and not self.database.busy
+            and not self._drained
+        )
+
+    def _send_claim(self) -> None:
+        claim = self._claim_request(self.slots.free + self.spec.batch_size - 1)
+        if claim is None:
+            return  # the connection is lost: a later turn reconnects
+        self._sent = claim
+        self.database.send(claim.call)
+
+    def _send_successes_if_due(self) -> None:
+        """Write the pending successes if they are due (full, or the oldest waited long
+        enough) and the database thread is free; a claim writes them otherwise."""
+        if self.database.busy or not self.outcomes.successes.due():
             return
-        self.backlog.extend(batch)
-        self._backlog_epoch = self.connection.epoch  # the connection the claim ran on
-        self._start_waiting()
+        successes = self.outcomes.successes.take()
+        try:
+            conn = self.connection.get(for_outcome=True)
+        except CONNECTION_FAULTS:
+            self.outcomes.successes.put_back(successes)  # orphaned: the turn ends it
+            return
+        self.status.send(Finishing(tuple(s.job.id for s in successes)))
+        leases = [(s.job.lease, s.result_json) for s in successes]
+        self._sent = successes
+        self.database.send(functools.partial(self.store.complete, conn, leases))
+
+    def _settle(self) -> None:
+        """Take the answer of the call under way, waiting for it if need be: before any
+        other use of the connection, and before giving back what waits to start."""
+        if self.database.busy:
+            self._take_answer()
+
+    def _take_answer(self) -> None:
+        sent, self._sent = self._sent, None
+        try:
+            answer = self.database.answer()
+        except CONNECTION_FAULTS as exc:
+            # Neither the write nor the claim happened: the successes are written again.
+            self._claim_failed(
+                sent.successes if isinstance(sent, ClaimRequest) else sent or [], exc
+            )
+            return
+        if isinstance(sent, ClaimRequest):
+            kept, batch = answer
+            self._claimed(sent, self._claim_answered(sent, kept, batch))
+        else:
+            self.connection.succeeded()
+            self.outcomes.written(sent or [], answer)
+
+    def _claimed(self, claim: ClaimRequest, batch: list[Job]) -> None:
+        """A claim answered with `batch` (announced to the supervisor already)."""
+        if self.stopping or self._recycle:
+            self._release(batch)  # none of it will start
+            return
+        self.backlog.extend(batch)  # empty when the claim was sent, and since
+        # The connection the claim ran on: none is opened while a call is under way.
+        self._backlog_epoch = self.connection.epoch
         if batch:
             self._said_idle = False  # `claimed` made the supervisor count us busy
-        if len(batch) < limit and self.slots.free and not self._said_idle:
+        self._drained = len(batch) < claim.limit
+        if self._drained and self.slots.free > len(self.backlog) and not self._said_idle:
             # Nothing more to claim now: the supervisor wakes us when there is.
             self.status.send(Idle())
             self._said_idle = True
+
+    # -- the jobs ---------------------------------------------------------------------------
 
     def _start_waiting(self) -> None:
         """Start claimed jobs, in claim order, while there are free slots."""
@@ -118,30 +203,35 @@ class ConcurrentWorker(BaseWorker):
             while asked:
                 self.slots.interrupt(asked.pop(), exception)
         finished = self.slots.finished()
+        if not finished:
+            return
         for item in finished:
+            if item.outcome.kind != "succeeded":
+                self._settle()  # written at once, on the connection: nothing under way
             self._finished(item.job, item.outcome, item.ran_s)
-        if finished:
-            self._title()
-        if self.outcomes.successes.due() or (self.stopping and not self.slots.busy):
-            self.outcomes.flush()
+        self._title()
+
+    # -- waiting ----------------------------------------------------------------------------
 
     def _wait(self) -> None:
-        """Until a job ends, the supervisor writes (wake, skip, timeout, cancel), a signal, or a
-        moment to act: the successes' deadline, the next scheduled job, the poll."""
+        """Until a job ends, the database thread answers, the supervisor writes (wake,
+        skip, timeout, cancel), a signal, or a moment to act: the successes' deadline,
+        the next scheduled job, the poll."""
         if self.backlog and self.slots.free and not self.stopping:
             return  # more to start at once
         timeout = BUSY_WAIT_S
-        successes_due_in = self.outcomes.successes.due_in_s()
-        if successes_due_in is not None:
-            timeout = min(timeout, successes_due_in)
-        if self.slots.free and not self.backlog and not (self.stopping or self._recycle):
-            idle_s = self._idle_wait_s()  # None: the connection is lost, reconnect now
-            timeout = min(timeout, 0.0 if idle_s is None else idle_s)
+        if not self.database.busy:  # else its answer wakes us
+            successes_due_in = self.outcomes.successes.due_in_s()
+            if successes_due_in is not None:
+                timeout = min(timeout, successes_due_in)
+            if self.slots.free and not self.backlog and not (self.stopping or self._recycle):
+                idle_s = self._idle_wait_s()  # None: the connection is lost, reconnect now
+                timeout = min(timeout, 0.0 if idle_s is None else idle_s)
         if not self.control.has_news() and timeout > 0:
-            select.select([self._jobs_r, self.control.fd, self._wake_r], [], [], timeout)
-            drain_pipe(self._jobs_r)
-            drain_pipe(self._wake_r)
-        self.control.read()
+            self._select(timeout)
+        self._drained = False  # something happened, or the wait ran out: claim again
+        if self.control.has_news():
+            self.control.read()
         if self.control.woken:  # the supervisor no longer counts us idle
             self.control.woken = False
             self._said_idle = False
@@ -152,11 +242,26 @@ class ConcurrentWorker(BaseWorker):
             if self.control.has_news():
                 self.control.read()  # a `timeout` still reaches a job that runs late
             self._collect()
+            if self.database.answered():
+                self._take_answer()
+            self._send_successes_if_due()
             if self.slots.busy:
-                select.select([self._jobs_r, self.control.fd, self._wake_r], [], [], BUSY_WAIT_S)
-                drain_pipe(self._jobs_r)
-                drain_pipe(self._wake_r)
+                timeout = BUSY_WAIT_S
+                successes_due_in = self.outcomes.successes.due_in_s()
+                if successes_due_in is not None and not self.database.busy:
+                    timeout = min(timeout, successes_due_in)
+                self._select(timeout)
         self._collect()
+
+    def _select(self, timeout: float) -> None:
+        """Wait up to `timeout` for a job's end, the database thread's answer, a control
+        line or a signal, and take the wake-up bytes that came: one read of each pipe
+        select found readable (it does not block), a byte or a few a wake-up."""
+        control = self.control.fd
+        ready, _, _ = select.select([self._jobs_r, control, self._wake_r], [], [], timeout)
+        for fd in ready:
+            if fd != control:  # the control pipe is read by lines, by its reader
+                os.read(fd, 4096)
 
     def _title(self) -> None:
         busy = self.slots.busy

@@ -60,6 +60,11 @@ class SlotPool:
         self._free = list(range(size - 1, -1, -1))  # pop() takes the lowest
         self._wake_fd = wake_fd
         self._finished: SimpleQueue[Finished] = SimpleQueue()
+        # A byte is on its way to the main thread for the jobs handed back since it last
+        # took them: the others that end meanwhile write none (one wake-up, not one a
+        # job). Cleared by the main thread before it takes them, so a job handed back
+        # after that writes one again.
+        self._wake_sent = False
         # Job threads and the loop register and unregister their jobs; the main thread
         # reads the registry to interrupt one. The lock makes that read and an
         # interruption one step against the job's end.
@@ -96,6 +101,7 @@ class SlotPool:
 
     def finished(self) -> list[Finished]:
         """The jobs that ended since the last call; their slots are free again."""
+        self._wake_sent = False
         done = []
         while not self._finished.empty():
             item = self._finished.get()
@@ -198,6 +204,9 @@ class SlotPool:
     def hand_back(self, finished: Finished) -> None:
         """A job ended (in any thread): its outcome goes to the main thread."""
         self._finished.put(finished)
+        if self._wake_sent:
+            return  # the main thread has yet to take the jobs: this one with them
+        self._wake_sent = True
         with contextlib.suppress(BlockingIOError, OSError):
             os.write(self._wake_fd, b"j")  # a full pipe already wakes the main thread
 

@@ -127,6 +127,33 @@ def test_sigkill_of_a_threaded_process_charges_each_running_job_once(
     assert daemon.wait() == 0
 
 
+def test_slots_go_on_while_a_write_waits_on_the_database(
+    start_daemon: Any, history_conn: Conn, db_dsn: str
+) -> None:
+    """The claims and writes of successes are made off the main thread: one that waits
+    on the database (here a lock) holds up no slot; the jobs claimed go on starting."""
+    ids = pgworkerd.enqueue_many(
+        history_conn, [{"kind": "sleep", "payload": {"seconds": 0.3}} for _ in range(11)]
+    )
+    # One claim takes all 11 (2 free slots + batch_size - 1); the lease outlasts the lock.
+    daemon: Daemon = start_daemon(**one_process(2), lease_ttl="20s")
+    started(history_conn, 2)
+    with psycopg.connect(db_dsn) as locker:
+        # Every write to the jobs table waits: the first successes' among them.
+        locker.execute("LOCK TABLE pgworkerd.jobs IN SHARE MODE")
+        starts = wait_until(
+            lambda: (rows := events(history_conn, "start")) and len(rows) == 11 and rows,
+            timeout_s=4,
+            what="all 11 claimed jobs started while the write of the first waits",
+        )
+        assert states(history_conn) == {"running": 11}, "no outcome written yet"
+    wait_until(lambda: states(history_conn) == {"succeeded": 11}, what="all written")
+    assert {row[0] for row in starts} == set(ids)
+    assert all(job(history_conn, i)["attempt"] == 1 for i in ids)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
 def test_drain_with_every_slot_busy(start_daemon: Any, history_conn: Conn) -> None:
     ids = pgworkerd.enqueue_many(
         history_conn, [{"kind": "sleep", "payload": {"seconds": 2}} for _ in range(6)]
