@@ -1,0 +1,94 @@
+"""`pgworkerd run` with a wall-clock mark at each hop of an idle worker's wake-up, for
+bench.latency_abab --hops (run by path, not imported: it must work on another
+checkout's pgworkerd, which need not have this file).
+
+    BENCH_HOPS_DIR=DIR python bench/hoptrace.py run -c CONFIG
+
+Each process appends `<event> <time.time()>` lines to DIR/<pid>.hops:
+  sup_select     the supervisor's select returned with the listening socket readable
+  sup_wake       the supervisor wrote `wake` on a child's control pipe
+  wk_select      an idle worker's select returned
+  wk_claim_sent  a worker is about to claim (complete_and_claim called)
+  wk_claim_back  its claim returned
+The handler's own start is the job's result (bench.handlers.stamp). The marks are
+patched in from outside (by name; a name the checkout lacks is left alone) and cost a
+write system call each.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import select
+import selectors
+import sys
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+OUT = os.environ.get("BENCH_HOPS_DIR", "")
+_state: dict[str, int] = {"pid": -1, "fd": -1}
+
+
+def mark(event: str) -> None:
+    t = time.time()
+    pid = os.getpid()
+    if _state["pid"] != pid:  # a forked child: its inherited descriptor was closed
+        _state["fd"] = os.open(
+            os.path.join(OUT, f"{pid}.hops"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
+        _state["pid"] = pid
+    os.write(_state["fd"], f"{event} {t:.6f}\n".encode())
+
+
+def _after(fn: Callable[..., Any], event: str) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        value = fn(*args, **kwargs)
+        mark(event)
+        return value
+
+    return wrapped
+
+
+def _around(fn: Callable[..., Any], before: str, after: str) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        mark(before)
+        value = fn(*args, **kwargs)
+        mark(after)
+        return value
+
+    return wrapped
+
+
+class _TracingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    def select(self, timeout: float | None = None) -> list[Any]:
+        events = super().select(timeout)
+        if any(key.data == "listener" for key, _ in events):
+            mark("sup_select")
+        return events
+
+
+def install() -> None:
+    from pgworkerd.ipc import control
+    from pgworkerd.storage import store
+    from pgworkerd.supervisor import core
+    from pgworkerd.worker import loop
+
+    core_selectors = types.SimpleNamespace(**vars(selectors))
+    core_selectors.DefaultSelector = _TracingSelector
+    core.selectors = core_selectors  # type: ignore[assignment]
+    control.ControlWriter.wake = _after(control.ControlWriter.wake, "sup_wake")  # type: ignore[method-assign]
+    worker_select = types.SimpleNamespace(**vars(select))
+    worker_select.select = _after(select.select, "wk_select")
+    loop.select = worker_select  # type: ignore[assignment]
+    store.JobStore.complete_and_claim = _around(  # type: ignore[method-assign]
+        store.JobStore.complete_and_claim, "wk_claim_sent", "wk_claim_back"
+    )
+
+
+if __name__ == "__main__":
+    sys.path.pop(0)  # this file's folder (bench/): its modules must not shadow others
+    install()
+    sys.argv[0] = "pgworkerd"
+    runpy.run_module("pgworkerd", run_name="__main__", alter_sys=True)
