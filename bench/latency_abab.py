@@ -56,6 +56,7 @@ HOPS = (
     ("worker's select returned", "wk_select"),
     ("claim sent", "wk_claim_sent"),
     ("claim returned", "wk_claim_back"),
+    ("handler called", "wk_handler"),
 )
 MATCH_WITHIN_S = 0.05  # a hop later than this after the enqueue is not this job's
 
@@ -67,7 +68,7 @@ class Run:
     record: dict[str, Any]
     hops: dict[str, float] = field(default_factory=dict)  # label -> median ms after t0
     hops_matched: int = 0
-    statements: list[tuple[str, int, float, float]] = field(default_factory=list)
+    statements: list[tuple[str, int, int, float, float]] = field(default_factory=list)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -188,64 +189,76 @@ def _hoptrace_wrapper(work: Path) -> Path:
 def hop_medians(
     hops_dir: Path, samples: list[tuple[int, float, float, float]]
 ) -> tuple[dict[str, float], int]:
-    """Per hop, the median of its time after the job's enqueue call began (ms), over
-    the jobs whose every hop was matched; and how many were."""
-    events: dict[int, dict[str, list[float]]] = {}
+    """Per hop, the median of its time after the job's enqueue call began (ms), and
+    (`cpu <hop>`) of the CPU its process spent since the previous hop when both are
+    in one process (ms), over the jobs whose every hop was matched; and how many were."""
+    events: dict[int, dict[str, list[tuple[float, float]]]] = {}
     for path in hops_dir.glob("*.hops"):
-        per: dict[str, list[float]] = defaultdict(list)
+        per: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for line in path.read_text().splitlines():
-            name, _, t = line.partition(" ")
-            per[name].append(float(t))
-        for times in per.values():
-            times.sort()
+            name, wall, cpu = line.split()
+            per[name].append((float(wall), float(cpu)))
+        for marks in per.values():
+            marks.sort()
         events[int(path.stem)] = per
     offsets: dict[str, list[float]] = defaultdict(list)
     matched = 0
     for _i, t0, call_s, started in samples:
         chain = _match(events, t0)
-        if chain is None or chain[-1] > started:
+        if chain is None or chain[-1][0] > started:
             continue
         matched += 1
         offsets["enqueue call returned"].append(call_s)
-        for (label, _), t in zip(HOPS, chain, strict=True):
-            offsets[label].append(t - t0)
+        previous: tuple[float, float, int] | None = None
+        for (label, _), hop in zip(HOPS, chain, strict=True):
+            offsets[label].append(hop[0] - t0)
+            if previous is not None and previous[2] == hop[2]:
+                offsets[f"cpu {label}"].append(hop[1] - previous[1])
+            previous = hop
         offsets["handler started"].append(started - t0)
     return {k: round(statistics.median(v) * 1000, 3) for k, v in offsets.items()}, matched
 
 
-def _match(events: dict[int, dict[str, list[float]]], t0: float) -> list[float] | None:
-    def first(pid: int, name: str, after: float) -> float | None:
-        times = events[pid].get(name, [])
-        k = bisect.bisect_left(times, after)
-        return times[k] if k < len(times) and times[k] < t0 + MATCH_WITHIN_S else None
+def _match(
+    events: dict[int, dict[str, list[tuple[float, float]]]], t0: float
+) -> list[tuple[float, float, int]] | None:
+    """The wake-up's hops after `t0`: (wall, thread CPU, pid) each."""
 
-    chain: list[float] = []
-    at = t0
+    def first(pid: int, name: str, after: float) -> tuple[float, float] | None:
+        marks = events[pid].get(name, [])
+        k = bisect.bisect_left(marks, (after, -1.0))
+        return marks[k] if k < len(marks) and marks[k][0] < t0 + MATCH_WITHIN_S else None
+
+    chain: list[tuple[float, float, int]] = []
+    at, worker = t0, -1
     for n, (_, name) in enumerate(HOPS):
         if name.startswith("sup_") or n == 2:  # any process: the supervisor, or which worker woke
-            found = [(t, pid) for pid in events if (t := first(pid, name, at)) is not None]
+            found = [(m, pid) for pid in events if (m := first(pid, name, at)) is not None]
             if not found:
                 return None
-            at, worker = min(found)
+            mark, pid = min(found)
+            if n == 2:
+                worker = pid
         else:
-            t = first(worker, name, at)
-            if t is None:
+            found_one = first(worker, name, at)
+            if found_one is None:
                 return None
-            at = t
-        chain.append(at)
+            mark, pid = found_one, worker
+        at = mark[0]
+        chain.append((mark[0], mark[1], pid))
     return chain
 
 
-def _statements(dsn: str) -> list[tuple[str, int, float, float]]:
+def _statements(dsn: str) -> list[tuple[str, int, int, float, float]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 60), calls,"
+            "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 60), calls, plans,"
             " mean_plan_time, mean_exec_time FROM pg_stat_statements"
             " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND calls >= 100 ORDER BY calls DESC LIMIT 8"
         ).fetchall()
         conn.execute("SELECT pg_stat_statements_reset()")
-    return [(q, c, round(p, 4), round(e, 4)) for q, c, p, e in rows]
+    return [(q, c, n, round(p, 4), round(e, 4)) for q, c, n, p, e in rows]
 
 
 def markdown(
@@ -343,11 +356,31 @@ def markdown(
             lines.append(
                 f"| {run.side}_{run.pair} | {run.hops_matched} | " + " | ".join(cells) + " |"
             )
-    if args.statements:
-        lines += ["", "pg_stat_statements (calls ≥ 100): calls, mean plan ms, mean exec ms", ""]
+        cpu_labels = [label for label, _ in HOPS[1:] if label != "worker's select returned"]
+        lines += [
+            "",
+            "CPU (thread time, ms, median) each process spent on a step, from the previous "
+            "hop in the same process: the work itself, apart from waiting for a CPU.",
+            "",
+            "| run | " + " | ".join(cpu_labels) + " |",
+            "|---|" + "---:|" * len(cpu_labels),
+        ]
         for run in runs:
-            for q, c, p, e in run.statements:
-                lines.append(f"- {run.side}_{run.pair}: `{q}` {c} calls, plan {p}, exec {e}")
+            if run.side == RAW or not run.hops:
+                continue
+            cpu_cells = [str(run.hops.get(f"cpu {label}", "-")) for label in cpu_labels]
+            lines.append(f"| {run.side}_{run.pair} | " + " | ".join(cpu_cells) + " |")
+    if args.statements:
+        lines += [
+            "",
+            "pg_stat_statements (calls ≥ 100): calls, plans, mean plan ms, mean exec ms",
+            "",
+        ]
+        for run in runs:
+            for q, c, n, p, e in run.statements:
+                lines.append(
+                    f"- {run.side}_{run.pair}: `{q}` {c} calls, {n} plans of {p} ms, exec {e} ms"
+                )
     return "\n".join(lines) + "\n"
 
 

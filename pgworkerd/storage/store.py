@@ -28,6 +28,7 @@ from psycopg.rows import dict_row
 from pgworkerd.encoding import clean_error
 from pgworkerd.job import Job, Lease
 from pgworkerd.storage import queries
+from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array
 from pgworkerd.storage.channels import cancel_channel, notify_channel
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
 
@@ -217,6 +218,7 @@ class JobStore:
         self.backoff = backoff or Backoff()
         # Per store, so per process: each worker process makes its own JobStore.
         self.positions = positions or ClaimPositions()
+        self._claim_params_kept: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._sql = queries.statements(schema)
         self.notify_channel = notify_channel(schema)
         # The identity sequence, quoted for a ::regclass cast.
@@ -306,12 +308,12 @@ class JobStore:
                 [],
                 queues,
                 limit,
-                _claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+                self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
             )[1]
         sweep = self._prepare_levels(conn, queues)
         params = {
-            **_claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
-            **self.positions.params(queues, sweep=sweep),
+            **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+            **_level_literals(self.positions.params(queues, sweep=sweep)),
         }
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(self._sql["jobs_claim"], params).fetchall()
@@ -356,7 +358,7 @@ class JobStore:
         params = _complete_params(done)
         queues = list(dict.fromkeys(queues))
         if limited_queues(queues, self.limits):
-            claim_params = _claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
+            claim_params = self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
             kept, claimed = self._claim_limited(conn, done, queues, limit, claim_params)
             return self._with_own_earlier_completions(conn, params, kept), claimed
         sweep = self._prepare_levels(conn, queues)
@@ -365,8 +367,8 @@ class JobStore:
                 self._sql["jobs_complete_and_claim"],
                 {
                     **params,
-                    **_claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
-                    **self.positions.params(queues, sweep=sweep),
+                    **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+                    **_level_literals(self.positions.params(queues, sweep=sweep)),
                 },
             ).fetchall()
         kept = next(set(row["completed_ids"]) for row in rows if row["id"] is None)
@@ -404,7 +406,7 @@ class JobStore:
                     {
                         **claim_params,
                         **claim_limit_params(limited, self.limits),
-                        **self.positions.params(queues, sweep=sweep),
+                        **_level_literals(self.positions.params(queues, sweep=sweep)),
                     },
                 ).fetchall()
         meta = next(row for row in rows if row["id"] is None)
@@ -421,6 +423,30 @@ class JobStore:
         keyed = [queue for queue in limited if self.limits[queue].keyed]
         claimed = self._claimed(queues, limit, sweep, rows, held=meta["held_queues"], frozen=keyed)
         return kept, claimed
+
+    def _claim_params(
+        self,
+        queues: list[str],
+        limit: int,
+        lease_ttl_s: float,
+        worker: str,
+        max_attempts: Sequence[int] | int,
+    ) -> dict[str, Any]:
+        """_claim_params, kept: a worker asks with the same arguments every time, and the
+        literals need not be written again (the dict is only ever read)."""
+        key = (
+            tuple(queues),
+            limit,
+            lease_ttl_s,
+            worker,
+            max_attempts if isinstance(max_attempts, int) else tuple(max_attempts),
+        )
+        params = self._claim_params_kept.get(key)
+        if params is None:
+            if len(self._claim_params_kept) >= 16:  # a few argument sets a process at most
+                self._claim_params_kept.clear()
+            params = self._claim_params_kept[key] = _claim_params(*key[:4], max_attempts)
+        return params
 
     def _prepare_levels(self, conn: psycopg.Connection[Any], queues: list[str]) -> bool:
         """Whether this claim sweeps (see ClaimPositions); if it does, the levels are
@@ -727,14 +753,25 @@ def _claim_params(
     worker: str,
     max_attempts: Sequence[int] | int,
 ) -> dict[str, Any]:
+    """The claim's parameters but its levels; the arrays as literals (arrays.py)."""
     if isinstance(max_attempts, int):
         max_attempts = [max_attempts] * len(queues)
     return {
-        "queues": queues,
-        "queue_max_attempts": list(max_attempts),
+        "queues": text_array(queues),
+        "queue_max_attempts": int_array(max_attempts),
         "limit": limit,
         "lease_ttl_s": float(lease_ttl_s),
         "worker": worker,
+    }
+
+
+def _level_literals(levels: dict[str, list[Any]]) -> dict[str, str]:
+    """ClaimPositions.params as the claim statements take them: literals (arrays.py)."""
+    return {
+        "level_queues": text_array(levels["level_queues"]),
+        "level_priorities": int_array(levels["level_priorities"]),
+        "level_after_run_at": timestamptz_array(levels["level_after_run_at"]),
+        "level_after_id": int_array(levels["level_after_id"]),
     }
 
 
