@@ -289,6 +289,9 @@ def markdown(
         run = by[side].get(pair)
         return None if run is None else run.record.get(key)
 
+    def rounded(x: float | None) -> float | None:
+        return None if x is None else round(x, 2)
+
     def ratio(x: float | None, y: float | None) -> float | None:
         return None if x is None or not y else round(x / y, 2)
 
@@ -311,21 +314,22 @@ def markdown(
             f"| {pair} | " + " | ".join("-" if c is None else f"{c}" for c in cells) + " |"
         )
     med = {
-        s: stats.median(get(s, p, "lat_p50_ms") for p in range(1, args.pairs + 1))
+        s: rounded(stats.median(get(s, p, "lat_p50_ms") for p in range(1, args.pairs + 1)))
         for s in ("A", "B", RAW)
     }
     med99 = {
-        s: stats.median(get(s, p, "lat_p99_ms") for p in range(1, args.pairs + 1))
+        s: rounded(stats.median(get(s, p, "lat_p99_ms") for p in range(1, args.pairs + 1)))
         for s in ("A", "B", RAW)
     }
     lines += [
-        f"| median | {med['A']} | {med['B']} | {stats.median(ba)} | {med[RAW]} | "
-        f"{stats.median(braw)} | {med99['A']} | {med99['B']} | {med99[RAW]} |",
+        f"| median | {med['A']} | {med['B']} | {rounded(stats.median(ba))} | {med[RAW]} | "
+        f"{rounded(stats.median(braw))} | {med99['A']} | {med99['B']} | {med99[RAW]} |",
         "",
-        f"A/raw p50 per pair, median: {stats.median(araw)}; B/raw: {stats.median(braw)}; "
-        f"B/A: {stats.median(ba)}. Enqueue call p50 (ms), median: "
+        f"A/raw p50 per pair, median: {rounded(stats.median(araw))}; B/raw: "
+        f"{rounded(stats.median(braw))}; B/A: {rounded(stats.median(ba))} ({len(runs)} runs). "
+        "Enqueue call p50 (ms), median: "
         + ", ".join(
-            f"{s} {stats.median(get(s, p, 'enqueue_call_p50_ms') for p in pairs)}"
+            f"{s} {rounded(stats.median(get(s, p, 'enqueue_call_p50_ms') for p in pairs))}"
             for s in ("A", "B", RAW)
         )
         + ".",
