@@ -90,6 +90,11 @@ class ClaimPositions:
         self.sweep_every_s = sweep_every_s
         self._after: dict[tuple[str, int], Position | None] = {}
         self._swept_at: dict[tuple[str, ...], float] = {}  # monotonic, per queue list
+        # The levels as literals (`literals`), kept until a position moves: an idle
+        # worker's look for its next due job writes them, and the claim that follows its
+        # wake-up finds them written (one step less between the wake and the claim).
+        self._moves = 0  # counts changes of _after
+        self._literals: dict[tuple[tuple[str, ...], bool], tuple[int, dict[str, str]]] = {}
 
     def sweep_due(self, queues: Sequence[str]) -> bool:
         swept_at = self._swept_at.get(tuple(queues))
@@ -111,6 +116,7 @@ class ClaimPositions:
             self._after = {level: a for level, a in self._after.items() if level in kept}
         for level in found:
             self._after.setdefault(level, None)
+        self._moves += 1
 
     def params(self, queues: Sequence[str], *, sweep: bool) -> dict[str, list[Any]]:
         """The levels of `queues` with their positions, as claim_picks takes them; a
@@ -123,6 +129,24 @@ class ClaimPositions:
             "level_after_run_at": [None if sweep or a is None else a[0] for _, a in levels],
             "level_after_id": [None if sweep or a is None else a[1] for _, a in levels],
         }
+
+    def literals(self, queues: Sequence[str], *, sweep: bool) -> dict[str, str]:
+        """`params` as the statements take them: array literals (arrays.py)."""
+        key = (tuple(queues), sweep)
+        kept = self._literals.get(key)
+        if kept is not None and kept[0] == self._moves:
+            return kept[1]
+        levels = self.params(queues, sweep=sweep)
+        literals = {
+            "level_queues": text_array(levels["level_queues"]),
+            "level_priorities": int_array(levels["level_priorities"]),
+            "level_after_run_at": timestamptz_array(levels["level_after_run_at"]),
+            "level_after_id": int_array(levels["level_after_id"]),
+        }
+        if len(self._literals) >= 16:  # a few queue lists a process at most
+            self._literals.clear()
+        self._literals[key] = (self._moves, literals)
+        return literals
 
     def advance(
         self,
@@ -155,6 +179,7 @@ class ClaimPositions:
             capped = min(position, horizon)
             before = self._after.get(level)
             self._after[level] = capped if before is None else max(before, capped)
+        self._moves += 1
 
     def claimed(self, queues: Sequence[str], sweep: bool) -> None:
         if sweep:
@@ -313,7 +338,7 @@ class JobStore:
         sweep = self._prepare_levels(conn, queues)
         params = {
             **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
-            **_level_literals(self.positions.params(queues, sweep=sweep)),
+            **self.positions.literals(queues, sweep=sweep),
         }
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(self._sql["jobs_claim"], params).fetchall()
@@ -368,7 +393,7 @@ class JobStore:
                 {
                     **params,
                     **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
-                    **_level_literals(self.positions.params(queues, sweep=sweep)),
+                    **self.positions.literals(queues, sweep=sweep),
                 },
             ).fetchall()
         kept = next(set(row["completed_ids"]) for row in rows if row["id"] is None)
@@ -406,7 +431,7 @@ class JobStore:
                     {
                         **claim_params,
                         **claim_limit_params(limited, self.limits),
-                        **_level_literals(self.positions.params(queues, sweep=sweep)),
+                        **self.positions.literals(queues, sweep=sweep),
                     },
                 ).fetchall()
         meta = next(row for row in rows if row["id"] is None)
@@ -581,7 +606,9 @@ class JobStore:
         # poll), or, for a rate, until the soonest start leaves the window.
         held = self._held
         open_queues = [queue for queue in queues if queue not in held]
-        params = {"queues": open_queues, **self.positions.params(open_queues, sweep=sweep)}
+        # The levels as literals, as the claim takes them: written here, before the worker
+        # sleeps, they are found written by the claim after its wake-up.
+        params = {"queues": open_queues, **self.positions.literals(open_queues, sweep=sweep)}
         row = conn.execute(self._sql["jobs_next_run_at"], params).fetchone()
         next_in = None if row is None else row[0]
         rate_wakes = [at for at in held.values() if at is not None]
@@ -762,16 +789,6 @@ def _claim_params(
         "limit": limit,
         "lease_ttl_s": float(lease_ttl_s),
         "worker": worker,
-    }
-
-
-def _level_literals(levels: dict[str, list[Any]]) -> dict[str, str]:
-    """ClaimPositions.params as the claim statements take them: literals (arrays.py)."""
-    return {
-        "level_queues": text_array(levels["level_queues"]),
-        "level_priorities": int_array(levels["level_priorities"]),
-        "level_after_run_at": timestamptz_array(levels["level_after_run_at"]),
-        "level_after_id": int_array(levels["level_after_id"]),
     }
 
 

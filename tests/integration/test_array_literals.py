@@ -48,3 +48,29 @@ def test_a_claim_of_queues_with_awkward_names_takes_their_jobs_in_order(conn):
     # A position now stands in each level: the next job goes past it, none is missed.
     later = pgworkerd.enqueue(conn, "k", {}, queue=queues[1])
     assert [j.id for j in claim(store, conn, queues=queues, limit=5)] == [later]
+
+
+def test_the_kept_literals_follow_every_move_of_a_position(conn):
+    store = JobStore(positions=ClaimPositions(sweep_every_s=3600))
+    positions = store.positions
+
+    def written_afresh() -> dict[str, str]:
+        levels = positions.params(["default"], sweep=False)
+        return {
+            "level_queues": text_array(levels["level_queues"]),
+            "level_priorities": int_array(levels["level_priorities"]),
+            "level_after_run_at": timestamptz_array(levels["level_after_run_at"]),
+            "level_after_id": int_array(levels["level_after_id"]),
+        }
+
+    pgworkerd.enqueue(conn, "k", {})
+    claim(store, conn)
+    before = positions.literals(["default"], sweep=False)
+    assert before == written_afresh()
+    assert positions.literals(["default"], sweep=False) is before, "kept while nothing moves"
+    later = pgworkerd.enqueue(conn, "k", {}, priority=3)  # a new level too
+    positions.sweep_soon()
+    assert [j.id for j in claim(store, conn)] == [later]
+    after = positions.literals(["default"], sweep=False)
+    assert after != before and after == written_afresh()
+    assert positions.literals(["default"], sweep=True)["level_after_id"] == "{NULL,NULL}"
