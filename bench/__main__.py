@@ -2,6 +2,7 @@
 
     python -m bench [--peers pgqueuer_apg,raw_2x100 | all | none] [--reps 1] [-n 20000]
                     [--scale] [--peers-dir DIR] [--no-io] [--io-harness FILE]
+                    [--modes throughput,latency]
     python -m bench --peak [--peak-layouts 1x2x8,2x1x8] [--peak-seconds 30] [--peak-raw]
                     [--peak-config JSON] [--peak-code DIR] [--peak-reps 1]
     python -m bench --held-snapshot [...]
@@ -66,6 +67,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " (default: %(default)s)",
     )
     parser.add_argument("--reps", type=int, default=1, help="runs of each; median when > 1")
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="comma-separated, of %(default)s: e.g. `latency` alone to iterate on the "
+        "idle latency (bench.latency_abab alternates two checkouts)",
+    )
     parser.add_argument("-n", type=int, default=20_000, help="jobs in throughput mode")
     parser.add_argument(
         "--n-single", type=int, default=2_000, help="of which enqueued one by one (at most n/10)"
@@ -214,6 +221,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             peak.parse_layouts(args.peak_layouts)
         except ValueError as exc:
             parser.error(str(exc))
+    args.mode_names = [m for m in args.modes.split(",") if m]
+    if not args.mode_names or any(m not in MODES for m in args.mode_names):
+        parser.error(f"--modes takes {', '.join(MODES)}")
     if args.reps < 1 or args.n < 10:
         parser.error("--reps must be ≥ 1 and -n ≥ 10")
     return args
@@ -280,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for rep in range(1, args.reps + 1):
             for name in [*report.OUR_ROWS, *available]:
-                for mode in MODES:
+                for mode in args.mode_names:
                     record = _one_run(cluster, name, mode, rep, proto, args, logs)
                     if record is not None:
                         records.append(record)

@@ -70,7 +70,13 @@ def _record(mode: str, proto: Protocol, config_extra: dict[str, Any]) -> dict[st
 
 
 def _prepare(
-    mode: str, dsn: str, work: Path, tag: str, proto: Protocol, config_extra: dict[str, Any] | None
+    mode: str,
+    dsn: str,
+    work: Path,
+    tag: str,
+    proto: Protocol,
+    config_extra: dict[str, Any] | None,
+    code: Path | None = None,
 ) -> tuple[Path, Path, dict[str, Any]]:
     """The run's config file (migrated), its log path and its record so far."""
     config_extra = config_extra or {}
@@ -78,7 +84,7 @@ def _prepare(
         work / f"{tag}.yaml", dsn, concurrency=proto.concurrency, extra=config_extra
     )
     log_path = work / f"{tag}.log"
-    migrate(config, log_path)
+    migrate(config, log_path, code=code)
     return config, log_path, _record(mode, proto, config_extra)
 
 
@@ -142,10 +148,22 @@ def throughput(
 
 
 def latency(
-    dsn: str, work: Path, tag: str, proto: Protocol, config_extra: dict[str, Any] | None = None
+    dsn: str,
+    work: Path,
+    tag: str,
+    proto: Protocol,
+    config_extra: dict[str, Any] | None = None,
+    *,
+    code: Path | None = None,
+    python: Path | None = None,
+    samples: list[tuple[int, float, float, float]] | None = None,
 ) -> dict[str, Any]:
-    config, log_path, res = _prepare("latency", dsn, work, tag, proto, config_extra)
-    daemon = Daemon(config, log_path)
+    """`code`: another checkout's pgworkerd to run (the producer stays this one's);
+    `python`: the daemon's interpreter (bench.latency_abab's hop tracer); `samples`:
+    filled with each job's (i, time before its enqueue call, the call's duration,
+    handler start), for a per-hop breakdown."""
+    config, log_path, res = _prepare("latency", dsn, work, tag, proto, config_extra, code)
+    daemon = Daemon(config, log_path, code=code, python=python)
     try:
         res["workers_connected_s"] = round(daemon.workers_connected(dsn, proto.concurrency), 3)
         time.sleep(2.0)  # idle, as the peers' workers are before the trickle
@@ -185,6 +203,11 @@ def latency(
         res["daemon_exit"] = daemon.stop()
     lats = [result["started"] - payload["t"] for payload, result in rows]
     durations = json.loads(out.decode().strip().splitlines()[-1])["enqueue_call_s"]
+    if samples is not None:
+        samples.extend(
+            (payload["i"], payload["t"], durations[payload["i"]], result["started"])
+            for payload, result in rows
+        )
     res.update(stats.latency_summary(lats))
     res["enqueue_call_p50_ms"] = round(stats.percentile([d * 1000 for d in durations], 50), 2)
     res["log_lines"] = _count_lines(log_path)

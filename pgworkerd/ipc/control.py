@@ -24,6 +24,7 @@ class Skip:
 
 
 WAKE = b"wake\n"
+_READ_SIZE = 4096
 
 
 def encode_skip(skip: Skip) -> bytes:
@@ -90,8 +91,13 @@ class ControlReader:
         """Take in whatever lines wait; True if one of them was `wake`."""
         self._lines_read = self.board.control_lines()  # before: no line is missed
         with contextlib.suppress(BlockingIOError, OSError):
-            while chunk := os.read(self.fd, 4096):
+            while chunk := os.read(self.fd, _READ_SIZE):
                 self._buffer += chunk
+                if len(chunk) < _READ_SIZE:
+                    # The pipe is empty: a second read would only raise (on a wake-up,
+                    # that is time before the claim). A line written after this read
+                    # moves the board's count past _lines_read: it is read next time.
+                    break
         *lines, self._buffer = self._buffer.split(b"\n")
         return any([self._take(line) for line in lines])
 

@@ -29,6 +29,7 @@ from psycopg.rows import dict_row
 from pgworkerd.encoding import clean_error
 from pgworkerd.job import Job, Lease
 from pgworkerd.storage import queries
+from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array
 from pgworkerd.storage.channels import cancel_channel, notify_channel
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
 
@@ -91,6 +92,11 @@ class ClaimPositions:
         self.sweep_every_s = sweep_every_s
         self._after: dict[tuple[str, int], Position | None] = {}
         self._swept_at: dict[tuple[str, ...], float] = {}  # monotonic, per queue list
+        # The levels as literals (`literals`), kept until a position moves: an idle
+        # worker's look for its next due job writes them, and the claim that follows its
+        # wake-up finds them written (one step less between the wake and the claim).
+        self._moves = 0  # counts changes of _after
+        self._literals: dict[tuple[tuple[str, ...], bool], tuple[int, dict[str, str]]] = {}
 
     def sweep_due(self, queues: Sequence[str]) -> bool:
         swept_at = self._swept_at.get(tuple(queues))
@@ -112,6 +118,7 @@ class ClaimPositions:
             self._after = {level: a for level, a in self._after.items() if level in kept}
         for level in found:
             self._after.setdefault(level, None)
+        self._moves += 1
 
     def params(self, queues: Sequence[str], *, sweep: bool) -> dict[str, list[Any]]:
         """The levels of `queues` with their positions, as claim_picks takes them; a
@@ -124,6 +131,24 @@ class ClaimPositions:
             "level_after_run_at": [None if sweep or a is None else a[0] for _, a in levels],
             "level_after_id": [None if sweep or a is None else a[1] for _, a in levels],
         }
+
+    def literals(self, queues: Sequence[str], *, sweep: bool) -> dict[str, str]:
+        """`params` as the statements take them: array literals (arrays.py)."""
+        key = (tuple(queues), sweep)
+        kept = self._literals.get(key)
+        if kept is not None and kept[0] == self._moves:
+            return kept[1]
+        levels = self.params(queues, sweep=sweep)
+        literals = {
+            "level_queues": text_array(levels["level_queues"]),
+            "level_priorities": int_array(levels["level_priorities"]),
+            "level_after_run_at": timestamptz_array(levels["level_after_run_at"]),
+            "level_after_id": int_array(levels["level_after_id"]),
+        }
+        if len(self._literals) >= 16:  # a few queue lists a process at most
+            self._literals.clear()
+        self._literals[key] = (self._moves, literals)
+        return literals
 
     def advance(
         self,
@@ -156,6 +181,7 @@ class ClaimPositions:
             capped = min(position, horizon)
             before = self._after.get(level)
             self._after[level] = capped if before is None else max(before, capped)
+        self._moves += 1
 
     def claimed(self, queues: Sequence[str], sweep: bool) -> None:
         if sweep:
@@ -227,6 +253,7 @@ class JobStore:
         self.backoff = backoff or Backoff()
         # Per store, so per process: each worker process makes its own JobStore.
         self.positions = positions or ClaimPositions()
+        self._claim_params_kept: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._sql = queries.statements(schema)
         self.notify_channel = notify_channel(schema)
         # The identity sequence, quoted for a ::regclass cast.
@@ -334,12 +361,12 @@ class JobStore:
                 [],
                 queues,
                 limit,
-                _claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+                self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
             )[1]
         sweep = self._prepare_levels(conn, queues)
         params = {
-            **_claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
-            **self.positions.params(queues, sweep=sweep),
+            **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+            **self.positions.literals(queues, sweep=sweep),
         }
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(self._sql["jobs_claim"], params).fetchall()
@@ -384,7 +411,7 @@ class JobStore:
         params = _complete_params(done)
         queues = list(dict.fromkeys(queues))
         if limited_queues(queues, self.limits):
-            claim_params = _claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
+            claim_params = self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
             kept, claimed = self._claim_limited(conn, done, queues, limit, claim_params)
             return self._with_own_earlier_completions(conn, params, kept), claimed
         sweep = self._prepare_levels(conn, queues)
@@ -393,8 +420,8 @@ class JobStore:
                 self._sql["jobs_complete_and_claim"],
                 {
                     **params,
-                    **_claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
-                    **self.positions.params(queues, sweep=sweep),
+                    **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+                    **self.positions.literals(queues, sweep=sweep),
                 },
             ).fetchall()
         kept = next(set(row["completed_ids"]) for row in rows if row["id"] is None)
@@ -432,7 +459,7 @@ class JobStore:
                     {
                         **claim_params,
                         **claim_limit_params(limited, self.limits),
-                        **self.positions.params(queues, sweep=sweep),
+                        **self.positions.literals(queues, sweep=sweep),
                     },
                 ).fetchall()
         meta = next(row for row in rows if row["id"] is None)
@@ -449,6 +476,30 @@ class JobStore:
         keyed = [queue for queue in limited if self.limits[queue].keyed]
         claimed = self._claimed(queues, limit, sweep, rows, held=meta["held_queues"], frozen=keyed)
         return kept, claimed
+
+    def _claim_params(
+        self,
+        queues: list[str],
+        limit: int,
+        lease_ttl_s: float,
+        worker: str,
+        max_attempts: Sequence[int] | int,
+    ) -> dict[str, Any]:
+        """_claim_params, kept: a worker asks with the same arguments every time, and the
+        literals need not be written again (the dict is only ever read)."""
+        key = (
+            tuple(queues),
+            limit,
+            lease_ttl_s,
+            worker,
+            max_attempts if isinstance(max_attempts, int) else tuple(max_attempts),
+        )
+        params = self._claim_params_kept.get(key)
+        if params is None:
+            if len(self._claim_params_kept) >= 16:  # a few argument sets a process at most
+                self._claim_params_kept.clear()
+            params = self._claim_params_kept[key] = _claim_params(*key[:4], max_attempts)
+        return params
 
     def _prepare_levels(self, conn: psycopg.Connection[Any], queues: list[str]) -> bool:
         """Whether this claim sweeps (see ClaimPositions); if it does, the levels are
@@ -583,7 +634,9 @@ class JobStore:
         # poll), or, for a rate, until the soonest start leaves the window.
         held = self._held
         open_queues = [queue for queue in queues if queue not in held]
-        params = {"queues": open_queues, **self.positions.params(open_queues, sweep=sweep)}
+        # The levels as literals, as the claim takes them: written here, before the worker
+        # sleeps, they are found written by the claim after its wake-up.
+        params = {"queues": open_queues, **self.positions.literals(open_queues, sweep=sweep)}
         row = conn.execute(self._sql["jobs_next_run_at"], params).fetchone()
         next_in = None if row is None else row[0]
         rate_wakes = [at for at in held.values() if at is not None]
@@ -759,11 +812,12 @@ def _claim_params(
     worker: str,
     max_attempts: Sequence[int] | int,
 ) -> dict[str, Any]:
+    """The claim's parameters but its levels; the arrays as literals (arrays.py)."""
     if isinstance(max_attempts, int):
         max_attempts = [max_attempts] * len(queues)
     return {
-        "queues": queues,
-        "queue_max_attempts": list(max_attempts),
+        "queues": text_array(queues),
+        "queue_max_attempts": int_array(max_attempts),
         "limit": limit,
         "lease_ttl_s": float(lease_ttl_s),
         "worker": worker,

@@ -143,8 +143,9 @@ class Worker(BaseWorker):
         woken = self.control.read()
         if not woken and timeout > 0:
             self.status.send(Idle())
-            select.select([self.control.fd, self._wake_r], [], [], timeout)
-            drain_pipe(self._wake_r)
+            ready, _, _ = select.select([self.control.fd, self._wake_r], [], [], timeout)
+            if self._wake_r in ready:  # a signal's byte: left there, it would end every wait
+                drain_pipe(self._wake_r)
             woken = self.control.read()
         if woken:
             logs.event(log, logging.DEBUG, "woken by the supervisor: a job was enqueued")

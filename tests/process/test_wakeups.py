@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import select
 import time
+import uuid
 from datetime import UTC, datetime
 
 import pgworkerd
 from pgworkerd.config import Config
 from pgworkerd.housekeeping import ALL_QUEUES, Housekeeper
+from pgworkerd.job import Lease
+from pgworkerd.storage.channels import cancel_channel
 from pgworkerd.storage.store import JobStore
 from tests.daemon import job_in_state, wait_until
 
@@ -124,5 +127,33 @@ def test_a_notification_read_with_another_answer_is_still_found(db_dsn, conn):
         assert renewal is not None and renewal.renewed == frozenset()
         assert select.select([fd], [], [], 0.2)[0] == [], "the socket has nothing more"
         assert keeper.notified().queues == {"mail"}
+    finally:
+        keeper.close()
+
+
+def test_notifications_on_the_socket_are_read_each_once_and_cancels_told_apart(db_dsn, conn):
+    """What the supervisor reads when no query ran since its last look: straight off
+    the socket (housekeeping/notifications.py), enqueues by queue, cancels by lease,
+    unicode intact, and nothing a second time."""
+    keeper = Housekeeper(
+        store=JobStore(), database_url=db_dsn, lease_ttl_s=30, config=Config, daemon_id="test"
+    )
+    try:
+        fd = keeper.listen_fd()
+        assert fd is not None
+        assert keeper.notified().queues == {ALL_QUEUES}, "listening afresh: wake everyone"
+        assert not keeper.queried_since_drain, "the socket's own path from here on"
+        token = uuid.uuid4()
+        pgworkerd.enqueue(conn, "record", {}, queue="mail")
+        pgworkerd.enqueue(conn, "record", {}, queue="fax ✓")
+        conn.execute("SELECT pg_notify(%s, %s)", (cancel_channel("pgworkerd"), f"7:{token}"))
+        conn.commit()
+        assert select.select([fd], [], [], 5)[0] == [fd]
+        time.sleep(0.1)  # all three sent at the commit; let them all arrive
+        notified = keeper.notified()
+        assert notified.queues == {"mail", "fax ✓"}
+        assert notified.cancelled == [Lease(7, token)]
+        again = keeper.notified()
+        assert again.queues == set() and again.cancelled == []
     finally:
         keeper.close()

@@ -1,0 +1,45 @@
+"""Array parameters of the claim, written as PostgreSQL array literals.
+
+psycopg adapts a Python list afresh on every execution: it walks the list for the
+element type and builds a dumper for it, in Python, for each of the claim's six array
+parameters. On an idle worker's wake-up that was a fifth of a millisecond of CPU
+between the `wake` and the claim leaving (bench/results/idle-latency-20261124.md). A
+literal is a plain `str`: psycopg sends it as it is, with no type (`unknown`), and the
+statement's own cast (`%(queues)s::text[]`: every array parameter of the claim has one)
+makes the server read it as that array type. The values are the same either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+
+def text_array(values: Iterable[str | None]) -> str:
+    """`text[]`: each element double-quoted, its backslashes and double quotes escaped
+    (array_in's rules), so any text, commas and braces included, reads back as it was."""
+    return "{" + ",".join(_quoted(v) for v in values) + "}"
+
+
+def int_array(values: Iterable[int | None]) -> str:
+    """`int[]` or `bigint[]`."""
+    return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+
+
+def timestamptz_array(values: Iterable[datetime | None]) -> str:
+    """`timestamptz[]`, each an aware datetime written in UTC to the microsecond (the
+    type's own precision): the claim compares positions with `>`, so they must read back
+    exactly."""
+    return "{" + ",".join("NULL" if v is None else _utc(v) for v in values) + "}"
+
+
+def _quoted(value: str | None) -> str:
+    if value is None:
+        return "NULL"
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _utc(value: datetime) -> str:
+    if value.tzinfo is None:
+        raise ValueError(f"a timestamptz parameter needs an aware datetime, not {value!r}")
+    return '"' + value.astimezone(UTC).isoformat() + '"'
