@@ -8,7 +8,8 @@ the supervisor.
 
 Only the child's main thread calls these methods; the job threads and the loop hand
 finished jobs back through a queue and a byte on `wake_fd`, which the main thread's
-select watches. The main thread alone touches the database.
+select watches. The job threads and the loop never touch the database: the main
+thread and its database thread (db_thread.py) do.
 
 A job past its max runtime gets JobTimeout raised in its own thread (an asynchronous
 exception: delivered at the handler's next Python instruction, never inside C code,
