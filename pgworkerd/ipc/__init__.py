@@ -69,6 +69,7 @@ from pgworkerd.ipc.messages import (
     Message,
     Released,
     Stopping,
+    claimed_job,
 )
 from pgworkerd.ipc.start_board import StartBoard, StartRecord
 from pgworkerd.ipc.status_pipe import StatusReader, StatusWriter
@@ -91,4 +92,5 @@ __all__ = [
     "StatusReader",
     "StatusWriter",
     "Stopping",
+    "claimed_job",
 ]

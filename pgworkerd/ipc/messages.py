@@ -24,6 +24,12 @@ class ClaimedJob(NamedTuple):
     max_runtime_s: float | None  # the job's own; None: the queue's or the defaults'
 
 
+# A ClaimedJob from a tuple of its five fields, made in C (tuple.__new__), not through
+# the NamedTuple's generated __new__: a hundred of them a message, on both sides of the
+# pipe (the worker's `claimed`, the supervisor's decoding of it).
+claimed_job = functools.partial(tuple.__new__, ClaimedJob)
+
+
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """Leased jobs, numbered `first`, `first + 1`, ... in the order they will start."""
@@ -106,9 +112,12 @@ def decode(line: bytes) -> Message | None:
         tag = fields["t"]
         if tag == "claimed":
             rows = fields["jobs"]
+            # A line from a child of ours carries what encode() wrote: each job and
+            # outcome is built from its JSON array in C, with only the arity checked (a
+            # wrong one: the line is dropped like a fragment).
             if not _all_of_length(rows, len(ClaimedJob._fields)):
                 return None
-            jobs = cast(tuple[ClaimedJob, ...], tuple(map(_claimed_job, rows)))
+            jobs = cast(tuple[ClaimedJob, ...], tuple(map(claimed_job, rows)))
             return Claimed(int(fields["first"]), float(fields["at"]), bool(fields["full"]), jobs)
         if tag == "done" and "o" in fields:
             pairs = fields["o"]
@@ -127,12 +136,6 @@ def decode(line: bytes) -> Message | None:
     except (ValueError, TypeError, KeyError):
         return None
     return None
-
-
-# A line from a child of ours carries what encode() wrote: each job and outcome is built
-# from its JSON array in C (map over tuple.__new__), a hundred of them a message, with
-# only the arity checked (a wrong one: the line is dropped like a fragment).
-_claimed_job = functools.partial(tuple.__new__, ClaimedJob)
 
 
 def _all_of_length(rows: Any, length: int) -> bool:

@@ -33,13 +33,13 @@ from setproctitle import setproctitle
 from pgworkerd import logs, progress
 from pgworkerd.ipc import (
     Claimed,
-    ClaimedJob,
     ControlReader,
     Finishing,
     Released,
     StartBoard,
     StatusWriter,
     Stopping,
+    claimed_job,
 )
 from pgworkerd.job import Job
 from pgworkerd.progress import ProgressWriter
@@ -53,7 +53,6 @@ from pgworkerd.worker.success_buffer import Success, SuccessBuffer
 
 log = logging.getLogger("pgworkerd.worker")
 
-_claimed_job = functools.partial(tuple.__new__, ClaimedJob)
 # The lease token's 128 bits, for UUID.hex's own formula without its Python-level
 # property. Every claimed job has a token (the field is optional in Job for the
 # handlers' sake): attrgetter does not ask.
@@ -212,10 +211,10 @@ class BaseWorker:
             self._claimed_count += len(batch)
             self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
             # The token as its hex digits, not str(): a fraction of the cost, on every
-            # job. The tuples are made in C, not through ClaimedJob's generated __new__.
+            # job. The tuples are made in C (ipc.claimed_job).
             jobs = tuple(
                 [
-                    _claimed_job(
+                    claimed_job(
                         (
                             j.id,
                             format(_token_int(j.lease_token), "032x"),
