@@ -34,7 +34,6 @@ from pgworkerd import logs, progress
 from pgworkerd.ipc import (
     Claimed,
     ControlReader,
-    Finishing,
     Released,
     StartBoard,
     StatusWriter,
@@ -181,12 +180,10 @@ class BaseWorker:
             return None
         # Before the claim is sent: its leases run from no earlier than this.
         claimed_at = time.monotonic()
-        if successes:
-            self.status.send(Finishing(tuple(s.job.id for s in successes)))
         call = functools.partial(
             self.store.complete_and_claim,
             conn,
-            [(s.job.lease, s.result_json) for s in successes],
+            self.outcomes.announce(successes),
             queues=self.spec.queues,
             limit=limit,
             lease_ttl_s=self.spec.lease_ttl_s,

@@ -25,7 +25,7 @@ from collections import deque
 
 from setproctitle import setproctitle
 
-from pgworkerd.ipc import ControlReader, ExitCode, Finishing, Idle, StartBoard, StatusWriter
+from pgworkerd.ipc import ControlReader, ExitCode, Idle, StartBoard, StatusWriter
 from pgworkerd.job import Job, JobCancelled, JobTimeout
 from pgworkerd.worker.base import BaseWorker, ClaimRequest, NoStart
 from pgworkerd.worker.connection import CONNECTION_FAULTS
@@ -130,8 +130,7 @@ class ConcurrentWorker(BaseWorker):
         except CONNECTION_FAULTS:
             self.outcomes.successes.put_back(successes)  # orphaned: the turn ends it
             return
-        self.status.send(Finishing(tuple(s.job.id for s in successes)))
-        leases = [(s.job.lease, s.result_json) for s in successes]
+        leases = self.outcomes.announce(successes)
         self._sent = successes
         self.database.send(functools.partial(self.store.complete, conn, leases))
 

@@ -12,7 +12,7 @@ import psycopg
 
 from pgworkerd import logs
 from pgworkerd.ipc import Done, Finishing, Message, StatusWriter
-from pgworkerd.job import Job
+from pgworkerd.job import Job, Lease
 from pgworkerd.storage.store import FailedAttempt, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
@@ -43,11 +43,19 @@ class OutcomeWriter:
         successes = self.successes.take()
         if not successes:
             return
-        self.status.send(Finishing(tuple(s.job.id for s in successes)))
-        leases = [(s.job.lease, s.result_json) for s in successes]
+        leases = self.announce(successes)
         kept = self._until_written(lambda conn: self.store.complete(conn, leases))
         if kept is not None:
             self.written(successes, kept)
+
+    def announce(self, successes: list[Success]) -> list[tuple[Lease, str | None]]:
+        """Tell the supervisor `successes` are about to be written (`finishing`, said
+        before the write: see _write_at_once), and return what the write takes: each
+        one's lease and result."""
+        if not successes:
+            return []
+        self.status.send(Finishing(tuple(s.job.id for s in successes)))
+        return [(s.job.lease, s.result_json) for s in successes]
 
     def written(
         self, successes: list[Success], kept: set[int], then: Message | None = None
