@@ -120,7 +120,7 @@ def plans(dsn: str, running: int = 0) -> str:
             store = JobStore(limits={"default": limits} if limits else None)
             store.positions.learn(["default"], [])
             params = {
-                **_claim_params(["default"], 10, 60.0, "plan", 5),
+                **_claim_params(("default",), 10, 60.0, "plan", 5),
                 **store.positions.params(["default"], sweep=True),
             }
             statement = "jobs_claim"

@@ -15,6 +15,7 @@ nothing.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -253,7 +254,6 @@ class JobStore:
         self.backoff = backoff or Backoff()
         # Per store, so per process: each worker process makes its own JobStore.
         self.positions = positions or ClaimPositions()
-        self._claim_params_kept: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._sql = queries.statements(schema)
         self.notify_channel = notify_channel(schema)
         # The identity sequence, quoted for a ::regclass cast.
@@ -485,21 +485,14 @@ class JobStore:
         worker: str,
         max_attempts: Sequence[int] | int,
     ) -> dict[str, Any]:
-        """_claim_params, kept: a worker asks with the same arguments every time, and the
-        literals need not be written again (the dict is only ever read)."""
-        key = (
+        """_claim_params with its arguments made hashable, for its cache."""
+        return _claim_params(
             tuple(queues),
             limit,
-            lease_ttl_s,
+            float(lease_ttl_s),
             worker,
             max_attempts if isinstance(max_attempts, int) else tuple(max_attempts),
         )
-        params = self._claim_params_kept.get(key)
-        if params is None:
-            if len(self._claim_params_kept) >= 16:  # a few argument sets a process at most
-                self._claim_params_kept.clear()
-            params = self._claim_params_kept[key] = _claim_params(*key[:4], max_attempts)
-        return params
 
     def _prepare_levels(self, conn: psycopg.Connection[Any], queues: list[str]) -> bool:
         """Whether this claim sweeps (see ClaimPositions); if it does, the levels are
@@ -805,19 +798,21 @@ def _first_id(rows: list[Any]) -> int | None:
     return rows[0][0] if rows else None
 
 
+# Kept: a worker asks with the same arguments every time, and the literals need not be
+# written again (the dict is only ever read: the statements' parameters are spread from it).
+@functools.lru_cache(maxsize=16)
 def _claim_params(
-    queues: Sequence[str],
+    queues: tuple[str, ...],
     limit: int,
     lease_ttl_s: float,
     worker: str,
-    max_attempts: Sequence[int] | int,
+    max_attempts: tuple[int, ...] | int,
 ) -> dict[str, Any]:
     """The claim's parameters but its levels; the arrays as literals (arrays.py)."""
-    if isinstance(max_attempts, int):
-        max_attempts = [max_attempts] * len(queues)
+    per_queue = (max_attempts,) * len(queues) if isinstance(max_attempts, int) else max_attempts
     return {
         "queues": text_array(queues),
-        "queue_max_attempts": int_array(max_attempts),
+        "queue_max_attempts": int_array(per_queue),
         "limit": limit,
         "lease_ttl_s": float(lease_ttl_s),
         "worker": worker,
