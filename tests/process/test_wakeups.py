@@ -13,6 +13,8 @@ import time
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
 import pgworkerd
 from pgworkerd.config import Config
 from pgworkerd.housekeeping import ALL_QUEUES, Housekeeper
@@ -109,51 +111,49 @@ def test_with_notifications_off_workers_poll(start_daemon, history_conn):
     assert WOKEN not in daemon.log()
 
 
-def test_a_notification_read_with_another_answer_is_still_found(db_dsn, conn):
+@pytest.fixture
+def keeper(db_dsn):
+    """A housekeeper of its own on the test database, as the supervisor makes one."""
+    keeper = Housekeeper(
+        store=JobStore(), database_url=db_dsn, lease_ttl_s=30, config=Config, daemon_id="test"
+    )
+    yield keeper
+    keeper.close()
+
+
+def test_a_notification_read_with_another_answer_is_still_found(keeper, conn):
     """The supervisor's connection also renews leases: a notification that arrives
     while it waits for an answer is read with it, and its socket will never wake the
     loop for it. The supervisor drains after every turn; this is what it relies on."""
-    keeper = Housekeeper(
-        store=JobStore(), database_url=db_dsn, lease_ttl_s=30, config=Config, daemon_id="test"
-    )
-    try:
-        fd = keeper.listen_fd()
-        assert fd is not None
-        assert keeper.notified().queues == {ALL_QUEUES}, "listening afresh: wake everyone"
-        pgworkerd.enqueue(conn, "record", {}, queue="mail")
-        conn.commit()
-        # A housekeeping query (renewal, rescue, prune): reads the notification too.
-        renewal = keeper.run_due(time.monotonic(), list, dict)
-        assert renewal is not None and renewal.renewed == frozenset()
-        assert select.select([fd], [], [], 0.2)[0] == [], "the socket has nothing more"
-        assert keeper.notified().queues == {"mail"}
-    finally:
-        keeper.close()
+    fd = keeper.listen_fd()
+    assert fd is not None
+    assert keeper.notified().queues == {ALL_QUEUES}, "listening afresh: wake everyone"
+    pgworkerd.enqueue(conn, "record", {}, queue="mail")
+    conn.commit()
+    # A housekeeping query (renewal, rescue, prune): reads the notification too.
+    renewal = keeper.run_due(time.monotonic(), list, dict)
+    assert renewal is not None and renewal.renewed == frozenset()
+    assert select.select([fd], [], [], 0.2)[0] == [], "the socket has nothing more"
+    assert keeper.notified().queues == {"mail"}
 
 
-def test_notifications_on_the_socket_are_read_each_once_and_cancels_told_apart(db_dsn, conn):
+def test_notifications_on_the_socket_are_read_each_once_and_cancels_told_apart(keeper, conn):
     """What the supervisor reads when no query ran since its last look: straight off
     the socket (housekeeping/notifications.py), enqueues by queue, cancels by lease,
     unicode intact, and nothing a second time."""
-    keeper = Housekeeper(
-        store=JobStore(), database_url=db_dsn, lease_ttl_s=30, config=Config, daemon_id="test"
-    )
-    try:
-        fd = keeper.listen_fd()
-        assert fd is not None
-        assert keeper.notified().queues == {ALL_QUEUES}, "listening afresh: wake everyone"
-        assert not keeper.queried_since_drain, "the socket's own path from here on"
-        token = uuid.uuid4()
-        pgworkerd.enqueue(conn, "record", {}, queue="mail")
-        pgworkerd.enqueue(conn, "record", {}, queue="fax ✓")
-        conn.execute("SELECT pg_notify(%s, %s)", (cancel_channel("pgworkerd"), f"7:{token}"))
-        conn.commit()
-        assert select.select([fd], [], [], 5)[0] == [fd]
-        time.sleep(0.1)  # all three sent at the commit; let them all arrive
-        notified = keeper.notified()
-        assert notified.queues == {"mail", "fax ✓"}
-        assert notified.cancelled == [Lease(7, token)]
-        again = keeper.notified()
-        assert again.queues == set() and again.cancelled == []
-    finally:
-        keeper.close()
+    fd = keeper.listen_fd()
+    assert fd is not None
+    assert keeper.notified().queues == {ALL_QUEUES}, "listening afresh: wake everyone"
+    assert not keeper.queried_since_drain, "the socket's own path from here on"
+    token = uuid.uuid4()
+    pgworkerd.enqueue(conn, "record", {}, queue="mail")
+    pgworkerd.enqueue(conn, "record", {}, queue="fax ✓")
+    conn.execute("SELECT pg_notify(%s, %s)", (cancel_channel("pgworkerd"), f"7:{token}"))
+    conn.commit()
+    assert select.select([fd], [], [], 5)[0] == [fd]
+    time.sleep(0.1)  # all three sent at the commit; let them all arrive
+    notified = keeper.notified()
+    assert notified.queues == {"mail", "fax ✓"}
+    assert notified.cancelled == [Lease(7, token)]
+    again = keeper.notified()
+    assert again.queues == set() and again.cancelled == []
