@@ -339,29 +339,27 @@ def main(argv: list[str] | None = None) -> int:
         summary += "\n" + "\n".join(iobound.markdown(io_rows, io_setup, harness)) + "\n"
     print()
     print(summary)
-    (out / "summary.md").write_text(summary)
-    (out / "run.json").write_text(
-        json.dumps(
-            {
-                "argv": sys.argv,
-                "protocol": asdict(proto),
-                "peers": available,
-                "skipped_peers": [p for p in args.peer_names if p not in available],
-                "settings": settings,
-                "machine": _machine(),
-                "environment": environment,
-                "elapsed_s": round(elapsed, 1),
-                "scale": scale_figures,
-                "io": {
-                    "setup": asdict(io_setup),
-                    "rows": [asdict(r) for r in io_rows],
-                    "targets": iobound.targets(io_rows) if io_rows else [],
-                },
-                "rows": [asdict(r) for r in table],
-                "targets": [asdict(g) for g in goals],
+    report.write_run(
+        out,
+        summary,
+        {
+            "argv": sys.argv,
+            "protocol": asdict(proto),
+            "peers": available,
+            "skipped_peers": [p for p in args.peer_names if p not in available],
+            "settings": settings,
+            "machine": _machine(),
+            "environment": environment,
+            "elapsed_s": round(elapsed, 1),
+            "scale": scale_figures,
+            "io": {
+                "setup": asdict(io_setup),
+                "rows": [asdict(r) for r in io_rows],
+                "targets": iobound.targets(io_rows) if io_rows else [],
             },
-            indent=2,
-        )
+            "rows": [asdict(r) for r in table],
+            "targets": [asdict(g) for g in goals],
+        },
     )
     if chart.draw(table, title, out / "chart.png", report.target_lines(table)):
         shutil.copyfile(out / "chart.png", args.out / "latest.png")
@@ -453,9 +451,8 @@ def _peak(args: argparse.Namespace, out: Path, logs: Path) -> int:
     summary = peak.markdown(rows, header)
     print()
     print(summary)
-    (out / "summary.md").write_text(summary)
-    (out / "run.json").write_text(
-        json.dumps({"argv": sys.argv, "settings": settings, "rows": peak.as_json(rows)}, indent=2)
+    report.write_run(
+        out, summary, {"argv": sys.argv, "settings": settings, "rows": peak.as_json(rows)}
     )
     return 0
 

@@ -51,7 +51,7 @@ from typing import Any
 
 import psycopg
 
-from bench import peers
+from bench import peers, report
 from bench.cluster import in_fresh_database, server_settings, throwaway_cluster
 from bench.daemon import QUEUE, REPO, Daemon, daemon_env, migrate, write_config
 from bench.measure import Protocol
@@ -654,17 +654,15 @@ def main(
     summary = markdown(runs, header)
     print()
     print(summary)
-    (out / "summary.md").write_text(summary)
-    (out / "run.json").write_text(
-        json.dumps(
-            {
-                "argv": sys.argv,
-                "protocol": asdict(proto),
-                "settings": settings,
-                "runs": [_as_json(r) for r in runs],
-            },
-            indent=2,
-        )
+    report.write_run(
+        out,
+        summary,
+        {
+            "argv": sys.argv,
+            "protocol": asdict(proto),
+            "settings": settings,
+            "runs": [_as_json(r) for r in runs],
+        },
     )
     return 0
 

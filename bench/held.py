@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 
 import pgworkerd
-from bench import peers
+from bench import peers, report
 from bench.daemon import QUEUE, Daemon, migrate, write_config
 from bench.stats import percentile
 
@@ -357,6 +357,5 @@ def main(args: Any, out: Path) -> int:
     ]
     summary = "\n".join([*header, *table(results)]) + "\n"
     print(summary)
-    (out / "summary.md").write_text(summary)
-    (out / "run.json").write_text(json.dumps(results, indent=2, default=str))
+    report.write_run(out, summary, results)
     return 0

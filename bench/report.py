@@ -7,8 +7,10 @@ median of its runs, as in the peers' summaries.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench.peers import PEERS
@@ -255,3 +257,10 @@ def _cpu_per_10k(record: dict[str, Any]) -> float | None:
 
 def _fmt(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
+
+
+def write_run(out: Path, summary: str, run: Any) -> None:
+    """A mode's two files in its results folder: `summary.md`, the summary it printed, and
+    `run.json`, everything it measured (a value JSON has no form for, as its text)."""
+    (out / "summary.md").write_text(summary)
+    (out / "run.json").write_text(json.dumps(run, indent=2, default=str))
