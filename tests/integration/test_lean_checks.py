@@ -129,7 +129,7 @@ def test_0013_rewrites_nothing_and_rebuilds_no_index(empty_db_dsn):
         )
         conn.execute(INSERT.format(columns=", progress", values=", 50"))
         before = conn.execute(files).fetchall()
-        assert [m.version for m in migrate(conn, "pgworkerd")] == [13]
+        assert [m.version for m in migrate(conn, "pgworkerd", target=13)] == [13]
         assert conn.execute(files).fetchall() == before
         rows = conn.execute("SELECT state, attempt, progress FROM pgworkerd.jobs ORDER BY id")
         assert rows.fetchall() == [("dead", 3, None), ("queued", 0, 50.0)]

@@ -1490,7 +1490,8 @@ GROUP BY q.name;
 
 -- name: queues_waiting
 -- The metrics' waiting gauge: per queue, the jobs waiting for the jobs they run after;
--- by jobs_waiting_idx (0010_workflows.sql), which holds only waiting jobs.
+-- the 'waiting' range of jobs_dead_or_waiting_idx (state, queue) (0014), which holds only
+-- dead and waiting jobs.
 SELECT q.name, count(j.id)
 FROM unnest(%(queues)s::text[]) AS q(name)
 LEFT JOIN {schema}.jobs AS j ON j.queue = q.name AND j.state = 'waiting'
@@ -1645,8 +1646,8 @@ SET max_parallel_workers_per_gather = 0;
 -- Queued, running and waiting jobs per queue, each from its partial index:
 -- jobs_claim_idx holds only queued rows (queue and run_at are in it: an index-only scan
 -- once vacuumed), jobs_lease_expiry_idx only leased (= running, by
--- jobs_running_is_leased) rows, jobs_waiting_idx (0010) only waiting ones. Finished
--- rows, however many, are in none of them.
+-- jobs_running_is_leased) rows, jobs_dead_or_waiting_idx (0014) only dead and waiting
+-- ones. Finished rows, however many, are in none of them.
 SELECT queue, 'queued' AS state, count(*) AS n,
        extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
            AS oldest_ready_age_s
@@ -1663,9 +1664,9 @@ GROUP BY queue;
 
 
 -- name: dashboard_dead_by_queue
--- Dead jobs per queue: the 'dead' range of jobs_finished_idx (state, finished_at), then
--- the heap for the queue. Dead jobs are few next to succeeded ones and wait for an
--- operator; succeeded and cancelled totals are not counted at all (see dashboard_finished_by_minute).
+-- Dead jobs per queue: the 'dead' range of jobs_dead_or_waiting_idx (state, queue) (0014),
+-- an index-only scan already in queue order. Dead jobs are few next to succeeded ones
+-- and wait for an operator; succeeded and cancelled totals are not counted at all (see dashboard_finished_by_minute).
 SELECT queue, count(*) AS n
 FROM {schema}.jobs WHERE state = 'dead'
 GROUP BY queue;
