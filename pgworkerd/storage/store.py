@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 import psycopg
 from psycopg import sql
 from psycopg.pq import ExecStatus
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, namedtuple_row
 
 from pgworkerd.encoding import clean_error
 from pgworkerd.job import Job, Lease
@@ -368,8 +368,7 @@ class JobStore:
             **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
             **self.positions.literals(queues, sweep=sweep),
         }
-        with conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(self._sql["jobs_claim"], params).fetchall()
+        rows = _claim_rows(conn, self._sql["jobs_claim"], params)
         return self._claimed(queues, limit, sweep, rows)
 
     def complete(
@@ -415,16 +414,16 @@ class JobStore:
             kept, claimed = self._claim_limited(conn, done, queues, limit, claim_params)
             return self._with_own_earlier_completions(conn, params, kept), claimed
         sweep = self._prepare_levels(conn, queues)
-        with conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(
-                self._sql["jobs_complete_and_claim"],
-                {
-                    **params,
-                    **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
-                    **self.positions.literals(queues, sweep=sweep),
-                },
-            ).fetchall()
-        kept = next(set(row["completed_ids"]) for row in rows if row["id"] is None)
+        rows = _claim_rows(
+            conn,
+            self._sql["jobs_complete_and_claim"],
+            {
+                **params,
+                **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+                **self.positions.literals(queues, sweep=sweep),
+            },
+        )
+        kept = next(set(row.completed_ids) for row in rows if row.id is None)
         claimed = self._claimed(queues, limit, sweep, rows)
         return self._with_own_earlier_completions(conn, params, kept), claimed
 
@@ -453,28 +452,28 @@ class JobStore:
                         self._sql["limits_notify"],
                         {"channel": self.notify_channel, "queues": freed},
                     )
-            with conn.cursor(row_factory=dict_row) as cur:
-                rows = cur.execute(
-                    self._sql["jobs_claim_limited"],
-                    {
-                        **claim_params,
-                        **claim_limit_params(limited, self.limits),
-                        **self.positions.literals(queues, sweep=sweep),
-                    },
-                ).fetchall()
-        meta = next(row for row in rows if row["id"] is None)
+            rows = _claim_rows(
+                conn,
+                self._sql["jobs_claim_limited"],
+                {
+                    **claim_params,
+                    **claim_limit_params(limited, self.limits),
+                    **self.positions.literals(queues, sweep=sweep),
+                },
+            )
+        meta = next(row for row in rows if row.id is None)
         rate_wake_at = (
-            None if meta["rate_wake_in_s"] is None else time.monotonic() + meta["rate_wake_in_s"]
+            None if meta.rate_wake_in_s is None else time.monotonic() + meta.rate_wake_in_s
         )
         self._held = {
             queue: rate_wake_at if self.limits[queue].rate is not None else None
-            for queue in meta["held_queues"]
+            for queue in meta.held_queues
         }
         # A keyed queue's claims walk keys, not its levels' positions: claimed jobs of
         # some keys say nothing of the other keys' jobs before them, so its positions
         # never move (its idle look for work starts where the last sweep left it).
         keyed = [queue for queue in limited if self.limits[queue].keyed]
-        claimed = self._claimed(queues, limit, sweep, rows, held=meta["held_queues"], frozen=keyed)
+        claimed = self._claimed(queues, limit, sweep, rows, held=meta.held_queues, frozen=keyed)
         return kept, claimed
 
     def _claim_params(
@@ -508,26 +507,26 @@ class JobStore:
         queues: list[str],
         limit: int,
         sweep: bool,
-        rows: Sequence[dict[str, Any]],
+        rows: Sequence[Any],
         held: Sequence[str] = (),
         frozen: Sequence[str] = (),
     ) -> list[Job]:
         """The jobs of a claim's rows, the positions moved past them. The row with no
         job is claim_meta's. `held`: queues a limit left full (their positions move
         past the jobs claimed only); `frozen`: keyed queues (theirs do not move)."""
-        meta = next(row for row in rows if row["id"] is None)
-        jobs = _jobs_in_claim_order([row for row in rows if row["id"] is not None])
+        meta = next(row for row in rows if row.id is None)
+        jobs = _jobs_in_claim_order([row for row in rows if row.id is not None])
         # While a key is paused, the claim passed over its jobs: a position moved past
         # them would miss them when the pause ends (KEY PAUSES in sql/queries.sql).
-        if not meta["keys_paused"]:
+        if not meta.keys_paused:
             self.positions.advance(
                 queues,
                 [job for job in jobs if job.queue not in frozen] if frozen else jobs,
-                db_now=meta["db_now"],
+                db_now=meta.db_now,
                 exhausted=len(jobs) < limit,
                 # A queue a limit held back has ready jobs left where its claim
                 # stopped: like a paused queue's, its positions do not jump ahead.
-                paused=[*meta["paused_queues"], *held, *frozen],
+                paused=[*meta.paused_queues, *held, *frozen],
             )
         self.positions.claimed(queues, sweep)
         return jobs
@@ -827,27 +826,38 @@ def _complete_params(done: Sequence[tuple[Lease, str | None]]) -> dict[str, Any]
     }
 
 
-def _jobs_in_claim_order(rows: Sequence[dict[str, Any]]) -> list[Job]:
+def _claim_rows(conn: psycopg.Connection[Any], query: bytes, params: dict[str, Any]) -> list[Any]:
+    """A claim statement's rows, as named tuples (fields: its columns). Not dicts:
+    dict_row decodes every column's name and builds a dict per row on every claim,
+    ~0.1 ms of the CPU of an idle claim (one job claimed every 5 ms or so,
+    bench/results/idle-latency-round2-20261125.md); namedtuple_row keeps its class
+    per set of column names."""
+    with conn.cursor(row_factory=namedtuple_row) as cur:
+        return cur.execute(query, params).fetchall()
+
+
+def _jobs_in_claim_order(rows: Sequence[Any]) -> list[Job]:
     jobs = [_job_from_row(row) for row in rows]
     jobs.sort(key=lambda j: (j.queue_order, -j.priority, j.run_at, j.id))
     return jobs
 
 
-def _job_from_row(row: dict[str, Any]) -> Job:
+def _job_from_row(row: Any) -> Job:
+    """A claimed job of a claim's row (claim_update's RETURNING, a named tuple)."""
     return Job(
-        id=row["id"],
-        kind=row["kind"],
-        queue=row["queue"],
-        payload=row["payload"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        priority=row["priority"],
-        max_runtime_s=row["max_runtime_s"],
-        run_at=row["run_at"],
-        created_at=row["created_at"],
-        key=row["key"],
-        lease_token=row["lease_token"],
-        queue_order=row["queue_ord"],
-        trace_context=row["trace_context"],
-        after=tuple(row.get("after_ids") or ()),
+        id=row.id,
+        kind=row.kind,
+        queue=row.queue,
+        payload=row.payload,
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        priority=row.priority,
+        max_runtime_s=row.max_runtime_s,
+        run_at=row.run_at,
+        created_at=row.created_at,
+        key=row.key,
+        lease_token=row.lease_token,
+        queue_order=row.queue_ord,
+        trace_context=row.trace_context,
+        after=tuple(row.after_ids or ()),
     )
