@@ -178,7 +178,8 @@ class _EventHandler(logging.StreamHandler):  # type: ignore[type-arg]
             # Formatted under the lock, as Handler.handle formats: the text formatter's
             # caches are shared by the threads of a worker.
             with self.lock:  # type: ignore[union-attr]
-                self.stream.write(formatter.event_line(created, level, message, fields) + "\n")
+                line = formatter.event_line(created, level, message, fields)
+                self.stream.write(line + self.terminator)
                 self.stream.flush()
         except Exception:
             self.handleError(logging.makeLogRecord({"msg": message, "levelno": level}))
@@ -192,8 +193,9 @@ class _EventHandler(logging.StreamHandler):  # type: ignore[type-arg]
         created = time.time()
         try:
             with self.lock:  # type: ignore[union-attr]
+                end = self.terminator
                 lines = [
-                    formatter.event_line(created, level, message, fields) + "\n"
+                    formatter.event_line(created, level, message, fields) + end
                     for level, message, fields in events
                 ]
                 for text in _whole_line_groups(lines):
@@ -205,8 +207,8 @@ class _EventHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def _whole_line_groups(lines: list[str]) -> Iterator[str]:
-    """`lines` (each ending in a newline) joined into groups of at most PIPE_BUF bytes
-    (in UTF-8; a longer line is a group of its own)."""
+    """`lines` (each ending in the handler's terminator) joined into groups of at most
+    PIPE_BUF bytes (in UTF-8; a longer line is a group of its own)."""
     group: list[str] = []
     size = 0
     for line in lines:
@@ -303,11 +305,12 @@ def _text_value(value: Any) -> str:
     if type(value) is int or type(value) is float:
         return str(value)
     if type(value) is str:
-        # Kinds and queues come back on every job's line: quoted (or not) once.
+        # Kinds and queues come back on every job's line: quoted (or not) once (short
+        # values only, and a few: an error's text is not kept).
         text = _quoted.get(value)
         if text is None:
             text = _quoted_text(value)
-            if len(_quoted) < 256:
+            if len(value) <= 64 and len(_quoted) < 256:
                 _quoted[value] = text
         return text
     return _quoted_text(str(value))
