@@ -322,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{proto.trickle_rate:g}/s; handler start minus time before the enqueue call. "
         f"pgworkerd: `workers: [{{queues: [bench], concurrency: {proto.concurrency}}}]`, "
         "other settings at their defaults, and again with "
-        f"`{json.dumps(measure.TUNED_CONFIG)}` (the targets are judged on that row). "
+        f"`{json.dumps(measure.TUNED_CONFIG)}` (the targets are judged on that row), "
+        f"and with `{json.dumps(measure.BATCH_INFO_CONFIG)}` (the same at info logs). "
         "Peers: their harnesses from "
         f"`{_shown(args.peers_dir)}`. "
         + (f"Median of {args.reps} runs." if args.reps > 1 else "One run each.")
@@ -384,7 +385,10 @@ def _one_run(
     def run(dsn: str) -> dict[str, Any] | None:
         if name in report.OUR_ROWS:
             measured: Callable[..., dict[str, Any]] = getattr(measure, mode)
-            extra = measure.TUNED_CONFIG if name == report.OURS_TUNED else None
+            extra = {
+                report.OURS_TUNED: measure.TUNED_CONFIG,
+                report.OURS_INFO: measure.BATCH_INFO_CONFIG,
+            }.get(name)  # the defaults' row: none
             return measured(dsn, logs, tag, proto, extra)
         return peers.run(peers.PEERS[name], mode, dsn, args.peers_dir, proto, logs / f"{tag}.log")
 

@@ -1,7 +1,9 @@
 """One line per event on stderr, for people (`text`) or machines (`json`).
 
 Every process logs for itself (the supervisor and each child); a line is written by
-one write() call, so lines from several processes never interleave.
+one write() call, so lines from several processes never interleave. Lines logged
+together (`events`: a batch's successes) go in as few write() calls as whole lines of
+at most PIPE_BUF bytes allow (a pipe keeps such a write in one piece).
 """
 
 from __future__ import annotations
@@ -9,13 +11,32 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 LOG_FORMATS = ("text", "json")
 _FIELDS = "pgworkerd_fields"
+# The most a write() to a pipe keeps in one piece (4,096 bytes on Linux).
+_WHOLE_WRITE_BYTES = getattr(select, "PIPE_BUF", 512)
+
+# This process's id, for the lines' `[name:pid]`: os.getpid() is a system call, two a job
+# at info; a fork is the only way it changes under a running interpreter.
+_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+# An event's entry for `events`: its level, message and fields.
+Event = tuple[int, str, dict[str, Any]]
 
 
 class _LineFormatter(logging.Formatter):
@@ -46,12 +67,27 @@ class _LineFormatter(logging.Formatter):
     ) -> str:
         raise NotImplementedError
 
+    def event_line(self, created: float, level: int, message: str, fields: dict[str, Any]) -> str:
+        """`line` for an event of this process at `level`, as a LogRecord would say it."""
+        return self.line(
+            created,
+            logging.getLevelName(level),
+            _pid if logging.logProcesses else None,
+            _process_name(),
+            message,
+            fields,
+        )
+
 
 class _TextFormatter(_LineFormatter):
     # A worker logs two lines per job: the formatting is kept cheap (the date part of
-    # the timestamp is formatted once a second).
+    # the timestamp is formatted once a second; the level, process name and pid once).
     _second = -1
     _second_text = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._heads: dict[tuple[int, int | None, str | None], str] = {}
 
     def line(
         self,
@@ -63,18 +99,35 @@ class _TextFormatter(_LineFormatter):
         fields: dict[str, Any] | None,
         exception: str | None = None,
     ) -> str:
-        line = f"{self._timestamp(created)} {levelname:<7} [{process_name}:{pid}] {message}"
+        head = f"{levelname:<7} [{process_name}:{pid}]"
+        return self._line(created, head, message, fields, exception)
+
+    def event_line(self, created: float, level: int, message: str, fields: dict[str, Any]) -> str:
+        key = (level, _pid if logging.logProcesses else None, _process_name())
+        head = self._heads.get(key)
+        if head is None:
+            if len(self._heads) > 64:  # a process renamed over and over: keep a few
+                self._heads.clear()
+            head = f"{logging.getLevelName(level):<7} [{key[2]}:{key[1]}]"
+            self._heads[key] = head
+        return self._line(created, head, message, fields)
+
+    def _line(
+        self,
+        created: float,
+        head: str,
+        message: str,
+        fields: dict[str, Any] | None,
+        exception: str | None = None,
+    ) -> str:
+        line = f"{self._timestamp(created)} {head} {message}"
         if fields:
-            # Numbers (most fields of a job's lines) need no quoting: formatted inline.
-            extra = " ".join(
-                [
-                    f"{key}={value}"
-                    if type(value) is int or type(value) is float
-                    else f"{key}={_text_value(value)}"
-                    for key, value in fields.items()
-                ]
-            )
-            line = f"{line} {extra}"
+            for key, value in fields.items():
+                # Numbers (most fields of a job's lines) need no quoting: formatted inline.
+                if type(value) is int or type(value) is float:
+                    line = f"{line} {key}={value}"
+                else:
+                    line = f"{line} {key}={_text_value(value)}"
         if exception:
             line = f"{line} {exception}"
         return _one_line(line)
@@ -123,20 +176,50 @@ class _EventHandler(logging.StreamHandler):  # type: ignore[type-arg]
         created = time.time()
         try:
             # Formatted under the lock, as Handler.handle formats: the text formatter's
-            # cached second is shared by the threads of a worker.
+            # caches are shared by the threads of a worker.
             with self.lock:  # type: ignore[union-attr]
-                line = formatter.line(
-                    created,
-                    logging.getLevelName(level),
-                    os.getpid() if logging.logProcesses else None,
-                    _process_name(),
-                    message,
-                    fields,
-                )
+                line = formatter.event_line(created, level, message, fields)
                 self.stream.write(line + self.terminator)
                 self.stream.flush()
         except Exception:
             self.handleError(logging.makeLogRecord({"msg": message, "levelno": level}))
+
+    def emit_events(self, events: Sequence[Event]) -> None:
+        """The lines of `events`, in order, in as few write() calls as whole lines of at
+        most PIPE_BUF bytes allow (a line longer than that goes alone, as `emit_event`
+        writes it)."""
+        formatter = self.formatter
+        assert isinstance(formatter, _LineFormatter)  # set by setup()
+        created = time.time()
+        try:
+            with self.lock:  # type: ignore[union-attr]
+                end = self.terminator
+                lines = [
+                    formatter.event_line(created, level, message, fields) + end
+                    for level, message, fields in events
+                ]
+                for text in _whole_line_groups(lines):
+                    self.stream.write(text)
+                    self.stream.flush()
+        except Exception:
+            for level, message, _ in events:
+                self.handleError(logging.makeLogRecord({"msg": message, "levelno": level}))
+
+
+def _whole_line_groups(lines: list[str]) -> Iterator[str]:
+    """`lines` (each ending in the handler's terminator) joined into groups of at most
+    PIPE_BUF bytes (in UTF-8; a longer line is a group of its own)."""
+    group: list[str] = []
+    size = 0
+    for line in lines:
+        length = len(line) if line.isascii() else len(line.encode("utf-8", "backslashreplace"))
+        if group and size + length > _WHOLE_WRITE_BYTES:
+            yield "".join(group)
+            group, size = [], 0
+        group.append(line)
+        size += length
+    if group:
+        yield "".join(group)
 
 
 def setup(
@@ -167,6 +250,21 @@ def event(logger: logging.Logger, level: int, message: str, **fields: Any) -> No
         logger.handle(
             logger.makeRecord(logger.name, level, "", 0, message, (), None, extra={_FIELDS: fields})
         )
+
+
+def events(logger: logging.Logger, entries: Sequence[Event]) -> None:
+    """Log each of `entries` (level, message, fields) as `event` would, written together:
+    a batch's lines in one write() (or a few: see `_EventHandler.emit_events`) instead of
+    one a line."""
+    enabled = [entry for entry in entries if logger.isEnabledFor(entry[0])]
+    if not enabled:
+        return
+    handler = _sole_handler(logger, min(level for level, _, _ in enabled))
+    if handler is not None:
+        handler.emit_events(enabled)
+        return
+    for level, message, fields in enabled:
+        event(logger, level, message, **fields)
 
 
 def _sole_handler(logger: logging.Logger, level: int) -> _EventHandler | None:
@@ -206,11 +304,28 @@ def _process_name() -> str | None:
 def _text_value(value: Any) -> str:
     if type(value) is int or type(value) is float:
         return str(value)
-    text = str(value)
+    if type(value) is str:
+        # Kinds and queues come back on every job's line: quoted (or not) once (short
+        # values only, and a few: an error's text is not kept).
+        text = _quoted.get(value)
+        if text is None:
+            text = _quoted_text(value)
+            if len(value) <= 64 and len(_quoted) < 256:
+                _quoted[value] = text
+        return text
+    return _quoted_text(str(value))
+
+
+def _quoted_text(text: str) -> str:
     return (
         json.dumps(text, ensure_ascii=False) if (not text or " " in text or '"' in text) else text
     )
 
 
+_quoted: dict[str, str] = {}
+
+
 def _one_line(text: str) -> str:
-    return text.replace("\r", "\\r").replace("\n", "\\n")
+    if "\n" in text or "\r" in text:
+        return text.replace("\r", "\\r").replace("\n", "\\n")
+    return text

@@ -67,15 +67,26 @@ class OutcomeWriter:
             if then is not None:
                 self.status.send(then)
             return
+        # The batch's lines in one write(), not one a line: they are written at once,
+        # before anything else runs (the jobs have ended; their lines are not held back).
+        lines: list[logs.Event] = []
         for success in successes:
             job = success.job
-            if job.id in kept and not self.log_jobs:
-                continue
-            fields = _log_fields(job, success.duration_ms)
             if job.id in kept:
-                logs.event(log, logging.INFO, "job succeeded", **fields)
+                if self.log_jobs:
+                    lines.append(
+                        (logging.INFO, "job succeeded", _log_fields(job, success.duration_ms))
+                    )
             else:
-                logs.event(log, logging.WARNING, "job lease lost; outcome discarded", **fields)
+                lines.append(
+                    (
+                        logging.WARNING,
+                        "job lease lost; outcome discarded",
+                        _log_fields(job, success.duration_ms),
+                    )
+                )
+        if lines:
+            logs.events(log, lines)
         done = Done(
             tuple(s.job.id for s in successes),
             tuple(
