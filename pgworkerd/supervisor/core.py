@@ -360,14 +360,13 @@ class Supervisor:
                 # for now, not at the next notification.
                 self._on_notifications()
         accepting = self.state is State.RUNNING
-        wanted = self.listen_fd is not None and self.wakeups.possible(
+        if self.listen_fd is None or not self.wakeups.possible(
             self.children.values(), accepting=accepting
-        )
-        if wanted and not self.listener_selected:
-            self.selector.register(self.listen_fd, selectors.EVENT_READ, _LISTENER)
-        elif self.listener_selected and not wanted:
+        ):
             self._unselect_listener()
-        self.listener_selected = wanted
+        elif not self.listener_selected:
+            self.selector.register(self.listen_fd, selectors.EVENT_READ, _LISTENER)
+            self.listener_selected = True
 
     def _forget_listener(self) -> None:
         """The housekeeper is about to close the listening connection."""

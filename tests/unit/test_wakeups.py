@@ -51,7 +51,7 @@ def watched(sup: Supervisor) -> bool:
     return sup.listen_fd in sup.selector.get_map()
 
 
-def test_the_listening_socket_is_watched_only_while_a_child_is_idle(supervisor) -> None:
+def test_the_listening_socket_is_watched_only_while_a_child_is_idle(supervisor: Supervisor) -> None:
     (child,) = supervisor.children.values()
     child.idle = False  # claiming or running: a notification has no one to wake
     supervisor._watch_listener()
@@ -66,7 +66,7 @@ def test_the_listening_socket_is_watched_only_while_a_child_is_idle(supervisor) 
     assert not watched(supervisor)
 
 
-def test_draining_nothing_is_woken_so_the_socket_is_not_watched(supervisor) -> None:
+def test_draining_nothing_is_woken_so_the_socket_is_not_watched(supervisor: Supervisor) -> None:
     (child,) = supervisor.children.values()
     child.idle = True
     supervisor.state = State.DRAINING
@@ -74,7 +74,7 @@ def test_draining_nothing_is_woken_so_the_socket_is_not_watched(supervisor) -> N
     assert not watched(supervisor)
 
 
-def test_a_lost_connection_leaves_the_selector(supervisor) -> None:
+def test_a_lost_connection_leaves_the_selector(supervisor: Supervisor) -> None:
     (child,) = supervisor.children.values()
     child.idle = True
     supervisor._watch_listener()
