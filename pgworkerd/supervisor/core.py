@@ -80,7 +80,9 @@ class Supervisor:
         self.drain_deadline: float | None = None
         self.housekeeper: Housekeeper | None = None
         self.notifier = Notifier.from_environment()  # before any fork: see systemd.py
-        self.listen_fd: int | None = None  # registered in the selector
+        self.listen_fd: int | None = None  # the listening connection's socket
+        # listen_fd is in the selector: only while a wake is possible (_watch_listener).
+        self.listener_selected = False
         self.http: HttpListener | None = None
         self._renewing: dict[ChildProcess, set[Lease]] = {}  # leases sent in the renewal
 
@@ -160,6 +162,10 @@ class Supervisor:
                 self._on_notifications()
             else:
                 self._read_child(key.data)
+        if self.listen_fd is not None and not self.listener_selected:
+            # Left in the socket while no child could be woken: read now, after the
+            # children's messages (one may have gone idle), for that and the cancels.
+            self._on_notifications()
         for child in self.children.values():
             child.sync_starts()
         if self.http is not None:
@@ -340,22 +346,38 @@ class Supervisor:
     # -- wake-ups -------------------------------------------------------------------------
 
     def _watch_listener(self) -> None:
-        """Keep the housekeeper's listening socket in the selector, across reconnects."""
+        """Keep the housekeeper's listening socket, across reconnects, in the selector
+        while a child could be woken. While none is idle a notification can wake no one
+        (a woken child claims anyway), and each one in the selector cost every daemon a
+        turn of its loop: at the peak, with two daemons, half their turns
+        (bench/results/two-daemons-20261125.md). Then the notifications wait in the
+        socket and each turn reads them, after the children's messages."""
         if self.listen_fd is None and self.housekeeper is not None:
             fd = self.housekeeper.listen_fd()
             if fd is not None:
-                self.selector.register(fd, selectors.EVENT_READ, _LISTENER)
                 self.listen_fd = fd
                 # Listening afresh: whatever was enqueued while we were not is woken
                 # for now, not at the next notification.
                 self._on_notifications()
+        accepting = self.state is State.RUNNING
+        if self.listen_fd is None or not self.wakeups.possible(
+            self.children.values(), accepting=accepting
+        ):
+            self._unselect_listener()
+        elif not self.listener_selected:
+            self.selector.register(self.listen_fd, selectors.EVENT_READ, _LISTENER)
+            self.listener_selected = True
 
     def _forget_listener(self) -> None:
         """The housekeeper is about to close the listening connection."""
-        if self.listen_fd is not None:
+        self._unselect_listener()
+        self.listen_fd = None
+
+    def _unselect_listener(self) -> None:
+        if self.listen_fd is not None and self.listener_selected:
             with contextlib.suppress(KeyError, OSError, ValueError):
                 self.selector.unregister(self.listen_fd)
-            self.listen_fd = None
+        self.listener_selected = False
 
     def _on_notifications(self) -> None:
         assert self.housekeeper is not None

@@ -45,6 +45,11 @@ class Wakeups:
             child.wake()
 
     @staticmethod
+    def possible(children: Iterable[ChildProcess], *, accepting: bool) -> bool:
+        """Some child waits for a `wake`: a notification may have one to send now."""
+        return accepting and any(child.idle for child in children)
+
+    @staticmethod
     def wake_one(queues: Set[str], children: Iterable[ChildProcess], *, accepting: bool) -> bool:
         if not accepting:
             return False
