@@ -828,10 +828,10 @@ def _complete_params(done: Sequence[tuple[Lease, str | None]]) -> dict[str, Any]
 
 def _claim_rows(conn: psycopg.Connection[Any], query: bytes, params: dict[str, Any]) -> list[Any]:
     """A claim statement's rows, as named tuples (fields: its columns). Not dicts:
-    dict_row decodes every column's name and builds a dict per row on every claim,
-    ~0.1 ms of the CPU of an idle claim (one job claimed every 5 ms or so,
-    bench/results/idle-latency-round2-20261125.md); namedtuple_row keeps its class
-    per set of column names."""
+    dict_row decodes every column's name and builds a dict per row on every claim;
+    namedtuple_row keeps its class per set of column names. ~0.1 ms less CPU per claim
+    in a loop that sleeps between claims, though not visible in the daemon's hop marks
+    (bench/results/idle-latency-round2-20261125.md)."""
     with conn.cursor(row_factory=namedtuple_row) as cur:
         return cur.execute(query, params).fetchall()
 
