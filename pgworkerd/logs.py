@@ -8,6 +8,7 @@ at most PIPE_BUF bytes allow (a pipe keeps such a write in one piece).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -85,10 +86,6 @@ class _TextFormatter(_LineFormatter):
     _second = -1
     _second_text = ""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._heads: dict[tuple[int, int | None, str | None], str] = {}
-
     def line(
         self,
         created: float,
@@ -103,13 +100,7 @@ class _TextFormatter(_LineFormatter):
         return self._line(created, head, message, fields, exception)
 
     def event_line(self, created: float, level: int, message: str, fields: dict[str, Any]) -> str:
-        key = (level, _pid if logging.logProcesses else None, _process_name())
-        head = self._heads.get(key)
-        if head is None:
-            if len(self._heads) > 64:  # a process renamed over and over: keep a few
-                self._heads.clear()
-            head = f"{logging.getLevelName(level):<7} [{key[2]}:{key[1]}]"
-            self._heads[key] = head
+        head = _event_head(level, _pid if logging.logProcesses else None, _process_name())
         return self._line(created, head, message, fields)
 
     def _line(
@@ -306,13 +297,8 @@ def _text_value(value: Any) -> str:
         return str(value)
     if type(value) is str:
         # Kinds and queues come back on every job's line: quoted (or not) once (short
-        # values only, and a few: an error's text is not kept).
-        text = _quoted.get(value)
-        if text is None:
-            text = _quoted_text(value)
-            if len(value) <= 64 and len(_quoted) < 256:
-                _quoted[value] = text
-        return text
+        # values only: an error's text is not kept).
+        return _short_quoted_text(value) if len(value) <= 64 else _quoted_text(value)
     return _quoted_text(str(value))
 
 
@@ -322,7 +308,14 @@ def _quoted_text(text: str) -> str:
     )
 
 
-_quoted: dict[str, str] = {}
+_short_quoted_text = functools.lru_cache(maxsize=256)(_quoted_text)
+
+
+# A text line's "LEVEL   [process:pid]", the same for every line of a process at a level:
+# made once (a process renamed over and over keeps only the latest few).
+@functools.lru_cache(maxsize=64)
+def _event_head(level: int, pid: int | None, process_name: str | None) -> str:
+    return f"{logging.getLevelName(level):<7} [{process_name}:{pid}]"
 
 
 def _one_line(text: str) -> str:
