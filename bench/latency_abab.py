@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,18 +337,9 @@ def markdown(
     ]
     if args.hops:
         labels = ["enqueue call returned", *(label for label, _ in HOPS), "handler started"]
-        lines += [
-            "",
-            "Per hop: median time after the enqueue call began (ms), over the jobs whose "
-            "every hop was matched; the step from the previous hop in brackets.",
-            "",
-            "| run | matched | " + " | ".join(labels) + " |",
-            "|---|---:|" + "---:|" * len(labels),
-        ]
-        for run in runs:
-            if run.side == RAW or not run.hops:
-                continue
-            cells, prev = [], 0.0
+
+        def hop_cells(run: Run) -> list[str]:
+            cells, prev = [str(run.hops_matched)], 0.0
             for n, label in enumerate(labels):
                 v = run.hops.get(label)
                 if v is None:
@@ -357,23 +349,23 @@ def markdown(
                 cells.append(f"{v:.3f}{step}")
                 if n > 0:
                     prev = v
-            lines.append(
-                f"| {run.side}_{run.pair} | {run.hops_matched} | " + " | ".join(cells) + " |"
-            )
+            return cells
+
+        lines += _daemon_runs_table(
+            runs,
+            "Per hop: median time after the enqueue call began (ms), over the jobs whose "
+            "every hop was matched; the step from the previous hop in brackets.",
+            ["matched", *labels],
+            hop_cells,
+        )
         cpu_labels = [label for label, _ in HOPS[1:] if label != "worker's select returned"]
-        lines += [
-            "",
+        lines += _daemon_runs_table(
+            runs,
             "CPU (thread time, ms, median) each process spent on a step, from the previous "
             "hop in the same process: the work itself, apart from waiting for a CPU.",
-            "",
-            "| run | " + " | ".join(cpu_labels) + " |",
-            "|---|" + "---:|" * len(cpu_labels),
-        ]
-        for run in runs:
-            if run.side == RAW or not run.hops:
-                continue
-            cpu_cells = [str(run.hops.get(f"cpu {label}", "-")) for label in cpu_labels]
-            lines.append(f"| {run.side}_{run.pair} | " + " | ".join(cpu_cells) + " |")
+            cpu_labels,
+            lambda run: [str(run.hops.get(f"cpu {label}", "-")) for label in cpu_labels],
+        )
     if args.statements:
         lines += [
             "",
@@ -386,6 +378,24 @@ def markdown(
                     f"- {run.side}_{run.pair}: `{q}` {c} calls, {n} plans of {p} ms, exec {e} ms"
                 )
     return "\n".join(lines) + "\n"
+
+
+def _daemon_runs_table(
+    runs: list[Run], intro: str, columns: list[str], cells: Callable[[Run], list[str]]
+) -> list[str]:
+    """A markdown table of the hop tracer's figures, a row per daemon run that has them
+    (the raw loop's runs have none), after a blank line and `intro`."""
+    lines = [
+        "",
+        intro,
+        "",
+        "| run | " + " | ".join(columns) + " |",
+        "|---|" + "---:|" * len(columns),
+    ]
+    for run in runs:
+        if run.side != RAW and run.hops:
+            lines.append(f"| {run.side}_{run.pair} | " + " | ".join(cells(run)) + " |")
+    return lines
 
 
 if __name__ == "__main__":
