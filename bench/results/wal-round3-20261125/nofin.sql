@@ -1,0 +1,1 @@
+DROP INDEX pgworkerd.jobs_finished_idx;
