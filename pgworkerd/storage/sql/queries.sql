@@ -544,17 +544,22 @@ SET state            = 'running',
     lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s),
     worker           = %(worker)s,
     started_at       = {started_at},
-    max_attempts     = COALESCE(j.max_attempts, q.max_attempts),
+    -- The queue's default and its place in the list by array_position, not a join
+    -- to `queues`: the picks are all of unpaused queues already (claim_picks), and a
+    -- join is two more plan nodes to start and run on every claim.
+    max_attempts     = COALESCE(j.max_attempts,
+                                (%(queue_max_attempts)s::int[])[
+                                    array_position(%(queues)s::text[], j.queue)]),
     progress         = NULL,                   -- each attempt reports its own
     progress_stage   = NULL,
     progress_at      = NULL
-FROM queues AS q
 -- By primary key, whatever the estimates: a plan made without the limit's value (a
 -- generic plan) would otherwise join the picks to a scan of the whole table.
-WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked)) AND q.name = j.queue
+WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
-          j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord, j.key,
+          j.created_at, j.lease_token, j.lease_expires_at,
+          array_position(%(queues)s::text[], j.queue) AS queue_ord, j.key,
           j.trace_context,  -- the handler's span continues the enqueuer's trace
           j.after_ids       -- job.after (workflows)
 
