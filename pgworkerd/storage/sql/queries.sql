@@ -410,13 +410,26 @@ WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running');
 -- passes queues sorted by queue priority, then pool order), then job priority (higher
 -- first), then run_at, then id. One more row, with the job columns NULL, holds the
 -- database clock and which of the queues are paused (claim_meta).
+-- UNFLUSHED COMMIT: the meta row also sets synchronous_commit off for this transaction
+-- only (set_config's is_local: it ends with the transaction, the connection's next
+-- transaction commits as configured). The commit then returns without waiting for the
+-- WAL flush (~0.3 ms of an idle worker's wake-up); the WAL writer flushes it within
+-- 3 x wal_writer_delay, and any later durable commit of the cluster flushes it first.
+-- A claim carries nothing that must survive a server crash: lost, its job is `queued`
+-- as if never claimed (promise 1), the worker's writes under its lease token are
+-- fenced out (promise 2), and only the charge of that start is lost (promise 4's edge:
+-- docs/design.md, "The idle claim commits without waiting for its flush").
+-- jobs_complete_and_claim is never so: the successes it writes must be durable. A
+-- caller that runs jobs_claim inside a longer transaction makes that transaction's
+-- commit unflushed too; the daemon's workers and pgworkerd.testing run it alone.
 WITH RECURSIVE {claim_picks},
 claimed AS (
     {claim_update}
 )
 SELECT claimed.*, meta.*
 FROM claimed
-FULL JOIN ({claim_meta}) AS meta ON false;
+FULL JOIN (SELECT m.*, set_config('synchronous_commit', 'off', true) AS commit_unflushed
+           FROM ({claim_meta}) AS m) AS meta ON false;
 
 
 -- name: claim_levels
@@ -531,17 +544,22 @@ SET state            = 'running',
     lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s),
     worker           = %(worker)s,
     started_at       = {started_at},
-    max_attempts     = COALESCE(j.max_attempts, q.max_attempts),
+    -- The queue's default and its place in the list by array_position, not a join
+    -- to `queues`: the picks are all of unpaused queues already (claim_picks), and a
+    -- join is two more plan nodes to start and run on every claim.
+    max_attempts     = COALESCE(j.max_attempts,
+                                (%(queue_max_attempts)s::int[])[
+                                    array_position(%(queues)s::text[], j.queue)]),
     progress         = NULL,                   -- each attempt reports its own
     progress_stage   = NULL,
     progress_at      = NULL
-FROM queues AS q
 -- By primary key, whatever the estimates: a plan made without the limit's value (a
 -- generic plan) would otherwise join the picks to a scan of the whole table.
-WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked)) AND q.name = j.queue
+WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
-          j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord, j.key,
+          j.created_at, j.lease_token, j.lease_expires_at,
+          array_position(%(queues)s::text[], j.queue) AS queue_ord, j.key,
           j.trace_context,  -- the handler's span continues the enqueuer's trace
           j.after_ids       -- job.after (workflows)
 
