@@ -353,9 +353,7 @@ class JobStore:
     ) -> list[Job]:
         """Lease up to `limit` ready jobs of `queues` (in that order of preference),
         returned in the order they should run. `max_attempts` (one per queue, or one for
-        all) applies to jobs enqueued without their own. The claim's transaction commits
-        without waiting for its WAL flush (UNFLUSHED COMMIT in sql/queries.sql): run it
-        alone, as workers do, not in a transaction whose other writes must be flushed."""
+        all) applies to jobs enqueued without their own."""
         queues = list(dict.fromkeys(queues))  # a queue named twice is claimed once
         if limited_queues(queues, self.limits):
             return self._claim_limited(

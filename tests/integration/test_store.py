@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import psycopg
 import pytest
@@ -45,38 +44,6 @@ def test_claim_starts_a_job_at_its_transactions_time(store, db_dsn):
         store.complete(conn, [(job.lease, None)])
         row = store.get(conn, job_id)
         assert row["started_at"] == began == row["finished_at"]
-
-
-def test_an_idle_claim_commits_without_waiting_for_its_flush_and_only_its_own(store, db_dsn):
-    """UNFLUSHED COMMIT (jobs_claim): the claim's transaction commits with
-    synchronous_commit off, set for that transaction only; a claim that writes successes
-    (jobs_complete_and_claim) commits as configured. Seen from inside the transaction,
-    since its commit's flush is not otherwise observable without timing it."""
-
-    def commit_mode(conn: psycopg.Connection[Any]) -> str:
-        return conn.execute("SELECT current_setting('synchronous_commit')").fetchone()[0]
-
-    with psycopg.connect(db_dsn) as conn:  # a transaction, so the setting can be read
-        conn.execute("SET synchronous_commit = on")  # the test cluster's default is off
-        conn.commit()
-        pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in range(2)])
-        conn.commit()
-        (first,) = claim(store, conn, limit=1)
-        assert commit_mode(conn) == "off"
-        conn.commit()
-        assert commit_mode(conn) == "on", "the next transaction commits as configured"
-
-        kept, claimed = store.complete_and_claim(
-            conn,
-            [(first.lease, None)],
-            queues=["default"],
-            limit=1,
-            lease_ttl_s=30,
-            worker="test-host:1",
-        )
-        assert kept == {first.id} and len(claimed) == 1
-        assert commit_mode(conn) == "on", "successes written with a claim are flushed"
-        conn.rollback()
 
 
 def test_claim_order_is_priority_then_run_at_then_id(conn, store):

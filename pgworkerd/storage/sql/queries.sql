@@ -410,26 +410,13 @@ WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running');
 -- passes queues sorted by queue priority, then pool order), then job priority (higher
 -- first), then run_at, then id. One more row, with the job columns NULL, holds the
 -- database clock and which of the queues are paused (claim_meta).
--- UNFLUSHED COMMIT: the meta row also sets synchronous_commit off for this transaction
--- only (set_config's is_local: it ends with the transaction, the connection's next
--- transaction commits as configured). The commit then returns without waiting for the
--- WAL flush (~0.3 ms of an idle worker's wake-up); the WAL writer flushes it within
--- 3 x wal_writer_delay, and any later durable commit of the cluster flushes it first.
--- A claim carries nothing that must survive a server crash: lost, its job is `queued`
--- as if never claimed (promise 1), the worker's writes under its lease token are
--- fenced out (promise 2), and only the charge of that start is lost (promise 4's edge:
--- docs/design.md, "The idle claim commits without waiting for its flush").
--- jobs_complete_and_claim is never so: the successes it writes must be durable. A
--- caller that runs jobs_claim inside a longer transaction makes that transaction's
--- commit unflushed too; the daemon's workers and pgworkerd.testing run it alone.
 WITH RECURSIVE {claim_picks},
 claimed AS (
     {claim_update}
 )
 SELECT claimed.*, meta.*
 FROM claimed
-FULL JOIN (SELECT m.*, set_config('synchronous_commit', 'off', true) AS commit_unflushed
-           FROM ({claim_meta}) AS m) AS meta ON false;
+FULL JOIN ({claim_meta}) AS meta ON false;
 
 
 -- name: claim_levels
