@@ -30,7 +30,7 @@ from psycopg.rows import dict_row, namedtuple_row
 from pgworkerd.encoding import clean_error
 from pgworkerd.job import Job, Lease
 from pgworkerd.storage import queries
-from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array
+from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, uuid_array
 from pgworkerd.storage.channels import cancel_channel, notify_channel
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
 
@@ -381,7 +381,7 @@ class JobStore:
             return set()
         params = _complete_params(done)
         kept = {row[0] for row in conn.execute(self._sql["jobs_complete"], params)}
-        return self._with_own_earlier_completions(conn, params, kept)
+        return self._with_own_earlier_completions(conn, done, params, kept)
 
     def complete_and_claim(
         self,
@@ -412,7 +412,7 @@ class JobStore:
         if limited_queues(queues, self.limits):
             claim_params = self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
             kept, claimed = self._claim_limited(conn, done, queues, limit, claim_params)
-            return self._with_own_earlier_completions(conn, params, kept), claimed
+            return self._with_own_earlier_completions(conn, done, params, kept), claimed
         sweep = self._prepare_levels(conn, queues)
         rows = _claim_rows(
             conn,
@@ -425,7 +425,7 @@ class JobStore:
         )
         kept = next(set(row.completed_ids) for row in rows if row.id is None)
         claimed = self._claimed(queues, limit, sweep, rows)
-        return self._with_own_earlier_completions(conn, params, kept), claimed
+        return self._with_own_earlier_completions(conn, done, params, kept), claimed
 
     def _claim_limited(
         self,
@@ -532,12 +532,16 @@ class JobStore:
         return jobs
 
     def _with_own_earlier_completions(
-        self, conn: psycopg.Connection[Any], params: dict[str, Any], kept: set[int]
+        self,
+        conn: psycopg.Connection[Any],
+        done: Sequence[tuple[Lease, str | None]],
+        params: dict[str, Any],
+        kept: set[int],
     ) -> set[int]:
-        """`kept`, plus the jobs these very leases had completed before (the first write
-        committed, its reply was lost: docs/faults.md, "Outcome committed, reply lost").
-        Rarely any are missing."""
-        if len(kept) == len(params["ids"]):
+        """`kept`, plus the jobs these very leases (`done`, as `params`) had completed
+        before (the first write committed, its reply was lost: docs/faults.md, "Outcome
+        committed, reply lost"). Rarely any are missing."""
+        if len(kept) == len(done):
             return kept
         rows = conn.execute(self._sql["jobs_completed_by_leases"], params).fetchall()
         return kept | {row[0] for row in rows}
@@ -819,10 +823,11 @@ def _claim_params(
 
 
 def _complete_params(done: Sequence[tuple[Lease, str | None]]) -> dict[str, Any]:
+    """The completion's parameters, the arrays as literals (arrays.py)."""
     return {
-        "ids": [lease.job_id for lease, _ in done],
-        "tokens": [lease.token for lease, _ in done],
-        "results": [result for _, result in done],
+        "ids": "{" + ",".join([str(lease.job_id) for lease, _ in done]) + "}",
+        "tokens": uuid_array([lease.token for lease, _ in done]),
+        "results": text_array([result for _, result in done]),
     }
 
 

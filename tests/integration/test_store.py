@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -122,6 +123,21 @@ def test_complete_a_batch_in_one_call(conn, store):
     pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in range(20)])
     jobs = claim(store, conn, limit=20)
     assert store.complete(conn, [(j.lease, None) for j in jobs]) == {j.id for j in jobs}
+
+
+def test_a_batch_s_results_are_written_each_to_its_job_whatever_their_text(conn, store):
+    """The completion's ids, tokens and results go as array literals (storage/arrays.py):
+    quotes, backslashes, braces, commas, non-ASCII and None must reach their own job."""
+    results = ['"say \\"hi\\", {x}"', '["back\\\\slash", "ü✓"]', None, "null", '{"a": ""}']
+    ids = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in results])
+    jobs = claim(store, conn, limit=len(ids))
+    by_id = {job.id: job for job in jobs}
+    done = [(by_id[job_id].lease, result) for job_id, result in zip(ids, results, strict=True)]
+    assert store.complete(conn, reversed(done)) == set(ids)
+    for job_id, result in zip(ids, results, strict=True):
+        row = store.get(conn, job_id)
+        assert row["state"] == "succeeded"
+        assert row["result"] == (None if result is None else json.loads(result))
 
 
 def test_stale_lease_cannot_complete_fail_renew_or_release(conn, store):
