@@ -16,7 +16,7 @@ from pgworkerd.storage.store import _job_from_row
 Row = namedtuple(
     "Row",
     "id queue kind payload priority attempt max_attempts max_runtime_s run_at created_at "
-    "lease_token lease_expires_at queue_ord key trace_context after_ids",
+    "lease_token queue_ord key trace_context after_ids",
 )
 
 
@@ -33,7 +33,6 @@ def _row(**overrides: object) -> tuple[object, ...]:
         "run_at": datetime(2026, 11, 25, 1, 2, 3, tzinfo=UTC),
         "created_at": datetime(2026, 11, 24, 1, 2, 3, tzinfo=UTC),
         "lease_token": uuid.UUID(int=42),
-        "lease_expires_at": datetime(2026, 11, 25, 2, 0, 0, tzinfo=UTC),
         "queue_ord": 4,
         "key": "the-key",
         "trace_context": {"traceparent": "00-ab-cd-01"},

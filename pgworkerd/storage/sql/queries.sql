@@ -539,9 +539,12 @@ FROM queues AS q
 -- By primary key, whatever the estimates: a plan made without the limit's value (a
 -- generic plan) would otherwise join the picks to a scan of the whole table.
 WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked)) AND q.name = j.queue
+-- What a Job is made of, nothing more: each column is written out by the server and
+-- read back by the worker, for every claimed job (the lease's expiry is the
+-- supervisor's to track, from the claim's send time: pgworkerd/supervisor/ledger.py).
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
-          j.created_at, j.lease_token, j.lease_expires_at, q.ord AS queue_ord, j.key,
+          j.created_at, j.lease_token, q.ord AS queue_ord, j.key,
           j.trace_context,  -- the handler's span continues the enqueuer's trace
           j.after_ids       -- job.after (workflows)
 
