@@ -823,11 +823,15 @@ def _claim_params(
 
 
 def _complete_params(done: Sequence[tuple[Lease, str | None]]) -> dict[str, Any]:
-    """The completion's parameters, the arrays as literals (arrays.py)."""
+    """The completion's parameters, the arrays as literals (arrays.py). Results that are
+    all None (handlers that return nothing) go as one NULL: the statement then looks up
+    no row's place in the id list (complete_update's subscript of a NULL array is NULL
+    without evaluating its subscript)."""
+    results = [result for _, result in done]
     return {
         "ids": "{" + ",".join([str(lease.job_id) for lease, _ in done]) + "}",
         "tokens": uuid_array([lease.token for lease, _ in done]),
-        "results": text_array([result for _, result in done]),
+        "results": None if results.count(None) == len(results) else text_array(results),
     }
 
 
