@@ -840,9 +840,12 @@ def _claim_rows(conn: psycopg.Connection[Any], query: bytes, params: dict[str, A
     dict_row decodes every column's name and builds a dict per row on every claim;
     namedtuple_row keeps its class per set of column names. ~0.1 ms less CPU per claim
     in a loop that sleeps between claims, though not visible in the daemon's hop marks
-    (bench/results/idle-latency-round2-20261125.md)."""
+    (bench/results/idle-latency-round2-20261125.md). In binary: the server sends a
+    timestamp, an id or a token as its bytes instead of formatting it as text, and the
+    worker reads it without parsing, for every claimed job; the values are the same
+    (psycopg gives a timestamptz in the connection's time zone either way)."""
     with conn.cursor(row_factory=namedtuple_row) as cur:
-        return cur.execute(query, params).fetchall()
+        return cur.execute(query, params, binary=True).fetchall()
 
 
 def _jobs_in_claim_order(rows: Sequence[Any]) -> list[Job]:

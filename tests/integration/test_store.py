@@ -34,6 +34,34 @@ def test_claim_leases_a_batch_charges_an_attempt_and_uses_the_database_clock(con
     assert claim(store, conn) == []
 
 
+def test_a_claimed_job_reads_as_the_row_does_in_text(conn, store):
+    """Claim rows come in binary (store._claim_rows): every field of a Job must be what
+    the same row reads as in text, a timestamp's time zone included."""
+    conn.execute("SET TIME ZONE 'America/Chicago'")
+    payload = {"s": 'ü✓ "q" \\', "n": [1, 2.5, None, True], "big": 2**62}
+    first = pgworkerd.enqueue(conn, "k", {"before": True})
+    job_id = pgworkerd.enqueue(
+        conn, "kind ü", payload, queue="q", priority=4, key="key 1", max_runtime=12.5
+    )
+    (job,) = [j for j in claim(store, conn, queues=["q"]) if j.id == job_id]
+    row = store.get(conn, job_id)
+    assert (job.kind, job.queue, job.payload, job.priority, job.key) == (
+        "kind ü",
+        "q",
+        payload,
+        4,
+        "key 1",
+    )
+    assert (job.attempt, job.max_attempts, job.max_runtime_s) == (1, 5, 12.5)
+    assert job.lease_token == row["lease_token"]
+    for field in ("run_at", "created_at"):
+        value = getattr(job, field)
+        assert value == row[field]
+        assert value.utcoffset() == row[field].utcoffset()
+        assert value.isoformat() == row[field].isoformat()
+    assert claim(store, conn)[0].id == first
+
+
 def test_claim_starts_a_job_at_its_transactions_time(store, db_dsn):
     """A plain claim's started_at is now() (claim_update): in a caller's transaction, the
     transaction's time, as a completion's finished_at there. (A limited claim's is its
