@@ -1,4 +1,5 @@
-"""Array parameters of the claim, written as PostgreSQL array literals.
+"""Array parameters of the claim and of the completion, written as PostgreSQL array
+literals.
 
 psycopg adapts a Python list afresh on every execution: it walks the list for the
 element type and builds a dumper for it, in Python, for each of the claim's six array
@@ -7,10 +8,14 @@ between the `wake` and the claim leaving (bench/results/idle-latency-20261124.md
 literal is a plain `str`: psycopg sends it as it is, with no type (`unknown`), and the
 statement's own cast (`%(queues)s::text[]`: every array parameter of the claim has one)
 makes the server read it as that array type. The values are the same either way.
+The completion's ids, tokens and results (a hundred each at batch_size 100) went
+element by element through psycopg's list dumper, a regex per element
+(bench/results/noop-round5-20261125.md).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -24,6 +29,12 @@ def text_array(values: Iterable[str | None]) -> str:
 def int_array(values: Iterable[int | None]) -> str:
     """`int[]` or `bigint[]`."""
     return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+
+
+def uuid_array(values: Iterable[uuid.UUID]) -> str:
+    """`uuid[]`, each as its 32 hex digits (uuid_in reads them without hyphens):
+    UUID.hex's own formula, without its property call or str()'s hyphens."""
+    return "{" + ",".join([format(v.int, "032x") for v in values]) + "}"
 
 
 def timestamptz_array(values: Iterable[datetime | None]) -> str:

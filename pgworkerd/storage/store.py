@@ -30,7 +30,7 @@ from psycopg.rows import dict_row, namedtuple_row
 from pgworkerd.encoding import clean_error
 from pgworkerd.job import Job, Lease
 from pgworkerd.storage import queries
-from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array
+from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, uuid_array
 from pgworkerd.storage.channels import cancel_channel, notify_channel
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
 
@@ -381,7 +381,7 @@ class JobStore:
             return set()
         params = _complete_params(done)
         kept = {row[0] for row in conn.execute(self._sql["jobs_complete"], params)}
-        return self._with_own_earlier_completions(conn, params, kept)
+        return self._with_own_earlier_completions(conn, done, params, kept)
 
     def complete_and_claim(
         self,
@@ -412,7 +412,7 @@ class JobStore:
         if limited_queues(queues, self.limits):
             claim_params = self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
             kept, claimed = self._claim_limited(conn, done, queues, limit, claim_params)
-            return self._with_own_earlier_completions(conn, params, kept), claimed
+            return self._with_own_earlier_completions(conn, done, params, kept), claimed
         sweep = self._prepare_levels(conn, queues)
         rows = _claim_rows(
             conn,
@@ -425,7 +425,7 @@ class JobStore:
         )
         kept = next(set(row.completed_ids) for row in rows if row.id is None)
         claimed = self._claimed(queues, limit, sweep, rows)
-        return self._with_own_earlier_completions(conn, params, kept), claimed
+        return self._with_own_earlier_completions(conn, done, params, kept), claimed
 
     def _claim_limited(
         self,
@@ -532,12 +532,16 @@ class JobStore:
         return jobs
 
     def _with_own_earlier_completions(
-        self, conn: psycopg.Connection[Any], params: dict[str, Any], kept: set[int]
+        self,
+        conn: psycopg.Connection[Any],
+        done: Sequence[tuple[Lease, str | None]],
+        params: dict[str, Any],
+        kept: set[int],
     ) -> set[int]:
-        """`kept`, plus the jobs these very leases had completed before (the first write
-        committed, its reply was lost: docs/faults.md, "Outcome committed, reply lost").
-        Rarely any are missing."""
-        if len(kept) == len(params["ids"]):
+        """`kept`, plus the jobs these very leases (`done`, as `params`) had completed
+        before (the first write committed, its reply was lost: docs/faults.md, "Outcome
+        committed, reply lost"). Rarely any are missing."""
+        if len(kept) == len(done):
             return kept
         rows = conn.execute(self._sql["jobs_completed_by_leases"], params).fetchall()
         return kept | {row[0] for row in rows}
@@ -819,10 +823,15 @@ def _claim_params(
 
 
 def _complete_params(done: Sequence[tuple[Lease, str | None]]) -> dict[str, Any]:
+    """The completion's parameters, the arrays as literals (arrays.py). Results that are
+    all None (handlers that return nothing) go as one NULL: the statement then looks up
+    no row's place in the id list (complete_update's subscript of a NULL array is NULL
+    without evaluating its subscript)."""
+    results = [result for _, result in done]
     return {
-        "ids": [lease.job_id for lease, _ in done],
-        "tokens": [lease.token for lease, _ in done],
-        "results": [result for _, result in done],
+        "ids": "{" + ",".join([str(lease.job_id) for lease, _ in done]) + "}",
+        "tokens": uuid_array([lease.token for lease, _ in done]),
+        "results": None if results.count(None) == len(results) else text_array(results),
     }
 
 
@@ -831,9 +840,12 @@ def _claim_rows(conn: psycopg.Connection[Any], query: bytes, params: dict[str, A
     dict_row decodes every column's name and builds a dict per row on every claim;
     namedtuple_row keeps its class per set of column names. ~0.1 ms less CPU per claim
     in a loop that sleeps between claims, though not visible in the daemon's hop marks
-    (bench/results/idle-latency-round2-20261125.md)."""
+    (bench/results/idle-latency-round2-20261125.md). In binary: the server sends a
+    timestamp, an id or a token as its bytes instead of formatting it as text, and the
+    worker reads it without parsing, for every claimed job; the values are the same
+    (psycopg gives a timestamptz in the connection's time zone either way)."""
     with conn.cursor(row_factory=namedtuple_row) as cur:
-        return cur.execute(query, params).fetchall()
+        return cur.execute(query, params, binary=True).fetchall()
 
 
 def _jobs_in_claim_order(rows: Sequence[Any]) -> list[Job]:
@@ -842,22 +854,50 @@ def _jobs_in_claim_order(rows: Sequence[Any]) -> list[Job]:
     return jobs
 
 
+# A claimed Job's fields are set by their slots' own setters: a frozen dataclass's
+# __init__ sets each of its 15 fields through object.__setattr__ (a lookup by name
+# each), on every claimed job; the setters skip the lookups, at half the cost
+# (bench/results/noop-round5-20261125.md). Job has no __post_init__ or checks to skip;
+# tests/unit/test_job_rows.py checks that _job_from_row sets every field.
+def _slot_setter(name: str) -> Callable[[Job, Any], None]:
+    setter: Callable[[Job, Any], None] = getattr(Job, name).__set__
+    return setter
+
+
+_new_job = object.__new__
+_set_id = _slot_setter("id")
+_set_kind = _slot_setter("kind")
+_set_queue = _slot_setter("queue")
+_set_payload = _slot_setter("payload")
+_set_attempt = _slot_setter("attempt")
+_set_max_attempts = _slot_setter("max_attempts")
+_set_priority = _slot_setter("priority")
+_set_max_runtime_s = _slot_setter("max_runtime_s")
+_set_run_at = _slot_setter("run_at")
+_set_created_at = _slot_setter("created_at")
+_set_key = _slot_setter("key")
+_set_lease_token = _slot_setter("lease_token")
+_set_queue_order = _slot_setter("queue_order")
+_set_trace_context = _slot_setter("trace_context")
+_set_after = _slot_setter("after")
+
+
 def _job_from_row(row: Any) -> Job:
     """A claimed job of a claim's row (claim_update's RETURNING, a named tuple)."""
-    return Job(
-        id=row.id,
-        kind=row.kind,
-        queue=row.queue,
-        payload=row.payload,
-        attempt=row.attempt,
-        max_attempts=row.max_attempts,
-        priority=row.priority,
-        max_runtime_s=row.max_runtime_s,
-        run_at=row.run_at,
-        created_at=row.created_at,
-        key=row.key,
-        lease_token=row.lease_token,
-        queue_order=row.queue_ord,
-        trace_context=row.trace_context,
-        after=tuple(row.after_ids or ()),
-    )
+    job: Job = _new_job(Job)
+    _set_id(job, row.id)
+    _set_kind(job, row.kind)
+    _set_queue(job, row.queue)
+    _set_payload(job, row.payload)
+    _set_attempt(job, row.attempt)
+    _set_max_attempts(job, row.max_attempts)
+    _set_priority(job, row.priority)
+    _set_max_runtime_s(job, row.max_runtime_s)
+    _set_run_at(job, row.run_at)
+    _set_created_at(job, row.created_at)
+    _set_key(job, row.key)
+    _set_lease_token(job, row.lease_token)
+    _set_queue_order(job, row.queue_ord)
+    _set_trace_context(job, row.trace_context)
+    _set_after(job, tuple(row.after_ids or ()))
+    return job

@@ -4,10 +4,11 @@ the microsecond (the claim compares positions with `>`)."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
 import pgworkerd
-from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array
+from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, uuid_array
 from pgworkerd.storage.store import ClaimPositions, JobStore
 from tests.integration.store_helpers import claim
 
@@ -24,6 +25,13 @@ def test_ints_read_back_exactly(conn):
     (back,) = conn.execute("SELECT %s::bigint[]", (int_array(values),)).fetchone()
     assert back == values
     assert conn.execute("SELECT %s::int[]", (int_array([]),)).fetchone() == ([],)
+
+
+def test_uuids_read_back_exactly(conn):
+    values = [uuid.uuid4(), uuid.UUID(int=0), uuid.UUID(int=2**128 - 1), uuid.UUID(int=255)]
+    (back,) = conn.execute("SELECT %s::uuid[]", (uuid_array(values),)).fetchone()
+    assert back == values
+    assert conn.execute("SELECT %s::uuid[]", (uuid_array([]),)).fetchone() == ([],)
 
 
 def test_times_read_back_to_the_microsecond_whatever_their_zone(conn):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -31,6 +32,34 @@ def test_claim_leases_a_batch_charges_an_attempt_and_uses_the_database_clock(con
         assert abs((row["lease_expires_at"] - expected).total_seconds()) < 5
     assert [j.id for j in claim(store, conn)] == ids[3:], "claimed jobs are not claimed again"
     assert claim(store, conn) == []
+
+
+def test_a_claimed_job_reads_as_the_row_does_in_text(conn, store):
+    """Claim rows come in binary (store._claim_rows): every field of a Job must be what
+    the same row reads as in text, a timestamp's time zone included."""
+    conn.execute("SET TIME ZONE 'America/Chicago'")
+    payload = {"s": 'ü✓ "q" \\', "n": [1, 2.5, None, True], "big": 2**62}
+    first = pgworkerd.enqueue(conn, "k", {"before": True})
+    job_id = pgworkerd.enqueue(
+        conn, "kind ü", payload, queue="q", priority=4, key="key 1", max_runtime=12.5
+    )
+    (job,) = [j for j in claim(store, conn, queues=["q"]) if j.id == job_id]
+    row = store.get(conn, job_id)
+    assert (job.kind, job.queue, job.payload, job.priority, job.key) == (
+        "kind ü",
+        "q",
+        payload,
+        4,
+        "key 1",
+    )
+    assert (job.attempt, job.max_attempts, job.max_runtime_s) == (1, 5, 12.5)
+    assert job.lease_token == row["lease_token"]
+    for field in ("run_at", "created_at"):
+        value = getattr(job, field)
+        assert value == row[field]
+        assert value.utcoffset() == row[field].utcoffset()
+        assert value.isoformat() == row[field].isoformat()
+    assert claim(store, conn)[0].id == first
 
 
 def test_claim_starts_a_job_at_its_transactions_time(store, db_dsn):
@@ -122,6 +151,21 @@ def test_complete_a_batch_in_one_call(conn, store):
     pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in range(20)])
     jobs = claim(store, conn, limit=20)
     assert store.complete(conn, [(j.lease, None) for j in jobs]) == {j.id for j in jobs}
+
+
+def test_a_batch_s_results_are_written_each_to_its_job_whatever_their_text(conn, store):
+    """The completion's ids, tokens and results go as array literals (storage/arrays.py):
+    quotes, backslashes, braces, commas, non-ASCII and None must reach their own job."""
+    results = ['"say \\"hi\\", {x}"', '["back\\\\slash", "ü✓"]', None, "null", '{"a": ""}']
+    ids = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in results])
+    jobs = claim(store, conn, limit=len(ids))
+    by_id = {job.id: job for job in jobs}
+    done = [(by_id[job_id].lease, result) for job_id, result in zip(ids, results, strict=True)]
+    assert store.complete(conn, reversed(done)) == set(ids)
+    for job_id, result in zip(ids, results, strict=True):
+        row = store.get(conn, job_id)
+        assert row["state"] == "succeeded"
+        assert row["result"] == (None if result is None else json.loads(result))
 
 
 def test_stale_lease_cannot_complete_fail_renew_or_release(conn, store):

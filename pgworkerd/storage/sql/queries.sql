@@ -543,9 +543,12 @@ SET state            = 'running',
 -- By primary key, whatever the estimates: a plan made without the limit's value (a
 -- generic plan) would otherwise join the picks to a scan of the whole table.
 WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))
+-- What a Job is made of, nothing more: each column is written out by the server and
+-- read back by the worker, for every claimed job (the lease's expiry is the
+-- supervisor's to track, from the claim's send time: pgworkerd/supervisor/ledger.py).
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
-          j.created_at, j.lease_token, j.lease_expires_at,
+          j.created_at, j.lease_token,
           array_position(%(queues)s::text[], j.queue) AS queue_ord, j.key,
           j.trace_context,  -- the handler's span continues the enqueuer's trace
           j.after_ids       -- job.after (workflows)
