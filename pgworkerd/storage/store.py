@@ -854,50 +854,22 @@ def _jobs_in_claim_order(rows: Sequence[Any]) -> list[Job]:
     return jobs
 
 
-# A claimed Job's fields are set by their slots' own setters: a frozen dataclass's
-# __init__ sets each of its 15 fields through object.__setattr__ (a lookup by name
-# each), on every claimed job; the setters skip the lookups, at half the cost
-# (bench/results/noop-round5-20261125.md). Job has no __post_init__ or checks to skip;
-# tests/unit/test_job_rows.py checks that _job_from_row sets every field.
-def _slot_setter(name: str) -> Callable[[Job, Any], None]:
-    setter: Callable[[Job, Any], None] = getattr(Job, name).__set__
-    return setter
-
-
-_new_job = object.__new__
-_set_id = _slot_setter("id")
-_set_kind = _slot_setter("kind")
-_set_queue = _slot_setter("queue")
-_set_payload = _slot_setter("payload")
-_set_attempt = _slot_setter("attempt")
-_set_max_attempts = _slot_setter("max_attempts")
-_set_priority = _slot_setter("priority")
-_set_max_runtime_s = _slot_setter("max_runtime_s")
-_set_run_at = _slot_setter("run_at")
-_set_created_at = _slot_setter("created_at")
-_set_key = _slot_setter("key")
-_set_lease_token = _slot_setter("lease_token")
-_set_queue_order = _slot_setter("queue_order")
-_set_trace_context = _slot_setter("trace_context")
-_set_after = _slot_setter("after")
-
-
 def _job_from_row(row: Any) -> Job:
     """A claimed job of a claim's row (claim_update's RETURNING, a named tuple)."""
-    job: Job = _new_job(Job)
-    _set_id(job, row.id)
-    _set_kind(job, row.kind)
-    _set_queue(job, row.queue)
-    _set_payload(job, row.payload)
-    _set_attempt(job, row.attempt)
-    _set_max_attempts(job, row.max_attempts)
-    _set_priority(job, row.priority)
-    _set_max_runtime_s(job, row.max_runtime_s)
-    _set_run_at(job, row.run_at)
-    _set_created_at(job, row.created_at)
-    _set_key(job, row.key)
-    _set_lease_token(job, row.lease_token)
-    _set_queue_order(job, row.queue_ord)
-    _set_trace_context(job, row.trace_context)
-    _set_after(job, tuple(row.after_ids or ()))
-    return job
+    return Job(
+        id=row.id,
+        kind=row.kind,
+        queue=row.queue,
+        payload=row.payload,
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        priority=row.priority,
+        max_runtime_s=row.max_runtime_s,
+        run_at=row.run_at,
+        created_at=row.created_at,
+        key=row.key,
+        lease_token=row.lease_token,
+        queue_order=row.queue_ord,
+        trace_context=row.trace_context,
+        after=tuple(row.after_ids or ()),
+    )

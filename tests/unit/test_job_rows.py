@@ -1,5 +1,5 @@
-"""A claim's row becomes a Job by its slots' setters (storage/store.py, for speed), not
-through Job's __init__: every field must be set, each to its column's value."""
+"""A claim's row becomes a Job (storage/store.py's _job_from_row): every field must be
+set, each to its column's value."""
 
 from __future__ import annotations
 
