@@ -28,7 +28,7 @@ def text_array(values: Iterable[str | None]) -> str:
 
 def int_array(values: Iterable[int | None]) -> str:
     """`int[]` or `bigint[]`."""
-    return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+    return "{" + ",".join(["NULL" if v is None else str(int(v)) for v in values]) + "}"
 
 
 def uuid_array(values: Iterable[uuid.UUID]) -> str:

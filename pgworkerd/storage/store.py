@@ -829,7 +829,7 @@ def _complete_params(done: Sequence[tuple[Lease, str | None]]) -> dict[str, Any]
     without evaluating its subscript)."""
     results = [result for _, result in done]
     return {
-        "ids": "{" + ",".join([str(lease.job_id) for lease, _ in done]) + "}",
+        "ids": int_array([lease.job_id for lease, _ in done]),
         "tokens": uuid_array([lease.token for lease, _ in done]),
         "results": None if results.count(None) == len(results) else text_array(results),
     }
