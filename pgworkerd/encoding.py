@@ -8,6 +8,9 @@ one is escaped, so recording an outcome can never fail on its content.
 from __future__ import annotations
 
 import json
+import json.encoder
+from collections.abc import Callable
+from json.encoder import encode_basestring
 from typing import Any
 
 from pgworkerd.errors import InvalidJob
@@ -20,6 +23,25 @@ RESULT_OMITTED = "pgworkerd_result_omitted"  # the key of the marker of a droppe
 
 # Built once: json.dumps with options builds a new encoder on every call.
 _STRICT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+# What JSONEncoder.iterencode calls for a one-shot encode (None without the C accelerator;
+# not in the stubs: read by name).
+_C_MAKE_ENCODER: Callable[..., Callable[[Any, int], tuple[str, ...]]] | None = getattr(
+    json.encoder, "c_make_encoder", None
+)
+
+
+def _strict_text(value: Any) -> str:
+    """`_STRICT.encode(value)`, the same text and errors, without the Python frames of
+    JSONEncoder.encode and iterencode around the C encoder (which they build afresh at
+    each call too, with its own dict of the containers being encoded, as here): about
+    half the cost of encoding a small payload."""
+    if _C_MAKE_ENCODER is None:  # an interpreter without the C accelerator
+        return _STRICT.encode(value)
+    # _STRICT's settings: no indent, its separators, sort_keys, skipkeys and allow_nan.
+    encode = _C_MAKE_ENCODER(
+        {}, _STRICT.default, encode_basestring, None, ":", ",", False, False, False
+    )
+    return "".join(encode(value, 0))
 
 
 def dump_records(records: list[dict[str, Any]], *, max_payload_bytes: int) -> str | None:
@@ -46,14 +68,15 @@ def _oversized(payload: Any, max_bytes: int) -> bool:
 def dump_payload(payload: Any, *, max_bytes: int, where: str = "payload") -> str:
     """The payload as JSON text, or InvalidJob saying in one line what is wrong."""
     try:
-        text = _STRICT.encode(payload)
+        text = _strict_text(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"{where} is not JSON-serialisable: {_one_line(exc)}") from None
     # json escapes a NUL as \u0000; only then walk the value to tell it apart from a
     # string that holds a literal backslash-u-0-0-0-0.
     if ESCAPED_NUL in text and _contains_nul(payload):
         raise InvalidJob(f"{where} contains a NUL character, which PostgreSQL cannot store")
-    size = len(text.encode("utf-8"))
+    # An ASCII text is as many bytes as characters: no copy to count them.
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > max_bytes:
         raise InvalidJob(f"{where} is {size} bytes of JSON, over the limit of {max_bytes} bytes")
     return text

@@ -38,6 +38,12 @@ AFTER_FAILURE_CHOICES = ("cancel", "run")
 PREVIOUS: list[int] = []
 # Jobs one job may wait for (a batch's callback waits for the whole batch).
 MAX_AFTER_IDS = 100_000
+# A record with only these keys (no unique_key, after or mode) goes in by
+# jobs_insert_one alone and needs nothing resolved (_insert_and_resolve's first case).
+_ONE_STATEMENT_KEYS = frozenset(
+    {"kind", "queue", "payload", "priority", "delay_s", "run_at", "max_attempts"}
+    | {"max_runtime_s", "key", "trace_context"}
+)
 # Look-up-then-insert rounds for a unique key whose holder finishes while we look.
 MAX_UNIQUE_KEY_ROUNDS = 5
 
@@ -74,6 +80,8 @@ ENQUEUE_KEYS = frozenset({"kind", "payload"}) | EnqueueOptions.__optional_keys__
 # What the insert's decisions yield (a statement to run), are sent (its decoded result)
 # and return (the ids).
 Steps = Generator[Statement[Any], Any, list[int]]
+# Or, for one job that needs one statement and no span, that statement alone (`_one`).
+OneStatement = Statement[list[int | None]]
 
 
 class ProducerSettings(BaseSettings):
@@ -133,9 +141,16 @@ class Producer:
     # -- internals ------------------------------------------------------------------------
 
     # _one and _many check the arguments when called; the steps check the payloads as
-    # they encode them, before their first statement: no SQL runs for a refused job.
-    def _one(self, kind: Any, payload: Any, options: EnqueueOptions) -> Steps:
+    # they encode them, before their first statement (and _one the payload of the
+    # statement it returns alone, before returning it): no SQL runs for a refused job.
+    def _one(self, kind: Any, payload: Any, options: EnqueueOptions) -> Steps | OneStatement:
         record = _job_record(kind=kind, payload=payload, **options)
+        if _ONE_STATEMENT_KEYS.issuperset(record) and not otel.tracing():
+            # enqueue's usual call: no span to open and one statement to run, the one
+            # _insert_steps would yield; given to the driver as it is, without the
+            # generators around it, whose cost a call pays several times over once its
+            # round trip has cooled the caches (bench/results/enqueue-one-round3-*.md).
+            return self._insert_one(record, label_index=False)
         return self._insert_steps([record], "unique_key" in record, label_index=False)
 
     def chain(self, conn: Connectable, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -549,11 +564,13 @@ async def _psycopg_async(aconn: Any) -> psycopg.AsyncConnection[Any]:
     return cast(psycopg.AsyncConnection[Any], aconn)
 
 
-# The two drivers of `Producer._insert_steps`: the only producer code written per I/O
-# style. A statement that fails leaves the steps unfinished; nothing else to undo.
-# A failed statement is thrown into the steps, so that they see it (the span records it)
-# before it reaches the caller.
-def _run(conn: psycopg.Connection[Any], steps: Steps) -> list[int]:
+# The two drivers of `Producer._insert_steps` (or of the one statement `_one` returns
+# alone): the only producer code written per I/O style. A statement that fails leaves
+# the steps unfinished; nothing else to undo. A failed statement is thrown into the
+# steps, so that they see it (the span records it) before it reaches the caller.
+def _run(conn: psycopg.Connection[Any], steps: Steps | OneStatement) -> list[int]:
+    if isinstance(steps, Statement):
+        return cast(list[int], steps.run(conn))
     result = None  # the first send starts the steps
     try:
         while True:
@@ -568,7 +585,9 @@ def _run(conn: psycopg.Connection[Any], steps: Steps) -> list[int]:
         return ids
 
 
-async def _run_async(aconn: psycopg.AsyncConnection[Any], steps: Steps) -> list[int]:
+async def _run_async(aconn: psycopg.AsyncConnection[Any], steps: Steps | OneStatement) -> list[int]:
+    if isinstance(steps, Statement):
+        return cast(list[int], await steps.run_async(aconn))
     result = None
     try:
         while True:

@@ -1,0 +1,80 @@
+"""Enqueue's usual call (one job, no unique key, `after` or mode, no span to open) is
+decided to be `jobs_insert_one` alone, handed to the driver without the steps'
+generators; every other call still goes through `_insert_steps`. And the payload's
+encoder gives `JSONEncoder.encode`'s text and errors. No database: the decision and the
+encoding are pure (tests/integration/test_producer.py runs the statements)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from typing import Any
+
+import pytest
+
+from pgworkerd.client.producer import Producer
+from pgworkerd.encoding import _STRICT, _strict_text
+from pgworkerd.storage.store import Statement
+
+_cycle: list[Any] = []
+_cycle.append(_cycle)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"queue": "q", "priority": 5, "delay": 1.5, "max_attempts": 3, "max_runtime": 2},
+        {"key": "tenant:1"},
+    ],
+)
+def test_one_plain_job_is_its_statement_alone(options: dict[str, Any]) -> None:
+    one = Producer()._one("kind", {"i": 0}, options)  # type: ignore[arg-type]
+    assert isinstance(one, Statement)
+    assert b"-- name" not in one.query and one.query.lstrip().startswith(b"INSERT")
+    assert isinstance(one.params, tuple)  # positional, in jobs_insert_one's order
+    assert one.params[:3] == (options.get("queue", "default"), "kind", '{"i":0}')
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"unique_key": "u"},
+        {"unique_key": "u", "debounce": 1},
+        {"unique_key": "u", "throttle": 1},
+        {"after": [1]},
+    ],
+)
+def test_a_job_that_may_need_more_statements_goes_through_the_steps(
+    options: dict[str, Any],
+) -> None:
+    steps = Producer()._one("kind", {"i": 0}, options)  # type: ignore[arg-type]
+    assert inspect.isgenerator(steps)
+    steps.close()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"i": 0},
+        {"a": [1, 2.5, None, True, False], "b": {"c": "é\u2028\x00"}},
+        "text",
+        1e300,
+        [],
+        {1: "int key", None: "null key", 2.5: "float key"},
+    ],
+)
+def test_the_payload_text_is_the_strict_encoders(value: Any) -> None:
+    assert _strict_text(value) == _STRICT.encode(value)
+    assert json.loads(_strict_text(value)) == json.loads(_STRICT.encode(value))
+
+
+@pytest.mark.parametrize("value", [{"x": math.nan}, {"x": math.inf}, {1, 2}, b"x", _cycle])
+def test_the_payload_encoder_refuses_as_the_strict_one(value: Any) -> None:
+    with pytest.raises((TypeError, ValueError)) as ours:
+        _strict_text(value)
+    with pytest.raises((TypeError, ValueError)) as theirs:
+        _STRICT.encode(value)
+    assert type(ours.value) is type(theirs.value)
+    assert str(ours.value) == str(theirs.value)
