@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pgworkerd.client.producer import Producer
+from pgworkerd.contrib import otel
 from pgworkerd.encoding import _STRICT, _strict_text
 from pgworkerd.storage.store import Statement
 
@@ -29,7 +30,11 @@ _cycle.append(_cycle)
         {"key": "tenant:1"},
     ],
 )
-def test_one_plain_job_is_its_statement_alone(options: dict[str, Any]) -> None:
+def test_one_plain_job_is_its_statement_alone(
+    options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No TracerProvider, whatever an earlier test of the session set up.
+    monkeypatch.setattr(otel, "tracing", lambda: False)
     one = Producer()._one("kind", {"i": 0}, options)  # type: ignore[arg-type]
     assert isinstance(one, Statement)
     assert b"-- name" not in one.query and one.query.lstrip().startswith(b"INSERT")
@@ -50,6 +55,16 @@ def test_a_job_that_may_need_more_statements_goes_through_the_steps(
     options: dict[str, Any],
 ) -> None:
     steps = Producer()._one("kind", {"i": 0}, options)  # type: ignore[arg-type]
+    assert inspect.isgenerator(steps)
+    steps.close()
+
+
+def test_a_plain_job_with_a_span_to_open_goes_through_the_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The steps open the enqueue's span: with tracing on, the usual call needs them.
+    monkeypatch.setattr(otel, "tracing", lambda: True)
+    steps = Producer()._one("kind", {"i": 0}, {})
     assert inspect.isgenerator(steps)
     steps.close()
 
