@@ -1,6 +1,6 @@
-"""The claim's array parameters go as literals (storage/arrays.py): every value must
-read back in PostgreSQL exactly as it was, whatever its text, and a position's time to
-the microsecond (the claim compares positions with `>`)."""
+"""The claim's and the completion's array parameters go as literals (storage/arrays.py):
+every value must read back in PostgreSQL exactly as it was, whatever its text, and a
+position's time to the microsecond (the claim compares positions with `>`)."""
 
 from __future__ import annotations
 
