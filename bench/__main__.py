@@ -40,9 +40,21 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 
 from bench import bytes as bytes_mode
-from bench import chart, held, iobound, limits, measure, peak, peers, report, scale
+from bench import (
+    chart,
+    enqueue_cost,
+    held,
+    iobound,
+    limits,
+    measure,
+    peak,
+    peers,
+    report,
+    scale,
+)
 from bench.cluster import (
     drop_database,
     fdatasync_rate,
@@ -76,6 +88,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("-n", type=int, default=20_000, help="jobs in throughput mode")
     parser.add_argument(
         "--n-single", type=int, default=2_000, help="of which enqueued one by one (at most n/10)"
+    )
+    parser.add_argument(
+        "--enqueue-blocks",
+        type=int,
+        default=60,
+        help="the enqueue-one target's figure: blocks of one-by-one enqueues alternated "
+        "with blocks of the raw loop's insert-and-commit (bench/enqueue_cost.py), after "
+        "the throughput rows; 0 skips it (default %(default)s)",
+    )
+    parser.add_argument(
+        "--enqueue-block", type=int, default=100, help="calls per block (default %(default)s)"
     )
     parser.add_argument(
         "--scale",
@@ -269,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     records: list[dict[str, Any]] = []
     scale_figures: dict[str, Any] | None = None
+    enqueue_one: dict[str, Any] | None = None
     io_rows: list[iobound.Row] = []
     io_setup = iobound.Setup(
         jobs=args.io_jobs, work_ms=args.io_work_ms, async_threads=args.io_async_threads
@@ -296,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                         records.append(record)
                         with (out / "records.jsonl").open("a") as fh:
                             fh.write(json.dumps(record, sort_keys=True) + "\n")
+        if args.enqueue_blocks and "throughput" in args.mode_names:
+            enqueue_one = _enqueue_one(cluster, args.enqueue_blocks, args.enqueue_block)
         if args.io:
             io_rows = iobound.run_section(cluster, logs, args, io_setup)
         if args.scale:
@@ -304,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
 
     table = report.rows(records, [*report.OUR_ROWS, *available])
-    goals = report.targets(table, scale_figures)
+    goals = report.targets(table, scale_figures, enqueue_one)
     title = (
         f"pgworkerd vs peers, {time.strftime('%Y-%m-%d')}: {_machine()}, PostgreSQL "
         f"{settings.get('server_version', '?').split()[0]} durable "
@@ -353,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             "environment": environment,
             "elapsed_s": round(elapsed, 1),
             "scale": scale_figures,
+            "enqueue_one": enqueue_one,
             "io": {
                 "setup": asdict(io_setup),
                 "rows": [asdict(r) for r in io_rows],
@@ -459,6 +486,44 @@ def _peak(args: argparse.Namespace, out: Path, logs: Path) -> int:
         out, summary, {"argv": sys.argv, "settings": settings, "rows": peak.as_json(rows)}
     )
     return 0
+
+
+def _enqueue_one(cluster: EmbeddedCluster, blocks: int, block: int) -> dict[str, Any]:
+    """pgworkerd.enqueue, one job per transaction, beside the raw loop's insert-and-commit,
+    in blocks alternated within one run (bench/enqueue_cost.py): the "enqueue 1-by-1"
+    column compares 2,000 enqueues with a raw run minutes apart, and a slow moment of the
+    shared disk moves one and not the other (its three pgworkerd rows, the same code,
+    spread by ±10 %)."""
+    t0 = time.monotonic()
+    print(f"  enqueue one: {blocks} blocks of {block} calls, alternated with the raw loop ...")
+    dsns = {
+        "raw": fresh_database(cluster, "bench_enqueue_raw"),
+        "pgworkerd": fresh_database(cluster, "bench_enqueue_pgworkerd"),
+    }
+    try:
+        with psycopg.connect(dsns["raw"], autocommit=True) as conn:
+            conn.execute(enqueue_cost.RAW_SCHEMA)
+        enqueue_cost.migrate_with(REPO, dsns["pgworkerd"])
+        times = enqueue_cost.interleaved_times(
+            {"pgworkerd": REPO}, ["raw", "pgworkerd"], dsns, blocks, block
+        )
+    finally:
+        for name in dsns:
+            drop_database(cluster, f"bench_enqueue_{name}")
+    median, overall = enqueue_cost.ratio_to_raw(times["pgworkerd"], times["raw"])
+    jps = {name: blocks * block / sum(w for w, _ in got) for name, got in times.items()}
+    print(
+        f"  enqueue one: {median:.3f}x raw (median of blocks), {overall:.3f}x over all; "
+        f"{jps['pgworkerd']:,.0f} vs {jps['raw']:,.0f} jobs/s ({time.monotonic() - t0:.0f}s)"
+    )
+    return {
+        "blocks": blocks,
+        "block": block,
+        "median": round(median, 3),
+        "all": round(overall, 3),
+        "jps": round(jps["pgworkerd"], 1),
+        "raw_jps": round(jps["raw"], 1),
+    }
 
 
 def _scale(cluster: EmbeddedCluster, logs: Path, args: argparse.Namespace) -> dict[str, Any]:

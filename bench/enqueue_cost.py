@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -220,8 +221,13 @@ def _setup(cluster_dsn: Any, checkouts: dict[str, Path]) -> dict[str, str]:
     with psycopg.connect(dsns["raw"], autocommit=True) as conn:
         conn.execute(RAW_SCHEMA)
     for name, checkout in checkouts.items():
-        _python(checkout, MIGRATE, dsns[name])
+        migrate_with(checkout, dsns[name])
     return dsns
+
+
+def migrate_with(checkout: Path, dsn: str) -> None:
+    """pgworkerd's schema in `dsn`, by the migrations of `checkout`."""
+    _python(checkout, MIGRATE, dsn)
 
 
 def main() -> None:
@@ -352,19 +358,18 @@ def server_loops(dsns: dict[str, str], rounds: int) -> None:
     print()
 
 
-def interleaved(
+def interleaved_times(
     checkouts: dict[str, Path],
     variants: list[str],
     dsns: dict[str, str],
     blocks: int,
     block: int,
     producers: int = 1,
-) -> None:
+) -> dict[str, list[tuple[float, float]]]:
     """`producers` producers per variant (processes), all connected at once; `blocks`
     rounds in which each variant's producers make `block` calls each, together, in turn
-    (the order rotating). A block's wall time runs from the parent's go to the last
-    producer's answer. Ratio: raw's time over the variant's in the same round (jobs/s
-    ÷ raw's), median of the rounds."""
+    (the order rotating). Each variant's (wall, client CPU) seconds per round; a block's
+    wall time runs from the parent's go to the last producer's answer."""
     children: dict[str, list[subprocess.Popen[str]]] = {}
     for variant in variants:
         checkout = checkouts.get(variant, REPO)
@@ -408,6 +413,31 @@ def interleaved(
                 if child.stdin is not None:
                     child.stdin.close()
                 child.wait()
+    return times
+
+
+def ratio_to_raw(
+    times: list[tuple[float, float]], raw: list[tuple[float, float]]
+) -> tuple[float, float]:
+    """jobs/s ÷ raw's: the median of the rounds' ratios (raw's wall time over the
+    variant's in the same round), and the ratio over all rounds."""
+    walls = [w for w, _ in times]
+    raw_walls = [w for w, _ in raw]
+    median = statistics.median(r / w for r, w in zip(raw_walls, walls, strict=True))
+    return median, sum(raw_walls) / sum(walls)
+
+
+def interleaved(
+    checkouts: dict[str, Path],
+    variants: list[str],
+    dsns: dict[str, str],
+    blocks: int,
+    block: int,
+    producers: int = 1,
+) -> None:
+    """interleaved_times, printed as a table. Ratio: raw's time over the variant's in the
+    same round (jobs/s ÷ raw's), median of the rounds."""
+    times = interleaved_times(checkouts, variants, dsns, blocks, block, producers)
     calls = block * blocks * producers
     named = ", ".join(f"{name} = {path}" for name, path in checkouts.items())
     print(
@@ -423,12 +453,7 @@ def interleaved(
     for variant in variants:
         walls = [w for w, _ in times[variant]]
         jps = calls / sum(walls)
-        if raw:
-            raw_walls = [w for w, _ in raw]
-            median = statistics.median(r / w for r, w in zip(raw_walls, walls, strict=True))
-            overall = sum(raw_walls) / sum(walls)
-        else:
-            median = overall = float("nan")
+        median, overall = ratio_to_raw(times[variant], raw) if raw else (math.nan, math.nan)
         cpu = sum(c for _, c in times[variant]) / calls * 1e6
         print(f"| {variant} | {jps:,.0f} | {median:.3f}x | {overall:.3f}x | {cpu:.0f} |")
     print()

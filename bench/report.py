@@ -121,7 +121,9 @@ def judged_row(table: list[Row]) -> Row | None:
     return by_name.get(OURS_TUNED) or by_name.get(OURS)
 
 
-def targets(table: list[Row], scale: dict[str, Any] | None) -> list[Target]:
+def targets(
+    table: list[Row], scale: dict[str, Any] | None, enqueue_one: dict[str, Any] | None = None
+) -> list[Target]:
     ours = judged_row(table)
     raw = next((r for r in table if r.name == RAW), None)
     best = best_peer(table, "process", True)
@@ -178,6 +180,20 @@ def targets(table: list[Row], scale: dict[str, Any] | None) -> list[Target]:
             None if bulk is None else bulk >= 100_000,
         )
     )
+    # Judged on blocks alternated with the raw loop in the same run (bench/__main__.py,
+    # _enqueue_one), not on the column: its rows are minutes apart from raw's.
+    if enqueue_one:
+        out.append(
+            Target(
+                "enqueue one per transaction ≥ 0.9x raw 2x100's insert-and-commit "
+                f"(alternated, median of {enqueue_one['blocks']} blocks of "
+                f"{enqueue_one['block']})",
+                f"{enqueue_one['median']:.2f}x ({enqueue_one['all']:.2f}x over all blocks)",
+                enqueue_one["median"] >= 0.9,
+            )
+        )
+    else:
+        out.append(Target("enqueue one per transaction ≥ 0.9x raw 2x100's", "not measured", None))
     scale = scale or {}
     empty, loaded = scale.get("claim_empty"), scale.get("claim_loaded")
     rows_added = f"{scale['rows']:,}" if "rows" in scale else "1,000,000"

@@ -17,7 +17,8 @@ from pgworkerd.storage.migrations import Migration
 
 
 def describe_schema(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[Any]]:
-    """Tables, columns, constraints, indexes and storage options, names without schema."""
+    """Tables, columns, constraints (of tables and of domains), indexes and storage
+    options, names without schema."""
 
     def rows(query: str) -> list[Any]:
         return conn.execute(query, {"s": schema}).fetchall()
@@ -28,11 +29,18 @@ def describe_schema(conn: psycopg.Connection[Any], schema: str) -> dict[str, lis
                    is_identity, identity_generation
             FROM information_schema.columns WHERE table_schema = %(s)s
             ORDER BY table_name, ordinal_position"""),
+        # A constraint's text names a type of the schema with the schema (0015's cast).
         "constraints": rows("""
-            SELECT r.relname, c.conname, pg_get_constraintdef(c.oid)
+            SELECT r.relname, c.conname,
+                   replace(pg_get_constraintdef(c.oid), %(s)s || '.', '')
             FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
             JOIN pg_class r ON r.oid = c.conrelid
             WHERE n.nspname = %(s)s ORDER BY 2"""),
+        "domain_constraints": rows("""
+            SELECT t.typname, c.conname, pg_get_constraintdef(c.oid)
+            FROM pg_constraint c JOIN pg_type t ON t.oid = c.contypid
+            JOIN pg_namespace n ON n.oid = t.typnamespace
+            WHERE n.nspname = %(s)s ORDER BY 1, 2"""),
         "indexes": rows("""
             SELECT tablename, indexname, replace(indexdef, %(s)s || '.', '')
             FROM pg_indexes WHERE schemaname = %(s)s ORDER BY indexname"""),
