@@ -9,7 +9,7 @@ DIR/<pid>.hops (the CPU time tells a hop's own work from its waits for a CPU):
   sup_select     the supervisor's select returned with the listening socket readable
   sup_wake       the supervisor wrote `wake` on a child's control pipe
   wk_select      an idle worker's select returned
-  wk_claim_sent  a worker is about to claim (complete_and_claim called)
+  wk_claim_sent  a worker is about to claim (complete_and_claim, or claim_one, called)
   wk_claim_back  its claim returned
   wk_handler     the executor is about to call a handler
 The handler's own start is also the job's result (bench.handlers.stamp).
@@ -116,6 +116,10 @@ def install() -> None:
     store.JobStore.complete_and_claim = _around(  # type: ignore[method-assign]
         store.JobStore.complete_and_claim, "wk_claim_sent", "wk_claim_back"
     )
+    if hasattr(store.JobStore, "claim_one"):  # a woken worker's claim, where there is one
+        store.JobStore.claim_one = _around(  # type: ignore[method-assign]
+            store.JobStore.claim_one, "wk_claim_sent", "wk_claim_back"
+        )
 
 
 if __name__ == "__main__":

@@ -31,11 +31,17 @@ _FRAGMENTS = (
     "prune_picks",
 )
 # Fragments that leave a name open, rendered once per value under a name of their own:
-# claim_update's `{started_at}` (the claim's start; see its comment in queries.sql).
+# claim_update's `{started_at}` (the claim's start) and `{picked_ids}` (a batch or one
+# row; see its comment in queries.sql).
+_BATCH = "= ANY(ARRAY(SELECT picked.id FROM picked))"
 _VARIANTS: dict[str, dict[str, dict[str, str]]] = {
     "claim_update": {
-        "claim_update": {"started_at": "now()"},
-        "claim_update_after_lock": {"started_at": "statement_timestamp()"},
+        "claim_update": {"started_at": "now()", "picked_ids": _BATCH},
+        "claim_update_after_lock": {"started_at": "statement_timestamp()", "picked_ids": _BATCH},
+        "claim_update_one": {
+            "started_at": "now()",
+            "picked_ids": "= (SELECT picked.id FROM picked)",
+        },
     },
 }
 

@@ -133,6 +133,11 @@ class ClaimPositions:
             "level_after_id": [None if sweep or a is None else a[1] for _, a in levels],
         }
 
+    def single_level(self, queues: Sequence[str]) -> bool:
+        """Whether one level of `queues` is known, no more (jobs_claim_one's case)."""
+        wanted = set(queues)
+        return sum(1 for queue, _ in self._after if queue in wanted) == 1
+
     def literals(self, queues: Sequence[str], *, sweep: bool) -> dict[str, str]:
         """`params` as the statements take them: array literals (arrays.py)."""
         key = (tuple(queues), sweep)
@@ -254,6 +259,7 @@ class JobStore:
         self.backoff = backoff or Backoff()
         # Per store, so per process: each worker process makes its own JobStore.
         self.positions = positions or ClaimPositions()
+        self._claim_cursor: psycopg.Cursor[Any] | None = None  # _claim_rows'
         self._sql = queries.statements(schema)
         self.notify_channel = notify_channel(schema)
         # The identity sequence, quoted for a ::regclass cast.
@@ -355,20 +361,66 @@ class JobStore:
         returned in the order they should run. `max_attempts` (one per queue, or one for
         all) applies to jobs enqueued without their own."""
         queues = list(dict.fromkeys(queues))  # a queue named twice is claimed once
+        params = self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
         if limited_queues(queues, self.limits):
-            return self._claim_limited(
-                conn,
-                [],
-                queues,
-                limit,
-                self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
-            )[1]
+            return self._claim_limited(conn, [], queues, limit, params)[1]
+        return self._claim_unlimited(
+            conn, queues, limit, self._prepare_levels(conn, queues), params
+        )
+
+    def claim_one(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        queues: Sequence[str],
+        limit: int,
+        lease_ttl_s: float,
+        worker: str,
+        max_attempts: Sequence[int] | int = 5,
+    ) -> tuple[list[Job], bool]:
+        """The claim of a worker just woken for a new job: (the jobs leased, whether
+        there may be more to claim). For one queue without limits of which one level is
+        known, at most one job, by the cheaper jobs_claim_one, and whether a ready job
+        stands after it; for any other queue list, `claim` of up to `limit`, and whether
+        it brought that many."""
+        queues = list(dict.fromkeys(queues))
+        params = self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
+        if limited_queues(queues, self.limits):
+            jobs = self._claim_limited(conn, [], queues, limit, params)[1]
+            return jobs, len(jobs) == limit
         sweep = self._prepare_levels(conn, queues)
-        params = {
-            **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
-            **self.positions.literals(queues, sweep=sweep),
-        }
-        rows = _claim_rows(conn, self._sql["jobs_claim"], params)
+        if not self.positions.single_level(queues):
+            jobs = self._claim_unlimited(conn, queues, limit, sweep, params)
+            return jobs, len(jobs) == limit
+        rows = self._claim_rows(
+            conn,
+            self._sql["jobs_claim_one"],
+            {**params, **self.positions.literals(queues, sweep=sweep)},
+        )
+        jobs = [_job_from_row(row) for row in rows]
+        more = bool(rows) and rows[0].more
+        # No row, no clock: the positions stay (the next claim scans from there).
+        if rows and not rows[0].keys_paused:  # KEY PAUSES, as in _claimed
+            self.positions.advance(
+                queues, jobs, db_now=rows[0].db_now, exhausted=not more, paused=()
+            )
+        self.positions.claimed(queues, sweep)
+        return jobs, more
+
+    def _claim_unlimited(
+        self,
+        conn: psycopg.Connection[Any],
+        queues: list[str],
+        limit: int,
+        sweep: bool,
+        params: dict[str, Any],
+    ) -> list[Job]:
+        """jobs_claim, for queues without limits whose levels are prepared."""
+        rows = self._claim_rows(
+            conn,
+            self._sql["jobs_claim"],
+            {**params, **self.positions.literals(queues, sweep=sweep)},
+        )
         return self._claimed(queues, limit, sweep, rows)
 
     def complete(
@@ -414,7 +466,7 @@ class JobStore:
             kept, claimed = self._claim_limited(conn, done, queues, limit, claim_params)
             return self._with_own_earlier_completions(conn, done, params, kept), claimed
         sweep = self._prepare_levels(conn, queues)
-        rows = _claim_rows(
+        rows = self._claim_rows(
             conn,
             self._sql["jobs_complete_and_claim"],
             {
@@ -452,7 +504,7 @@ class JobStore:
                         self._sql["limits_notify"],
                         {"channel": self.notify_channel, "queues": freed},
                     )
-            rows = _claim_rows(
+            rows = self._claim_rows(
                 conn,
                 self._sql["jobs_claim_limited"],
                 {
@@ -530,6 +582,25 @@ class JobStore:
             )
         self.positions.claimed(queues, sweep)
         return jobs
+
+    def _claim_rows(
+        self, conn: psycopg.Connection[Any], query: bytes, params: dict[str, Any]
+    ) -> list[Any]:
+        """A claim statement's rows, as named tuples (fields: its columns). Not dicts:
+        dict_row decodes every column's name and builds a dict per row on every claim;
+        namedtuple_row keeps its class per set of column names. ~0.1 ms less CPU per claim
+        in a loop that sleeps between claims, though not visible in the daemon's hop marks
+        (bench/results/idle-latency-round2-20261125.md). In binary: the server sends a
+        timestamp, an id or a token as its bytes instead of formatting it as text, and the
+        worker reads it without parsing, for every claimed job; the values are the same
+        (psycopg gives a timestamptz in the connection's time zone either way). On one
+        cursor per connection, kept: a new one copies the connection's adapters map and
+        sets up its own loaders, on every claim (0.06 ms of CPU on a woken worker's claim,
+        caches cold: bench/results/idle-latency-round6-20261127.md)."""
+        cursor = self._claim_cursor
+        if cursor is None or cursor.connection is not conn or cursor.closed:
+            cursor = self._claim_cursor = conn.cursor(row_factory=namedtuple_row)
+        return cursor.execute(query, params, binary=True).fetchall()
 
     def _with_own_earlier_completions(
         self,
@@ -833,19 +904,6 @@ def _complete_params(done: Sequence[tuple[Lease, str | None]]) -> dict[str, Any]
         "tokens": uuid_array([lease.token for lease, _ in done]),
         "results": None if results.count(None) == len(results) else text_array(results),
     }
-
-
-def _claim_rows(conn: psycopg.Connection[Any], query: bytes, params: dict[str, Any]) -> list[Any]:
-    """A claim statement's rows, as named tuples (fields: its columns). Not dicts:
-    dict_row decodes every column's name and builds a dict per row on every claim;
-    namedtuple_row keeps its class per set of column names. ~0.1 ms less CPU per claim
-    in a loop that sleeps between claims, though not visible in the daemon's hop marks
-    (bench/results/idle-latency-round2-20261125.md). In binary: the server sends a
-    timestamp, an id or a token as its bytes instead of formatting it as text, and the
-    worker reads it without parsing, for every claimed job; the values are the same
-    (psycopg gives a timestamptz in the connection's time zone either way)."""
-    with conn.cursor(row_factory=namedtuple_row) as cur:
-        return cur.execute(query, params, binary=True).fetchall()
 
 
 def _jobs_in_claim_order(rows: Sequence[Any]) -> list[Job]:

@@ -40,7 +40,7 @@ from pgworkerd.ipc import (
     Stopping,
     claimed_job,
 )
-from pgworkerd.job import Job
+from pgworkerd.job import Job, Lease
 from pgworkerd.progress import ProgressWriter
 from pgworkerd.storage import connections
 from pgworkerd.storage.store import JobStore
@@ -63,12 +63,14 @@ MEMORY_CHECK_INTERVAL_S = 1.0  # reading our RSS costs a /proc read: not before 
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
     """A claim on its way: the successes it writes, how many jobs it asks for, when it
-    was sent (its leases run from no earlier), and the call that sends it."""
+    was sent (its leases run from no earlier), and the call that sends it, which
+    returns the successes written whose lease held, the jobs leased, and whether there
+    may be more to claim (`Claimed.full`)."""
 
     successes: list[Success]
     limit: int
     sent_at: float
-    call: Callable[[], tuple[set[int], list[Job]]]
+    call: Callable[[], tuple[set[int], list[Job], bool]]
 
 
 class NoStart(enum.Enum):
@@ -153,24 +155,28 @@ class BaseWorker:
         """Run jobs until told to stop; returns the exit status."""
         raise NotImplementedError
 
-    def _claim(self, limit: int | None = None) -> list[Job] | None:
+    def _claim(self, limit: int | None = None, *, woken: bool = False) -> list[Job] | None:
         """A batch of at most `limit` (default: the batch size; maybe empty), or None
         when the database could not be reached. The successes still pending are written
-        in the same transaction."""
-        claim = self._claim_request(limit or self.spec.batch_size)
+        in the same transaction. `woken`: the supervisor has just woken us for a new job
+        (see `_claim_request`)."""
+        claim = self._claim_request(limit or self.spec.batch_size, woken=woken)
         if claim is None:
             return None
         try:
-            kept, batch = claim.call()
+            kept, batch, full = claim.call()
         except CONNECTION_FAULTS as exc:
             self._claim_failed(claim.successes, exc)
             return None
-        return self._claim_answered(claim, kept, batch)
+        return self._claim_answered(claim, kept, batch, full)
 
-    def _claim_request(self, limit: int) -> ClaimRequest | None:
+    def _claim_request(self, limit: int, *, woken: bool = False) -> ClaimRequest | None:
         """A claim of at most `limit` jobs that writes the pending successes, ready to
         send (`call()`, here or in another thread), and announced; None when the
-        database could not be reached."""
+        database could not be reached. `woken`, with no successes to write: the claim
+        of an idle worker woken for a new job, which is on the path from the enqueue to
+        the handler, JobStore.claim_one (one job by a cheaper statement, for the usual
+        queue list; the next claim, after it, takes a batch)."""
         buffer = self.outcomes.successes
         successes = buffer.take()
         try:
@@ -180,17 +186,42 @@ class BaseWorker:
             return None
         # Before the claim is sent: its leases run from no earlier than this.
         claimed_at = time.monotonic()
-        call = functools.partial(
-            self.store.complete_and_claim,
-            conn,
-            self.outcomes.announce(successes),
-            queues=self.spec.queues,
-            limit=limit,
-            lease_ttl_s=self.spec.lease_ttl_s,
-            worker=self.spec.worker_id,
-            max_attempts=self.spec.queue_max_attempts,
-        )
+        if woken and not successes:
+            call = functools.partial(self._claim_one, conn, limit)
+        else:
+            call = functools.partial(
+                self._complete_and_claim, conn, self.outcomes.announce(successes), limit
+            )
         return ClaimRequest(successes, limit, claimed_at, call)
+
+    def _complete_and_claim(
+        self, conn: psycopg.Connection[Any], done: list[tuple[Lease, str | None]], limit: int
+    ) -> tuple[set[int], list[Job], bool]:
+        spec = self.spec
+        kept, batch = self.store.complete_and_claim(
+            conn,
+            done,
+            queues=spec.queues,
+            limit=limit,
+            lease_ttl_s=spec.lease_ttl_s,
+            worker=spec.worker_id,
+            max_attempts=spec.queue_max_attempts,
+        )
+        return kept, batch, len(batch) == limit
+
+    def _claim_one(
+        self, conn: psycopg.Connection[Any], limit: int
+    ) -> tuple[set[int], list[Job], bool]:
+        spec = self.spec
+        batch, more = self.store.claim_one(
+            conn,
+            queues=spec.queues,
+            limit=limit,
+            lease_ttl_s=spec.lease_ttl_s,
+            worker=spec.worker_id,
+            max_attempts=spec.queue_max_attempts,
+        )
+        return set(), batch, more
 
     def _claim_failed(self, successes: list[Success], exc: BaseException) -> None:
         """A claim failed on its connection: neither its write of `successes` nor the
@@ -198,9 +229,11 @@ class BaseWorker:
         self.outcomes.successes.put_back(successes)
         self.connection.lost(exc)
 
-    def _claim_answered(self, claim: ClaimRequest, kept: set[int], batch: list[Job]) -> list[Job]:
+    def _claim_answered(
+        self, claim: ClaimRequest, kept: set[int], batch: list[Job], full: bool
+    ) -> list[Job]:
         """The claim went through: `kept`, the successes written whose lease held; the
-        jobs it leased, announced (and numbered) here."""
+        jobs it leased, announced (and numbered) here; `full`: there may be more."""
         self.connection.succeeded()
         claimed = None
         if batch:
@@ -223,7 +256,7 @@ class BaseWorker:
                     for j in batch
                 ]
             )
-            claimed = Claimed(first, claim.sent_at, len(batch) == claim.limit, jobs)
+            claimed = Claimed(first, claim.sent_at, full, jobs)
         # `done` for the successes written, then `claimed`: in that order, one write.
         self.outcomes.written(claim.successes, kept, then=claimed)
         return batch

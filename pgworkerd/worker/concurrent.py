@@ -151,8 +151,8 @@ class ConcurrentWorker(BaseWorker):
             )
             return
         if isinstance(sent, ClaimRequest):
-            kept, batch = answer
-            self._claimed(sent, self._claim_answered(sent, kept, batch))
+            kept, batch, full = answer
+            self._claimed(sent, self._claim_answered(sent, kept, batch, full))
         else:
             self.connection.succeeded()
             self.outcomes.written(sent or [], answer)

@@ -67,16 +67,18 @@ class Worker(BaseWorker):
             self.executor.close()
 
     def _loop(self) -> int:
+        woken = False
         while not self.stopping:
             if self.connection.orphaned():
                 return ExitCode.ORPHANED
             if self._should_recycle():
                 return ExitCode.RECYCLED
-            batch = self._claim()
+            batch = self._claim(woken=woken)
+            woken = False
             if batch:
                 self._run_batch(batch)
             elif batch is not None:
-                self._wait_for_work()
+                woken = self._wait_for_work()
         return ExitCode.RECYCLED
 
     def _run_batch(self, batch: list[Job]) -> None:
@@ -133,13 +135,14 @@ class Worker(BaseWorker):
 
     # -- waiting --------------------------------------------------------------------------
 
-    def _wait_for_work(self) -> None:
+    def _wait_for_work(self) -> bool:
         """Sleep until the supervisor wakes us (it listens for enqueues: one listening
         connection per daemon, and only as many children woken as there is work), a
-        signal, the next scheduled job or the poll interval, whichever comes first."""
+        signal, the next scheduled job or the poll interval, whichever comes first.
+        Whether the supervisor woke us."""
         timeout = self._idle_wait_s()
         if timeout is None:
-            return
+            return False
         woken = self.control.read()
         if not woken and timeout > 0:
             self.status.send(Idle())
@@ -149,3 +152,4 @@ class Worker(BaseWorker):
             woken = self.control.read()
         if woken:
             logs.event(log, logging.DEBUG, "woken by the supervisor: a job was enqueued")
+        return woken

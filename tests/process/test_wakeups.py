@@ -21,7 +21,7 @@ from pgworkerd.housekeeping import ALL_QUEUES, Housekeeper
 from pgworkerd.job import Lease
 from pgworkerd.storage.channels import cancel_channel
 from pgworkerd.storage.store import JobStore
-from tests.daemon import job_in_state, wait_until
+from tests.daemon import history, job_in_state, wait_until
 
 SLOW_POLL = {"poll_interval": "60s", "log_level": "debug"}
 WOKEN = "woken by the supervisor"
@@ -46,10 +46,14 @@ def test_an_enqueue_wakes_one_idle_worker_not_the_herd(start_daemon, history_con
         assert int(fields["idle"]) >= 2, f"a choice of idle workers, one woken: {lines}"
 
 
-def test_a_full_batch_wakes_a_sibling_to_share_the_rest(start_daemon, history_conn):
+# batch_size 1: a full batch. 100: the woken worker claims one job (JobStore.claim_one)
+# and says there is more, as a full batch does; it used to claim both and run them in
+# turn, while its sibling slept.
+@pytest.mark.parametrize("batch_size", [1, 100])
+def test_a_full_batch_wakes_a_sibling_to_share_the_rest(start_daemon, history_conn, batch_size):
     daemon = start_daemon(
         workers=[{"queues": ["default"], "concurrency": 2}],
-        defaults={"batch_size": 1, "max_runtime": "30s"},
+        defaults={"batch_size": batch_size, "max_runtime": "30s"},
         **SLOW_POLL,
     )
     daemon.wait_for_workers(2)
@@ -59,10 +63,17 @@ def test_a_full_batch_wakes_a_sibling_to_share_the_rest(start_daemon, history_co
     )
     history_conn.commit()
     wait_until(
-        lambda: all(job_in_state(history_conn, i, "running")() for i in ids),
-        timeout_s=10,
-        what="both jobs running at once, one per worker",
+        lambda: all(job_in_state(history_conn, i, "succeeded")() for i in ids),
+        timeout_s=20,
+        what="both jobs to run",
     )
+    # Started, not only claimed (a claimed job is `running` before its handler starts):
+    # both handlers began before either ended, in two workers.
+    rows = history(history_conn)
+    starts = {row[0]: (row[3], row[4]) for row in rows if row[2] == "start" and row[0] in ids}
+    ends = [row[4] for row in rows if row[2] == "end" and row[0] in ids]
+    assert len({pid for pid, _ in starts.values()}) == 2, starts
+    assert max(at for _, at in starts.values()) < min(ends), (starts, ends)
 
 
 def run_one_job(conn, *, timeout_s: float = 20, what: str = "a job to run") -> None:

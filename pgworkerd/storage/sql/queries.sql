@@ -513,17 +513,21 @@ SELECT now() AS db_now,
 
 
 -- name: claim_update
--- Fragment of jobs_claim, jobs_complete_and_claim (as claim_update) and
--- jobs_claim_limited (as claim_update_after_lock): leases the picked rows. Rendered
--- once per value of {started_at} (queries.py), the claim's start:
---   now() in claim_update: jobs_claim and jobs_complete_and_claim are each their own
---     transaction in a worker (autocommit), and a caller that runs them inside a longer
---     one (JobStore leaves the transaction to its caller) gets the transaction's time,
---     as its other writes there (a completion's finished_at) get it;
---   statement_timestamp() in claim_update_after_lock: jobs_claim_limited's transaction
---     began before limits_lock, so its now() is earlier than the lock; the start is
---     written with the time after the lock, as the rate ledger (starts) has it
---     (monotonic across the queue's claims).
+-- Fragment of jobs_claim, jobs_complete_and_claim (as claim_update), jobs_claim_limited
+-- (as claim_update_after_lock) and jobs_claim_one (as claim_update_one): leases the
+-- picked rows. Rendered once per value of {started_at} and {picked_ids} (queries.py):
+--   {started_at}, the claim's start: now() in claim_update and claim_update_one: those
+--     statements are each their own transaction in a worker (autocommit), and a caller
+--     that runs them inside a longer one (JobStore leaves the transaction to its
+--     caller) gets the transaction's time, as its other writes there (a completion's
+--     finished_at) get it; statement_timestamp() in claim_update_after_lock:
+--     jobs_claim_limited's transaction began before limits_lock, so its now() is
+--     earlier than the lock; the start is written with the time after the lock, as the
+--     rate ledger (starts) has it (monotonic across the queue's claims).
+--   {picked_ids}, how the rows of `picked` are matched: `ANY(ARRAY(...))` for a batch,
+--     `= (...)` for jobs_claim_one's one row, which the server runs in a good part
+--     less time (bench/results/idle-latency-round6-20261127.md). Either way each row
+--     is reached by primary key, whatever the estimates (below).
 UPDATE {schema}.jobs AS j
 SET state            = 'running',
     attempt          = j.attempt + 1,          -- every start is charged
@@ -542,7 +546,7 @@ SET state            = 'running',
     progress_at      = NULL
 -- By primary key, whatever the estimates: a plan made without the limit's value (a
 -- generic plan) would otherwise join the picks to a scan of the whole table.
-WHERE j.id = ANY(ARRAY(SELECT picked.id FROM picked))
+WHERE j.id {picked_ids}
 -- What a Job is made of, nothing more: each column is written out by the server and
 -- read back by the worker, for every claimed job (the lease's expiry is the
 -- supervisor's to track, from the claim's send time: pgworkerd/supervisor/ledger.py).
@@ -574,6 +578,52 @@ FULL JOIN (SELECT coalesce((SELECT array_agg(id) FROM completed), '{{}}') AS com
                   meta.*
            FROM ({claim_meta}) AS meta) AS done ON false;
 
+
+
+-- name: jobs_claim_one
+-- The claim of a worker that its supervisor has just woken for a new job (the idle
+-- wake-up), when its queues are one queue without limits of which one level is known
+-- (JobStore.claim_one; anything else takes jobs_claim), with jobs_claim's parameters:
+-- at most one job of that level, after its position (POSITIONS), ready, not of a
+-- paused key (level_ready) and not of a paused queue, locked with SKIP LOCKED and
+-- leased as every claim leases it (claim_update_one: attempt charged, a fresh token,
+-- the database clock). The same pick as jobs_claim's with a limit of one, by fewer
+-- plan nodes, each paid with cold caches after an idle sleep: one level, no list of
+-- levels to sort, the row matched by `=`, no meta row.
+-- One row per claimed job (none when none was), with the database clock, whether any
+-- key is paused (KEY PAUSES: then no position moves), and `more`: whether a ready job
+-- of the level stands after it in the claim's snapshot (locked or not). The worker
+-- reports that as a full claim, so that its supervisor wakes a sibling for it as after
+-- a full batch; the worker itself claims a batch after this job.
+WITH picked AS MATERIALIZED (
+    SELECT j.id
+    -- The level: the one element of each of jobs_claim's level arrays.
+    FROM (SELECT (%(level_queues)s::text[])[1] AS name,
+                 (%(level_priorities)s::int[])[1] AS priority,
+                 coalesce((%(level_after_run_at)s::timestamptz[])[1], '-infinity') AS after_run_at,
+                 coalesce((%(level_after_id)s::bigint[])[1], -1) AS after_id) AS l
+    CROSS JOIN {schema}.jobs AS j
+    WHERE {level_ready}
+      AND NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = l.name)
+    ORDER BY j.run_at, j.id
+    LIMIT 1
+    FOR UPDATE OF j SKIP LOCKED  -- SKIP LOCKED, as in claim_picks
+),
+claimed AS (
+    {claim_update_one}
+)
+SELECT c.*, now() AS db_now,
+       EXISTS (SELECT FROM {schema}.paused_keys AS pk WHERE pk.until > now()) AS keys_paused,
+       -- The next job of the level, by its index as the pick (not EXISTS: planned to
+       -- find any one row, it scanned the whole table for it).
+       (SELECT j.id
+        FROM (SELECT c.queue AS name, c.priority, c.run_at AS after_run_at,
+                     c.id AS after_id) AS l
+        CROSS JOIN {schema}.jobs AS j
+        WHERE {level_ready}
+        ORDER BY j.run_at, j.id
+        LIMIT 1) IS NOT NULL AS more
+FROM claimed AS c;
 
 -- name: limit_settings
 -- Fragment of jobs_claim_limited and limits_sample: the CTE `limits`, one row per
