@@ -14,8 +14,8 @@ from typing import Any, NamedTuple, cast
 
 
 class ClaimedJob(NamedTuple):
-    """A tuple, so a claim of many jobs encodes and decodes as plain JSON arrays (a
-    busy child sends one such message per batch)."""
+    """A tuple, so a claim of many jobs is transposed into columns and back in C (a busy
+    child sends one such message per batch: see _columns)."""
 
     id: int
     token: str  # the lease token as text: UUID.hex from a worker, any form UUID() reads
@@ -51,8 +51,8 @@ class Finishing:
 class Done:
     """Their outcomes are written, or their leases were found lost. `outcomes`, when
     given, is parallel to `ids`: (succeeded | failed | dead | cancelled | lost, handler
-    seconds);
-    a child that sends none is understood too (encoded as the key "o", absent)."""
+    seconds); none (the key "o" absent) when the supervisor does not count them
+    (WorkerSpec.report_outcomes)."""
 
     ids: tuple[int, ...]
     outcomes: tuple[tuple[str, float], ...] = ()
