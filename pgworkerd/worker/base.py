@@ -99,11 +99,7 @@ class BaseWorker:
         self._wake_r, self._wake_w = os.pipe()
         self.connection = WorkerConnection(spec, self._wake_r, lambda: self.stopping)
         self.outcomes = OutcomeWriter(
-            self.store,
-            self.connection,
-            status,
-            SuccessBuffer(spec.batch_size),
-            report_outcomes=spec.report_outcomes,
+            self.store, self.connection, status, SuccessBuffer(spec.batch_size)
         )
         self._process = psutil.Process()
         self._next_memory_check = 0.0

@@ -30,8 +30,6 @@ class OutcomeWriter:
         connection: WorkerConnection,
         status: StatusWriter,
         successes: SuccessBuffer,
-        *,
-        report_outcomes: bool = True,
     ) -> None:
         self.store = store
         self.connection = connection
@@ -39,7 +37,6 @@ class OutcomeWriter:
         self.successes = successes  # written with the next claim, or by flush()
         # Two lines a job at info: not even built when the level leaves them out.
         self.log_jobs = log.isEnabledFor(logging.INFO)
-        self.report_outcomes = report_outcomes  # in `done`: see WorkerSpec
 
     def flush(self) -> None:
         """Write the pending successes now."""
@@ -90,17 +87,12 @@ class OutcomeWriter:
                 )
         if lines:
             logs.events(log, lines)
-        ids = tuple(s.job.id for s in successes)
-        done = (
-            Done(
-                ids,
-                tuple(
-                    ("succeeded" if s.job.id in kept else "lost", s.duration_ms / 1000)
-                    for s in successes
-                ),
-            )
-            if self.report_outcomes
-            else Done(ids)
+        done = Done(
+            tuple(s.job.id for s in successes),
+            tuple(
+                ("succeeded" if s.job.id in kept else "lost", s.duration_ms / 1000)
+                for s in successes
+            ),
         )
         if then is None:
             self.status.send(done)
@@ -125,8 +117,7 @@ class OutcomeWriter:
         written = self._until_written(lambda conn: self._write(conn, job, outcome, duration_ms))
         if written is None:
             written = "lost"
-        outcomes = ((written, duration_ms / 1000),) if self.report_outcomes else ()
-        self.status.send(Done((job.id,), outcomes))
+        self.status.send(Done((job.id,), ((written, duration_ms / 1000),)))
 
     def _until_written(self, write: Callable[[psycopg.Connection[Any]], T]) -> T | None:
         """What `write` returned once it went through, reconnecting as often as it takes
