@@ -51,8 +51,8 @@ class Finishing:
 class Done:
     """Their outcomes are written, or their leases were found lost. `outcomes`, when
     given, is parallel to `ids`: (succeeded | failed | dead | cancelled | lost, handler
-    seconds); none (the key "o" absent) when the supervisor does not count them
-    (WorkerSpec.report_outcomes)."""
+    seconds);
+    a child that sends none is understood too (encoded as the key "o", absent)."""
 
     ids: tuple[int, ...]
     outcomes: tuple[tuple[str, float], ...] = ()
