@@ -212,15 +212,15 @@ def main() -> int:
             tree[side].append(r["tree_s_per_10k"])
             print(
                 f"{tag}: {r['jobs_per_s']:,.0f} jobs/s; CPU s per 10k jobs: supervisor "
-                f"{r['supervisor_s_per_10k']:.2f}, workers {r['workers_s_per_10k']:.2f}, "
-                f"tree {r['tree_s_per_10k']:.2f}; load {r['load']:.1f}",
+                f"{r['supervisor_s_per_10k']:.3f}, workers {r['workers_s_per_10k']:.3f}, "
+                f"tree {r['tree_s_per_10k']:.3f}; load {r['load']:.1f}",
                 flush=True,
             )
     for side in ("A", "B"):
         values = tree[side]
         print(
-            f"{side}: tree CPU s per 10k jobs, median {statistics.median(values):.2f} "
-            f"({min(values):.2f}-{max(values):.2f})"
+            f"{side}: tree CPU s per 10k jobs, median {statistics.median(values):.3f} "
+            f"({min(values):.3f}-{max(values):.3f})"
         )
     return 0
 

@@ -913,21 +913,24 @@ def _jobs_in_claim_order(rows: Sequence[Any]) -> list[Job]:
 
 
 def _job_from_row(row: Any) -> Job:
-    """A claimed job of a claim's row (claim_update's RETURNING, a named tuple)."""
+    """A claimed job of a claim's row (claim_update's RETURNING, a named tuple).
+    Positional, in Job's field order: matching fifteen keywords cost ~2.4 µs a job more,
+    on every claimed job (bench/results/noop-round6-20261127.md);
+    tests/unit/test_job_rows.py pins each field to its column."""
     return Job(
-        id=row.id,
-        kind=row.kind,
-        queue=row.queue,
-        payload=row.payload,
-        attempt=row.attempt,
-        max_attempts=row.max_attempts,
-        priority=row.priority,
-        max_runtime_s=row.max_runtime_s,
-        run_at=row.run_at,
-        created_at=row.created_at,
-        key=row.key,
-        lease_token=row.lease_token,
-        queue_order=row.queue_ord,
-        trace_context=row.trace_context,
-        after=tuple(row.after_ids or ()),
+        row.id,
+        row.kind,
+        row.queue,
+        row.payload,
+        row.attempt,
+        row.max_attempts,
+        row.priority,
+        row.max_runtime_s,
+        row.run_at,
+        row.created_at,
+        row.key,
+        row.lease_token,
+        row.queue_ord,
+        row.trace_context,
+        tuple(row.after_ids or ()),
     )

@@ -33,6 +33,9 @@ EVERY_MESSAGE: list[Message] = [
     Claimed(
         3, 12.5, True, (ClaimedJob(7, "tok", "send", "q", 1.5), ClaimedJob(8, "t", "k", "q", None))
     ),
+    # Every job of one kind, queue and max runtime: each column goes as one value.
+    Claimed(1, 0.5, False, tuple(ClaimedJob(i, f"{i:032x}", "k", "q", None) for i in range(3))),
+    Claimed(1, 0.5, False, ()),
     Finishing((7, 8)),
     Done((7,)),
     Done((7, 8), (("succeeded", 0.25), ("dead", 1.0))),
@@ -63,11 +66,27 @@ def test_every_message_round_trips_as_one_line(message: Message) -> None:
         b'{"t":"claimed","first":1,"at":0,"full":false,"jobs":["abcde"]}',
         b'{"t":"claimed","first":1,"at":0,"full":false,"jobs":[1]}',
         b'{"t":"done","ids":[1],"o":["ab"]}',
+        # Columns of a claim that do not line up, or are not what encode() writes.
+        b'{"t":"claimed","first":1,"at":0,"full":false,"ids":[1,2],"tokens":"a",'
+        b'"kinds":"k","queues":"q","runtimes":null}',
+        b'{"t":"claimed","first":1,"at":0,"full":false,"ids":[1],"tokens":"a",'
+        b'"kinds":["k","l"],"queues":"q","runtimes":null}',
+        b'{"t":"claimed","first":1,"at":0,"full":false,"ids":"1","tokens":"a",'
+        b'"kinds":"k","queues":"q","runtimes":null}',
+        b'{"t":"claimed","first":1,"at":0,"full":false,"ids":[1],"tokens":"a",'
+        b'"kinds":"k","queues":"q"}',
         b"[]",
     ],
 )
 def test_fragments_and_unknown_messages_decode_to_none(line: bytes) -> None:
     assert decode(line) is None
+
+
+def test_a_claim_of_one_kind_queue_and_runtime_sends_each_once() -> None:
+    jobs = tuple(ClaimedJob(i, f"{i:032x}", "a-kind", "a-queue", None) for i in range(1, 4))
+    line = encode(Claimed(1, 0.5, True, jobs))
+    assert line.count(b"a-kind") == 1 and line.count(b"a-queue") == 1
+    assert decode(line.rstrip(b"\n")) == Claimed(1, 0.5, True, jobs)
 
 
 def test_a_done_without_outcomes_is_encoded_as_before() -> None:
