@@ -103,6 +103,13 @@ class BaseWorker:
         self.outcomes = OutcomeWriter(
             self.store, self.connection, status, SuccessBuffer(spec.batch_size)
         )
+        # What every claim of this worker names (the spec is fixed for its life).
+        self._claim_of: dict[str, Any] = {
+            "queues": spec.queues,
+            "lease_ttl_s": spec.lease_ttl_s,
+            "worker": spec.worker_id,
+            "max_attempts": spec.queue_max_attempts,
+        }
         self._process = psutil.Process()
         self._next_memory_check = 0.0
         self.jobs_done = 0
@@ -197,30 +204,13 @@ class BaseWorker:
     def _complete_and_claim(
         self, conn: psycopg.Connection[Any], done: list[tuple[Lease, str | None]], limit: int
     ) -> tuple[set[int], list[Job], bool]:
-        spec = self.spec
-        kept, batch = self.store.complete_and_claim(
-            conn,
-            done,
-            queues=spec.queues,
-            limit=limit,
-            lease_ttl_s=spec.lease_ttl_s,
-            worker=spec.worker_id,
-            max_attempts=spec.queue_max_attempts,
-        )
+        kept, batch = self.store.complete_and_claim(conn, done, limit=limit, **self._claim_of)
         return kept, batch, len(batch) == limit
 
     def _claim_one(
         self, conn: psycopg.Connection[Any], limit: int
     ) -> tuple[set[int], list[Job], bool]:
-        spec = self.spec
-        batch, more = self.store.claim_one(
-            conn,
-            queues=spec.queues,
-            limit=limit,
-            lease_ttl_s=spec.lease_ttl_s,
-            worker=spec.worker_id,
-            max_attempts=spec.queue_max_attempts,
-        )
+        batch, more = self.store.claim_one(conn, limit=limit, **self._claim_of)
         return set(), batch, more
 
     def _claim_failed(self, successes: list[Success], exc: BaseException) -> None:
