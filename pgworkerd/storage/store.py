@@ -360,13 +360,10 @@ class JobStore:
         """Lease up to `limit` ready jobs of `queues` (in that order of preference),
         returned in the order they should run. `max_attempts` (one per queue, or one for
         all) applies to jobs enqueued without their own."""
-        queues = list(dict.fromkeys(queues))  # a queue named twice is claimed once
-        params = self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
-        if limited_queues(queues, self.limits):
-            return self._claim_limited(conn, [], queues, limit, params)[1]
-        return self._claim_unlimited(
-            conn, queues, limit, self._prepare_levels(conn, queues), params
+        jobs, _ = self._claim_fresh(
+            conn, queues, limit, lease_ttl_s, worker, max_attempts, one=False
         )
+        return jobs
 
     def claim_one(
         self,
@@ -383,20 +380,33 @@ class JobStore:
         known, at most one job, by the cheaper jobs_claim_one, and whether a ready job
         stands after it; for any other queue list, `claim` of up to `limit`, and whether
         it brought that many."""
-        queues = list(dict.fromkeys(queues))
+        return self._claim_fresh(conn, queues, limit, lease_ttl_s, worker, max_attempts, one=True)
+
+    def _claim_fresh(
+        self,
+        conn: psycopg.Connection[Any],
+        queues_named: Sequence[str],
+        limit: int,
+        lease_ttl_s: float,
+        worker: str,
+        max_attempts: Sequence[int] | int,
+        *,
+        one: bool,
+    ) -> tuple[list[Job], bool]:
+        """`claim` and `claim_one` (`one`): a claim that writes no successes; (the jobs
+        leased, whether there may be more to claim)."""
+        queues = list(dict.fromkeys(queues_named))  # a queue named twice is claimed once
         params = self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
         if limited_queues(queues, self.limits):
             jobs = self._claim_limited(conn, [], queues, limit, params)[1]
             return jobs, len(jobs) == limit
         sweep = self._prepare_levels(conn, queues)
-        if not self.positions.single_level(queues):
-            jobs = self._claim_unlimited(conn, queues, limit, sweep, params)
+        literals = self.positions.literals(queues, sweep=sweep)
+        if not (one and self.positions.single_level(queues)):
+            rows = self._claim_rows(conn, self._sql["jobs_claim"], {**params, **literals})
+            jobs = self._claimed(queues, limit, sweep, rows)
             return jobs, len(jobs) == limit
-        rows = self._claim_rows(
-            conn,
-            self._sql["jobs_claim_one"],
-            {**params, **self.positions.literals(queues, sweep=sweep)},
-        )
+        rows = self._claim_rows(conn, self._sql["jobs_claim_one"], {**params, **literals})
         jobs = [_job_from_row(row) for row in rows]
         more = bool(rows) and rows[0].more
         # No row, no clock: the positions stay (the next claim scans from there).
@@ -406,22 +416,6 @@ class JobStore:
             )
         self.positions.claimed(queues, sweep)
         return jobs, more
-
-    def _claim_unlimited(
-        self,
-        conn: psycopg.Connection[Any],
-        queues: list[str],
-        limit: int,
-        sweep: bool,
-        params: dict[str, Any],
-    ) -> list[Job]:
-        """jobs_claim, for queues without limits whose levels are prepared."""
-        rows = self._claim_rows(
-            conn,
-            self._sql["jobs_claim"],
-            {**params, **self.positions.literals(queues, sweep=sweep)},
-        )
-        return self._claimed(queues, limit, sweep, rows)
 
     def complete(
         self, conn: psycopg.Connection[Any], done: Iterable[tuple[Lease, str | None]]

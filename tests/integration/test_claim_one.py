@@ -14,7 +14,13 @@ from pgworkerd.storage.store import ClaimPositions, JobStore
 from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
 from tests.integration.store_helpers import claim, db_now
 from tests.integration.test_claim_held_snapshot import dead_tuples
-from tests.integration.test_claim_plan import PLAN_MODES, explain, pages_touched, plan_nodes
+from tests.integration.test_claim_plan import (
+    PLAN_MODES,
+    explain,
+    fill_finished_and_future,
+    pages_touched,
+    plan_nodes,
+)
 from tests.integration.test_key_pauses import end_pause
 
 OPTIONS: dict[str, Any] = {"queues": ["default"], "lease_ttl_s": 45, "worker": "test-host:1"}
@@ -118,17 +124,7 @@ def test_other_queue_lists_take_the_batch_claim(conn, store):
 
 @pytest.mark.slow  # ~10 s: a million rows
 def test_it_stays_on_its_indexes_with_a_million_finished_and_future_rows(conn):
-    conn.execute("""
-        INSERT INTO pgworkerd.jobs (queue, kind, payload, state, attempt, max_attempts,
-                                    finished_at)
-        SELECT 'default', 'k', '{}', 'succeeded', 1, 5, now()
-        FROM generate_series(1, 1000000)""")
-    conn.execute("""
-        INSERT INTO pgworkerd.jobs (queue, kind, payload, run_at)
-        SELECT 'default', 'k', '{}', now() + interval '1 day'
-        FROM generate_series(1, 1000000)""")
-    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in range(20)])
-    conn.execute("VACUUM ANALYZE pgworkerd.jobs")
+    fill_finished_and_future(conn)
     params = {
         "level_queues": ["default"],
         "level_priorities": [0],
