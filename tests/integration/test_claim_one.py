@@ -17,7 +17,6 @@ from tests.integration.test_claim_held_snapshot import dead_tuples
 from tests.integration.test_claim_plan import (
     PLAN_MODES,
     explain,
-    fill_finished_and_future,
     pages_touched,
     plan_nodes,
 )
@@ -122,9 +121,11 @@ def test_other_queue_lists_take_the_batch_claim(conn, store):
     assert ([j.priority for j in jobs], full) == ([5, 0], False)
 
 
-@pytest.mark.slow  # ~10 s: a million rows
-def test_it_stays_on_its_indexes_with_a_million_finished_and_future_rows(conn):
-    fill_finished_and_future(conn)
+@pytest.mark.slow  # a million rows: filled once a session (tests/integration/conftest.py)
+def test_it_stays_on_its_indexes_with_a_million_finished_and_future_rows(
+    finished_and_future_conn,
+):
+    conn = finished_and_future_conn
     params = {
         "level_queues": ["default"],
         "level_priorities": [0],
