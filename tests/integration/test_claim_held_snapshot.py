@@ -84,7 +84,7 @@ def test_claim_work_stays_flat_while_a_snapshot_is_held(stats_dsn):
                 # Checked at each sample, not only at the end: a claim that grows fails
                 # here in seconds rather than walking on to 100,000 ever slower.
                 assert per_claim <= 2 * first, f"buffers per claim grew: {samples}"
-        dead = dead_tuples(conn)
+        dead = dead_tuples(conn, JOBS)
         holder.rollback()
     print(f"buffers per claim (jobs done, buffers): {samples}; dead tuples {dead}")
     assert done == JOBS
@@ -93,9 +93,9 @@ def test_claim_work_stays_flat_while_a_snapshot_is_held(stats_dsn):
     assert dead >= JOBS, dead
 
 
-def dead_tuples(conn: psycopg.Connection[Any]) -> int:
+def dead_tuples(conn: psycopg.Connection[Any], expected: int) -> int:
     """The jobs table's dead tuples, once this backend's statistics are flushed (they
-    are sent at most once a second)."""
+    are sent at most once a second): read until `expected` or for 10 s at most."""
     deadline = time.monotonic() + 10
     while True:
         conn.execute("SELECT pg_stat_force_next_flush()")
@@ -103,6 +103,6 @@ def dead_tuples(conn: psycopg.Connection[Any]) -> int:
         dead = conn.execute(
             "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs'"
         ).fetchone()[0]
-        if dead >= JOBS or time.monotonic() > deadline:
+        if dead >= expected or time.monotonic() > deadline:
             return int(dead)
         time.sleep(0.2)

@@ -92,24 +92,11 @@ def pages_touched(plan: dict[str, Any]) -> int:
     return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
 
 
-def fill_finished_and_future(conn) -> None:
-    """A million finished jobs, a million scheduled a day ahead, 20 ready; analysed."""
-    conn.execute("""
-        INSERT INTO pgworkerd.jobs (queue, kind, payload, state, attempt, max_attempts,
-                                    finished_at)
-        SELECT 'default', 'k', '{}', 'succeeded', 1, 5, now()
-        FROM generate_series(1, 1000000)""")
-    conn.execute("""
-        INSERT INTO pgworkerd.jobs (queue, kind, payload, run_at)
-        SELECT 'default', 'k', '{}', now() + interval '1 day'
-        FROM generate_series(1, 1000000)""")
-    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}} for _ in range(20)])
-    conn.execute("VACUUM ANALYZE pgworkerd.jobs")
-
-
-@pytest.mark.slow  # ~10 s: a million rows
-def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(conn):
-    fill_finished_and_future(conn)
+@pytest.mark.slow  # a million rows: filled once a session (tests/integration/conftest.py)
+def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(
+    finished_and_future_conn,
+):
+    conn = finished_and_future_conn
 
     for mode in PLAN_MODES:
         plan = explain(conn, "jobs_claim", CLAIM_PARAMS, plan_cache_mode=mode)

@@ -1,5 +1,5 @@
 """Cron entries in Europe/Berlin across both DST changes, in the real daemon: the
-PostgreSQL server runs under libfaketime, started 30 s before a slot near a change.
+PostgreSQL server runs under libfaketime, started LEAD_S before a slot near a change.
 The daemon keeps true time: periodic slots are counted on the database's clock, which
 this shows too. (The rules themselves, on a fake clock: tests/unit/test_periodic.py.)"""
 
@@ -29,13 +29,20 @@ pytestmark = [
 NIGHTLY = {"kind": "noop", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}
 # Runs through the change: its slots are every minute of the database's clock.
 WILD_HOUR = {"kind": "noop", "cron": "* * * * *", "timezone": "Europe/Berlin", "payload": {"m": 1}}
+# The server's clock starts this long before the slot under test. It must cover the
+# server's start, the migration and the daemon's start up to its first periodic round
+# (which registers the entries: a slot before that is not missed, it never existed),
+# ~1.5 s here, and the test waits it out in real time at each start (it was 30 s: a
+# minute and a half of the suite's waiting).
+LEAD_S = 10
 
 
-def start_at(cluster: EmbeddedCluster, moment: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(Re)start `cluster` with its clock starting at `moment` (UTC)."""
+def start_at(cluster: EmbeddedCluster, slot: datetime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(Re)start `cluster` with its clock starting LEAD_S before `slot`."""
+    moment = slot - timedelta(seconds=LEAD_S)
     faked = {
         "LD_PRELOAD": LIBFAKETIME[0],
-        "FAKETIME": f"@{moment}",
+        "FAKETIME": f"@{moment:%Y-%m-%d %H:%M:%S}",
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         "TZ": "UTC",
     }
@@ -77,18 +84,22 @@ def run_until(daemons: Any, dsn: str, name: str, enough: Any) -> None:
     """A daemon with both entries, until `enough(jobs)`; then stopped."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         daemon = daemons(dsn, name, periodic=[NIGHTLY, WILD_HOUR])
-        wait_until(lambda: enough(jobs(conn)), 60, f"{name}: the slots")
+        wait_until(
+            lambda: enough(jobs(conn)),
+            60,
+            f"{name}: the slots (missed if the daemon was not up within LEAD_S of the server)",
+        )
         daemon.signal(signal.SIGTERM)
         assert daemon.wait() == 0
 
 
 def test_a_skipped_time_runs_once_just_after_the_gap(cluster, daemons, monkeypatch):
     # 2026-03-29 01:00 UTC: Berlin jumps from 02:00 CET to 03:00 CEST.
-    start_at(cluster, "2026-03-29 00:59:30", monkeypatch)
+    at_0100 = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    start_at(cluster, at_0100, monkeypatch)
     dsn = migrated(cluster)
     run_until(daemons, dsn, "spring", lambda found: len(found) >= 2)
     with psycopg.connect(dsn) as conn:
-        at_0100 = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
         assert jobs(conn) == [({}, at_0100), ({"m": 1}, at_0100)], (
             "02:30 ran once, at 03:00 CEST; the every-minute entry ran at 03:00 CEST too"
         )
@@ -98,11 +109,11 @@ def test_a_repeated_time_runs_once(cluster, daemons, monkeypatch):
     # 2026-10-25 01:00 UTC: Berlin goes from 03:00 CEST back to 02:00 CET; 02:30 passes
     # at 00:30 UTC (CEST) and again at 01:30 UTC (CET). A daemon sees each pass.
     first_pass = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
-    start_at(cluster, "2026-10-25 00:29:30", monkeypatch)
+    start_at(cluster, first_pass, monkeypatch)
     dsn = migrated(cluster)
     run_until(daemons, dsn, "first-pass", lambda found: len(found) >= 2)
-    start_at(cluster, "2026-10-25 01:29:30", monkeypatch)
     second_pass = first_pass + timedelta(hours=1)
+    start_at(cluster, second_pass, monkeypatch)
     run_until(daemons, dsn, "second-pass", lambda found: found[-1][1] >= second_pass)
     with psycopg.connect(dsn) as conn:
         found = jobs(conn)
