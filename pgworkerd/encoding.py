@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import threading
 from collections.abc import Callable
 from json.encoder import encode_basestring
 from typing import Any
@@ -30,18 +31,34 @@ _C_MAKE_ENCODER: Callable[..., Callable[[Any, int], tuple[str, ...]]] | None = g
 )
 
 
+# The C encoder of `_strict_text`, one per thread, built at the thread's first payload:
+# building it was a third of encoding a small payload. Per thread, as its dict of the
+# containers being encoded (the cycle check) must not see another encoding's.
+_ENCODERS = threading.local()
+
+
 def _strict_text(value: Any) -> str:
     """`_STRICT.encode(value)`, the same text and errors, without the Python frames of
     JSONEncoder.encode and iterencode around the C encoder (which they build afresh at
-    each call too, with its own dict of the containers being encoded, as here): about
-    half the cost of encoding a small payload."""
+    each call too): about half the cost of encoding a small payload."""
     if _C_MAKE_ENCODER is None:  # an interpreter without the C accelerator
         return _STRICT.encode(value)
-    # _STRICT's settings: no indent, its separators, sort_keys, skipkeys and allow_nan.
-    encode = _C_MAKE_ENCODER(
-        {}, _STRICT.default, encode_basestring, None, ":", ",", False, False, False
-    )
-    return "".join(encode(value, 0))
+    try:
+        encode, markers = _ENCODERS.strict
+    except AttributeError:
+        markers = {}
+        # _STRICT's settings: no indent, its separators, sort_keys, skipkeys, allow_nan.
+        encode = _C_MAKE_ENCODER(
+            markers, _STRICT.default, encode_basestring, None, ":", ",", False, False, False
+        )
+        _ENCODERS.strict = (encode, markers)
+    try:
+        return "".join(encode(value, 0))
+    except BaseException:
+        # An encoding that fails half-way leaves the ids of the containers it was in:
+        # a later payload holding one of those objects would be refused as circular.
+        markers.clear()
+        raise
 
 
 def dump_records(records: list[dict[str, Any]], *, max_payload_bytes: int) -> str | None:

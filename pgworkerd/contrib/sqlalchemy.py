@@ -17,12 +17,15 @@ import psycopg
 from pgworkerd.errors import InvalidJob
 
 _PREFIX = "sqlalchemy."
+# A tuple built once: `Connection | AsyncConnection` in the check made a union object at
+# every enqueue.
+_PSYCOPG_CONNECTIONS = (psycopg.Connection, psycopg.AsyncConnection)
 
 
 def is_sqlalchemy(target: Any) -> bool:
     """Whether `target` is a SQLAlchemy object (by its classes' modules: nothing is
     imported to tell)."""
-    if isinstance(target, psycopg.Connection | psycopg.AsyncConnection):
+    if isinstance(target, _PSYCOPG_CONNECTIONS):
         return False  # the usual case, answered first
     return any(cls.__module__.startswith(_PREFIX) for cls in type(target).__mro__)
 

@@ -284,7 +284,7 @@ class JobStore:
 
     def insert_one_statement(
         self, record: Mapping[str, Any], payload_json: str, trace_context_json: str | None
-    ) -> Statement[list[int | None]]:
+    ) -> Statement[list[int]]:
         """`insert_statement(unique_keys=False)` for one job: its record (as
         `jobs_insert` reads it, without a unique_key), with its payload and trace context
         already JSON text. The cheaper statement of enqueue's usual call: its parameters
@@ -844,7 +844,7 @@ def _ids_or_none(rows: list[Any]) -> list[int | None]:
     return [None if left_out else job_id for job_id, left_out in rows]
 
 
-def _only_id(rows: list[Any]) -> list[int | None]:
+def _only_id(rows: list[Any]) -> list[int]:  # a job without a unique_key always goes in
     return [rows[0][0]]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import threading
 from typing import Any
 
 import pytest
@@ -93,3 +94,24 @@ def test_the_payload_encoder_refuses_as_the_strict_one(value: Any) -> None:
         _STRICT.encode(value)
     assert type(ours.value) is type(theirs.value)
     assert str(ours.value) == str(theirs.value)
+
+
+def test_a_failed_encoding_leaves_no_mark_on_the_next() -> None:
+    # The encoder is kept per thread; one that fails inside `shared` leaves its id in the
+    # cycle marks unless they are cleared, and `shared` would then read as circular.
+    shared: dict[str, Any] = {"k": [{1, 2}]}
+    with pytest.raises(TypeError):
+        _strict_text(shared)
+    shared["k"] = [1]
+    assert _strict_text(shared) == '{"k":[1]}'
+    assert _strict_text([shared, shared]) == '[{"k":[1]},{"k":[1]}]'  # no cycle, twice
+
+
+def test_each_thread_encodes_with_its_own_encoder() -> None:
+    texts: list[str] = []
+    threads = [threading.Thread(target=lambda: texts.append(_strict_text({"t": 1}))) for _ in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert texts == ['{"t":1}', '{"t":1}']
