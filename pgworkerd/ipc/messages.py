@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii
 from typing import Any, NamedTuple, cast
 
 
@@ -84,15 +83,11 @@ class BootError:
 Message = Claimed | Finishing | Done | Released | Idle | Stopping | BootError
 
 
-# One encoder, kept: json.dumps with `separators` builds a JSONEncoder on every call.
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
-
-
 def encode(message: Message) -> bytes:
     fields: dict[str, Any]
     match message:
-        case Claimed():
-            return _claimed_line(message).encode()
+        case Claimed(first, at, full, jobs):
+            fields = {"t": "claimed", "first": first, "at": at, "full": full, **_columns(jobs)}
         case Done(ids, outcomes) if outcomes:
             fields = {"t": "done", "ids": list(ids), "o": outcomes}
         case Finishing(ids) | Done(ids) | Released(ids):
@@ -101,31 +96,7 @@ def encode(message: Message) -> bytes:
             fields = {"t": "boot_error", "reason": reason}
         case _:
             fields = {"t": _TAGS[type(message)]}
-    return (_dumps(fields) + "\n").encode()
-
-
-def _claimed_line(message: Claimed) -> str:
-    """The `claimed` line, as json.dumps would write {"t": "claimed", "first", "at",
-    "full", and _columns()}, written out: a woken worker sends it between its claim and
-    its handler, where the dict and the encoder's walk over it cost ~0.17 ms of CPU,
-    caches cold, against ~0.05 (bench/results/idle-latency-round7-20261127.md)."""
-    columns = _columns(message.jobs)
-    return (
-        f'{{"t":"claimed","first":{message.first},"at":{message.at!r},'
-        f'"full":{"true" if message.full else "false"},'
-        f'"ids":[{",".join(map(str, columns["ids"]))}],"tokens":{_json(columns["tokens"])},'
-        f'"kinds":{_json(columns["kinds"])},"queues":{_json(columns["queues"])},'
-        f'"runtimes":{_json(columns["runtimes"])}}}\n'
-    )
-
-
-def _json(value: Any) -> str:
-    """`value` as JSON text, the usual cases (a text, null) without the encoder."""
-    if type(value) is str:
-        return encode_basestring_ascii(value)
-    if value is None:
-        return "null"
-    return _dumps(value)
+    return (json.dumps(fields, separators=(",", ":")) + "\n").encode()
 
 
 def decode(line: bytes) -> Message | None:

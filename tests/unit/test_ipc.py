@@ -4,7 +4,6 @@ the control pipe (real pipes and shared memory, within one process)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Iterator
 
@@ -88,40 +87,6 @@ def test_a_claim_of_one_kind_queue_and_runtime_sends_each_once() -> None:
     line = encode(Claimed(1, 0.5, True, jobs))
     assert line.count(b"a-kind") == 1 and line.count(b"a-queue") == 1
     assert decode(line.rstrip(b"\n")) == Claimed(1, 0.5, True, jobs)
-
-
-@pytest.mark.parametrize(
-    "message",
-    [
-        *(m for m in EVERY_MESSAGE if isinstance(m, Claimed)),
-        # Texts that JSON must escape, and a column of two runtimes.
-        Claimed(
-            2,
-            1234.000001,
-            True,
-            (
-                ClaimedJob(1, "a" * 32, 'k"\\é\n', "q/ü", 0.1),
-                ClaimedJob(2, "b" * 32, 'k"\\é\n', "q/ü", 2.0),
-            ),
-        ),
-    ],
-)
-def test_a_claim_is_the_line_json_would_write(message: Claimed) -> None:
-    # encode() writes `claimed` out by hand (it is on a woken worker's path): the very
-    # text json.dumps gives for its fields, so the supervisor reads it as ever.
-    jobs = message.jobs
-    fields = {
-        "t": "claimed",
-        "first": message.first,
-        "at": message.at,
-        "full": message.full,
-        "ids": [job.id for job in jobs],
-        "tokens": ",".join(job.token for job in jobs),
-    }
-    for name, column in (("kinds", 2), ("queues", 3), ("runtimes", 4)):
-        values = [job[column] for job in jobs]
-        fields[name] = values[0] if jobs and len(set(values)) == 1 else values
-    assert encode(message) == (json.dumps(fields, separators=(",", ":")) + "\n").encode()
 
 
 def test_a_done_without_outcomes_is_encoded_as_before() -> None:
