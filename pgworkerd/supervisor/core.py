@@ -49,10 +49,6 @@ MAX_LOOP_WAIT_S = 1.0
 # While children hold jobs the loop turns at least this often, to read the starts on
 # their boards: the runtime deadlines start from there.
 BUSY_LOOP_WAIT_S = 0.1
-# After a turn that wrote a `wake`, the rest of that turn (reaping, limits, housekeeping,
-# the children's boards) waits this long, so that the woken child need not wait for it:
-# see Supervisor._turn.
-REST_AFTER_WAKE_S = 0.001
 _SIGNALS, _LISTENER = "signals", "listener"  # selector data of those two descriptors
 
 
@@ -89,7 +85,6 @@ class Supervisor:
         self.listener_selected = False
         self.http: HttpListener | None = None
         self._renewing: dict[ChildProcess, set[Lease]] = {}  # leases sent in the renewal
-        self._rest_due: float | None = None  # a turn's rest put off after a wake (_turn)
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -125,22 +120,7 @@ class Supervisor:
         return self.exit_code
 
     def _turn(self) -> None:
-        wakes = self.wakeups.sent
         self._wait_and_dispatch()
-        if self.wakeups.sent != wakes and self._rest_due is None:
-            # A child was just woken: it claims now, on the path from an enqueue to its
-            # handler. The rest of this turn (~0.15 ms of CPU, caches cold) ran before
-            # the woken child got a CPU in 3 wake-ups of 4 on the test machine: it
-            # waited for it. So the rest comes REST_AFTER_WAKE_S later (a deadline of
-            # _wait_s), or at the next event, whichever is first; never put off twice
-            # in a row.
-            self._rest_due = time.monotonic() + REST_AFTER_WAKE_S
-            return
-        self._rest_due = None
-        for child in self.children.values():
-            child.sync_starts()
-        if self.http is not None:
-            self.http.expire(time.monotonic())
         self._reap()
         enforcement.enforce_runtimes(self.children.values(), time.monotonic())
         self._housekeeping()
@@ -186,6 +166,10 @@ class Supervisor:
             # Left in the socket while no child could be woken: read now, after the
             # children's messages (one may have gone idle), for that and the cancels.
             self._on_notifications()
+        for child in self.children.values():
+            child.sync_starts()
+        if self.http is not None:
+            self.http.expire(time.monotonic())
 
     def _dispatch_signals(self) -> None:
         for sig in self.signals.take():
@@ -416,7 +400,6 @@ class Supervisor:
             self.workforce.next_respawn_at(),
             self.drain_deadline,
             self.notifier.next_due_at(),  # the watchdog's next ping
-            self._rest_due,
         ]
         return max(0.0, min(m for m in moments if m is not None) - now)
 

@@ -21,11 +21,6 @@ log = logging.getLogger("pgworkerd.supervisor")
 class Wakeups:
     def __init__(self) -> None:
         self.unclaimed: set[str] = set()  # queues notified while no idle child took them
-        self.sent = 0  # `wake`s written so far: the supervisor's turn asks whether it woke one
-
-    def _wake(self, child: ChildProcess) -> None:
-        child.wake()
-        self.sent += 1
 
     def notified(
         self, queues: Iterable[str], children: Collection[ChildProcess], *, accepting: bool
@@ -36,7 +31,7 @@ class Wakeups:
                 woken = 0
             elif queue == ALL_QUEUES:  # anything may wait: every idle child looks
                 for child in idle:
-                    self._wake(child)
+                    child.wake()
                 woken = len(idle)
             else:
                 woken = int(self.wake_one({queue}, children, accepting=accepting))
@@ -47,20 +42,19 @@ class Wakeups:
     def went_idle(self, child: ChildProcess, *, accepting: bool) -> None:
         if accepting and (ALL_QUEUES in self.unclaimed or child.queues & self.unclaimed):
             self.unclaimed -= child.queues | {ALL_QUEUES}
-            self._wake(child)
+            child.wake()
 
     @staticmethod
     def possible(children: Iterable[ChildProcess], *, accepting: bool) -> bool:
         """Some child waits for a `wake`: a notification may have one to send now."""
         return accepting and any(child.idle for child in children)
 
-    def wake_one(
-        self, queues: Set[str], children: Iterable[ChildProcess], *, accepting: bool
-    ) -> bool:
+    @staticmethod
+    def wake_one(queues: Set[str], children: Iterable[ChildProcess], *, accepting: bool) -> bool:
         if not accepting:
             return False
         for child in children:
             if child.idle and child.queues & queues:
-                self._wake(child)
+                child.wake()
                 return True
         return False

@@ -16,7 +16,7 @@ import pytest
 from pgworkerd.config import parse
 from pgworkerd.ipc import ControlWriter, StartBoard, StatusReader
 from pgworkerd.supervisor.children import ChildProcess
-from pgworkerd.supervisor.core import REST_AFTER_WAKE_S, State, Supervisor
+from pgworkerd.supervisor.core import State, Supervisor
 
 
 @pytest.fixture
@@ -83,30 +83,3 @@ def test_a_lost_connection_leaves_the_selector(supervisor: Supervisor) -> None:
     assert supervisor.listen_fd is None and not supervisor.selector.get_map()
     supervisor._watch_listener()  # no housekeeper: stays unconnected, nothing registered
     assert not supervisor.selector.get_map()
-
-
-def test_a_turn_that_wakes_a_child_leaves_the_rest_for_a_moment_later(
-    supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (child,) = supervisor.children.values()
-    rests: list[str] = []  # the rest of a turn begins with the reaping
-    monkeypatch.setattr(supervisor, "_reap", lambda: rests.append("reaped"))
-    dispatch = supervisor._wait_and_dispatch
-
-    def idle_child_read() -> None:  # its `idle`, read after a notification no one took
-        child.idle = True
-        supervisor.wakeups.unclaimed.add("default")
-        supervisor.wakeups.went_idle(child, accepting=True)
-
-    monkeypatch.setattr(supervisor, "_wait_and_dispatch", idle_child_read)
-    supervisor._turn()
-    assert not child.idle and rests == []  # woken; the rest of the turn waits
-    assert supervisor._wait_s() <= REST_AFTER_WAKE_S  # the next turn comes by then
-
-    supervisor._turn()  # another wake: the rest is never put off twice in a row
-    assert not child.idle and rests == ["reaped"]
-
-    monkeypatch.setattr(supervisor, "_wait_and_dispatch", dispatch)
-    supervisor._forget_listener()  # no housekeeper here to read it
-    supervisor._turn()  # no wake: the whole turn, as ever
-    assert rests == ["reaped", "reaped"]
