@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -230,6 +230,16 @@ def _has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     at every access (24 us an enqueue under cProfile)."""
     result = cursor.pgresult
     return result is not None and result.status == TUPLES_OK
+
+
+class ClaimScope(TypedDict):
+    """The keyword arguments of `claim`, `claim_one` and `complete_and_claim` that a
+    worker's every claim repeats (fixed for its life), to be passed as `**scope`."""
+
+    queues: Sequence[str]
+    lease_ttl_s: float
+    worker: str
+    max_attempts: Sequence[int] | int
 
 
 class JobStore:
