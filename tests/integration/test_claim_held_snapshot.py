@@ -18,7 +18,9 @@ whole heap (it did: 886 buffers per statement at 15,000 jobs), which is not the 
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -44,6 +46,22 @@ WHERE query LIKE '%FOR UPDATE SKIP LOCKED%'
 """
 
 
+@contextlib.contextmanager
+def beside_a_held_snapshot(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection that plans as a worker's does (generic plans, kept for
+    its life), while another connection holds an xid and its snapshot, so that the
+    horizon cannot pass it, until the block ends."""
+    with (
+        psycopg.connect(
+            dsn, autocommit=True, options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}"
+        ) as conn,
+        psycopg.connect(dsn) as holder,
+    ):
+        holder.execute("SELECT txid_current()")
+        yield conn
+        holder.rollback()
+
+
 def drain_chunk(conn: psycopg.Connection[Any], store: JobStore) -> tuple[int, float]:
     """Enqueue CHUNK jobs, claim and complete until none is left: (jobs done, buffers
     touched per claim statement)."""
@@ -61,14 +79,7 @@ def drain_chunk(conn: psycopg.Connection[Any], store: JobStore) -> tuple[int, fl
 @pytest.mark.timeout(600)
 def test_claim_work_stays_flat_while_a_snapshot_is_held(stats_dsn):
     store = JobStore()
-    with (
-        psycopg.connect(
-            stats_dsn, autocommit=True, options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}"
-        ) as conn,
-        psycopg.connect(stats_dsn) as holder,
-    ):
-        # An xid, and a snapshot that stays: the horizon cannot pass this transaction.
-        holder.execute("SELECT txid_current()")
+    with beside_a_held_snapshot(stats_dsn) as conn:
         done, _ = drain_chunk(conn, store)
         conn.execute("ANALYZE pgworkerd.jobs")  # see the module's docstring
         while done < BASELINE_JOBS:
@@ -85,7 +96,6 @@ def test_claim_work_stays_flat_while_a_snapshot_is_held(stats_dsn):
                 # here in seconds rather than walking on to 100,000 ever slower.
                 assert per_claim <= 2 * first, f"buffers per claim grew: {samples}"
         dead = dead_tuples(conn, JOBS)
-        holder.rollback()
     print(f"buffers per claim (jobs done, buffers): {samples}; dead tuples {dead}")
     assert done == JOBS
     # The scenario held: the versions the jobs left behind (queued and running, two a

@@ -11,9 +11,8 @@ import pytest
 
 import pgworkerd
 from pgworkerd.storage.store import ClaimPositions, JobStore
-from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
 from tests.integration.store_helpers import claim, db_now
-from tests.integration.test_claim_held_snapshot import dead_tuples
+from tests.integration.test_claim_held_snapshot import beside_a_held_snapshot, dead_tuples
 from tests.integration.test_claim_plan import (
     PLAN_MODES,
     explain,
@@ -166,13 +165,7 @@ def test_its_work_stays_flat_while_a_snapshot_is_held(stats_dsn):
     the buffers a claim touches, sampled every 5,000 jobs, stay within 2x of the first
     sample's (a claim that scans its level from the start grows past that by then)."""
     store = JobStore()
-    with (
-        psycopg.connect(
-            stats_dsn, autocommit=True, options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}"
-        ) as conn,
-        psycopg.connect(stats_dsn) as holder,
-    ):
-        holder.execute("SELECT txid_current()")  # the horizon cannot pass this
+    with beside_a_held_snapshot(stats_dsn) as conn:
         samples: list[tuple[int, float]] = []
         done = 0
         while done < 20_000:
@@ -188,6 +181,5 @@ def test_its_work_stays_flat_while_a_snapshot_is_held(stats_dsn):
                 assert samples[-1][1] <= 2 * samples[0][1], f"buffers per claim grew: {samples}"
         # Waited for until there (it was for the batch test's 100,000: 10 s each run).
         dead = dead_tuples(conn, 20_000)
-        holder.rollback()
     print(f"buffers per claim_one (jobs done, buffers): {samples}")
     assert dead >= 20_000, dead  # the versions the jobs left behind were still there
