@@ -7,11 +7,12 @@ import argparse
 import os
 
 from pgworkerd import config as config_module
-from pgworkerd import handlers, logs
-from pgworkerd.cli.common import EXIT_OK, CommandAdder, load_config
-from pgworkerd.config import schedules
-from pgworkerd.storage import connections, migrations
-from pgworkerd.storage.reads import Reads
+from pgworkerd import logs
+from pgworkerd.cli.common import EXIT_OK, CommandAdder, connect, load_config
+
+# Each command imports the handlers, psycopg and the daemon when it runs, not when the
+# command line is parsed: every `pgworkerd` call is a new Python, and a bad config or
+# argument is refused before any of them loads.
 
 CHECK_SLOTS = 3  # `check` prints this many next run times of each periodic entry
 
@@ -35,9 +36,10 @@ def register(command: CommandAdder) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from pgworkerd.storage import migrations
+
     config = load_config(args)
-    url = connections.database_url(config)
-    with connections.connect(url, application_name="pgworkerd migrate") as conn:
+    with connect(config, "migrate") as conn:
         applied = migrations.migrate(conn, config.database.schema_name)
         version = migrations.current_version(conn, config.database.schema_name)
     schema = config.database.schema_name
@@ -50,11 +52,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pgworkerd.supervisor.core import Supervisor  # the daemon's modules load only for `run`
-
     config = load_config(args)
     log_format = args.log_format or config.log_format  # the flag wins over the file
     logs.setup(log_format, role="supervisor", level=config.log_level)
+    # After the config (a bad one is refused without them), before any fork.
+    from pgworkerd import handlers
+    from pgworkerd.storage import connections, migrations
+    from pgworkerd.supervisor.core import Supervisor
+
     # Before any fork: bad paths and modules exit 2.
     registry = handlers.load_registry(config.handlers, config.task_modules)
     handlers.check_periodic_kinds(config, registry)
@@ -75,6 +80,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     config = load_config(args)
+    from pgworkerd import handlers  # after the config: a bad one is refused without them
+    from pgworkerd.config import schedules
+    from pgworkerd.storage import connections, migrations
+    from pgworkerd.storage.reads import Reads
+
     registry = handlers.load_registry(config.handlers, config.task_modules)
     handlers.check_child_modules(config)
     loader = handlers.child_loader(config, registry)

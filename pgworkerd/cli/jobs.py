@@ -10,9 +10,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
-
-import psycopg
+from typing import TYPE_CHECKING, Any
 
 from pgworkerd.cli import formatting
 from pgworkerd.cli.common import (
@@ -21,14 +19,17 @@ from pgworkerd.cli.common import (
     CommandAdder,
     Parser,
     UsageError,
+    connect,
     duration_argument,
     json_argument,
     load_config,
 )
-from pgworkerd.client.operations import Operations
-from pgworkerd.client.producer import Producer
-from pgworkerd.storage import connections
-from pgworkerd.storage.store import STATES
+from pgworkerd.storage.states import STATES
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from pgworkerd.client.operations import Operations
 
 
 def register(command: CommandAdder, common: Parser) -> None:
@@ -116,10 +117,10 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             options["run_at"] = datetime.fromisoformat(args.run_at)
         except ValueError:
             raise UsageError(f"--run-at: {args.run_at!r} is not an ISO 8601 time") from None
+    from pgworkerd.client.producer import Producer  # the client loads with the database
+
     producer = Producer(schema=config.database.schema_name)
-    with connections.connect(
-        connections.database_url(config), application_name="pgworkerd enqueue"
-    ) as conn:
+    with connect(config, "enqueue") as conn:
         job_id = producer.enqueue(conn, args.kind, payload, **options)
     print(job_id)
     return EXIT_OK
@@ -185,9 +186,10 @@ def _connect(
     args: argparse.Namespace, name: str
 ) -> Iterator[tuple[psycopg.Connection[Any], Operations]]:
     """An autocommit connection and the operations of the configured schema."""
+    from pgworkerd.client.operations import Operations  # the client loads with the database
+
     config = load_config(args)
-    url = connections.database_url(config)
-    with connections.connect(url, application_name=f"pgworkerd {name}") as conn:
+    with connect(config, name) as conn:
         yield conn, Operations(config.database.schema_name)
 
 

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from pgworkerd.cli import formatting
 from pgworkerd.cli.common import (
     EXIT_OK,
     CommandAdder,
     Parser,
+    connect,
     duration_argument,
     load_config,
 )
-from pgworkerd.client.key_pauses import KeyPauses
-from pgworkerd.storage import connections
+
+if TYPE_CHECKING:
+    from pgworkerd.client.key_pauses import KeyPauses
+    from pgworkerd.config import Config
 
 
 def register(command: CommandAdder, common: Parser) -> None:
@@ -51,10 +55,8 @@ def register(command: CommandAdder, common: Parser) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     config = load_config(args)
-    with connections.connect(
-        connections.database_url(config), application_name="pgworkerd keys"
-    ) as conn:
-        listing = KeyPauses(config.database.schema_name).keys(conn, limits=config.queue_limits())
+    with connect(config, "keys") as conn:
+        listing = _key_pauses(config).keys(conn, limits=config.queue_limits())
     print(
         json.dumps(listing, ensure_ascii=False, indent=2) if args.json else formatting.keys(listing)
     )
@@ -64,19 +66,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_pause(args: argparse.Namespace) -> int:
     config = load_config(args)
     seconds = duration_argument("--for", args.duration)
-    with connections.connect(
-        connections.database_url(config), application_name="pgworkerd keys pause"
-    ) as conn:
-        until = KeyPauses(config.database.schema_name).pause(conn, args.key, seconds)
+    with connect(config, "keys pause") as conn:
+        until = _key_pauses(config).pause(conn, args.key, seconds)
     print(f"paused: {args.key} until {until.isoformat()}")
     return EXIT_OK
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     config = load_config(args)
-    with connections.connect(
-        connections.database_url(config), application_name="pgworkerd keys resume"
-    ) as conn:
-        resumed = KeyPauses(config.database.schema_name).resume(conn, args.key)
+    with connect(config, "keys resume") as conn:
+        resumed = _key_pauses(config).resume(conn, args.key)
     print(f"resumed: {args.key}" if resumed else f"not paused: {args.key}")
     return EXIT_OK
+
+
+def _key_pauses(config: Config) -> KeyPauses:
+    from pgworkerd.client.key_pauses import KeyPauses  # the client loads with the database
+
+    return KeyPauses(config.database.schema_name)

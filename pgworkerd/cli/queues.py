@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgworkerd.cli import formatting
-from pgworkerd.cli.common import EXIT_OK, CommandAdder, Parser, UsageError, load_config
-from pgworkerd.client.pausing import QueuePauses
-from pgworkerd.storage import connections
+from pgworkerd.cli.common import EXIT_OK, CommandAdder, Parser, UsageError, connect, load_config
+
+if TYPE_CHECKING:
+    from pgworkerd.client.pausing import QueuePauses
 
 
 def register(command: CommandAdder, common: Parser) -> None:
@@ -36,10 +37,10 @@ def register(command: CommandAdder, common: Parser) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from pgworkerd.client.pausing import QueuePauses  # the client loads with the database
+
     config = load_config(args)
-    with connections.connect(
-        connections.database_url(config), application_name="pgworkerd queues"
-    ) as conn:
+    with connect(config, "queues") as conn:
         listing = QueuePauses(config.database.schema_name).queues(conn, list(config.queues))
     print(
         json.dumps(listing, ensure_ascii=False, indent=2)
@@ -78,11 +79,11 @@ def _change(
 ) -> int:
     """Runs `action` on the named queues once every name is known; a UsageError (exit 2,
     nothing changed) for the first that is not."""
+    from pgworkerd.client.pausing import QueuePauses  # the client loads with the database
+
     config = load_config(args)
     pauses = QueuePauses(config.database.schema_name)
-    with connections.connect(
-        connections.database_url(config), application_name=f"pgworkerd {name}"
-    ) as conn:
+    with connect(config, name) as conn:
         known = {q["queue"]: q for q in pauses.queues(conn, list(config.queues))}
         unknown = [q for q in dict.fromkeys(args.queues) if q not in known]
         if unknown:

@@ -22,7 +22,8 @@ from pgworkerd.storage.key_pauses import KeyPauseStore
 from pgworkerd.storage.limits import LimitReads, QueueLimits, reported
 from pgworkerd.storage.queue_pauses import QueuePauseStore
 from pgworkerd.storage.reads import HORIZON_WARN_LEASES, Horizon, Reads
-from pgworkerd.storage.store import DEFAULT_SCHEMA, STATES, JobStore
+from pgworkerd.storage.states import STATES
+from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 
 FINISHED_WINDOW_MIN = 5  # `finished_per_minute` averages over this many minutes
 # `status` lists at most this many running jobs that reported progress (longest running

@@ -17,7 +17,8 @@ import psycopg
 
 from pgworkerd.client.producer import check_name, schema_of
 from pgworkerd.storage.queue_pauses import QueuePauseStore
-from pgworkerd.storage.store import DEFAULT_SCHEMA, STATES
+from pgworkerd.storage.states import STATES
+from pgworkerd.storage.store import DEFAULT_SCHEMA
 
 
 def pause_queue(conn: psycopg.Connection[Any], queue: str, *, schema: str | None = None) -> bool:

@@ -30,7 +30,7 @@ from psycopg.pq import TransactionStatus
 
 from pgworkerd.client.producer import schema_of
 from pgworkerd.errors import JobNotFound, NoResult, WaitError
-from pgworkerd.storage.store import FINAL_STATES
+from pgworkerd.storage.states import FINAL_STATES
 from pgworkerd.storage.waiting import FinishedJobs, Outcome
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -20,7 +20,9 @@ from pgworkerd.config.limits import LimitConcurrency, PerKeyLimits, Rate
 from pgworkerd.config.periodic import PeriodicEntry, check_entries
 from pgworkerd.config.retention import Retention
 from pgworkerd.config.units import Bytes, Count, QueueName, Seconds, Section, host_port
-from pgworkerd.storage.limits import QueueLimits
+
+if TYPE_CHECKING:  # storage.limits loads psycopg: reading a config does not need it
+    from pgworkerd.storage.limits import QueueLimits
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _HANDLER_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -259,6 +261,8 @@ class Config(BaseSettings):
     def queue_limits(self, queues: Iterable[str] | None = None) -> dict[str, QueueLimits]:
         """The limited queues among `queues` (default: all) and their limits, as the
         claim takes them (storage/limits.py)."""
+        from pgworkerd.storage.limits import QueueLimits
+
         limits = {}
         for queue in self.queues if queues is None else queues:
             settings = self.queues[queue]

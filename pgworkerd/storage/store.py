@@ -36,10 +36,6 @@ from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_qu
 
 DEFAULT_SCHEMA = "pgworkerd"
 TUPLES_OK = ExecStatus.TUPLES_OK
-# Every state of a job, in the order tables show them; the last three are final.
-# `waiting`: for the jobs it was enqueued after (workflows).
-STATES = ("waiting", "queued", "running", "succeeded", "dead", "cancelled")
-FINAL_STATES = STATES[3:]
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from pgworkerd.errors import InvalidJob
 from pgworkerd.storage import connections, migrations
 from pgworkerd.storage.dashboard import PAUSED_KEYS_SHOWN, SCAN_WINDOW, DashboardReads
 from pgworkerd.storage.limits import LimitReads
-from pgworkerd.storage.store import STATES
+from pgworkerd.storage.states import STATES
 from pgworkerd.web import overview
 from pgworkerd.web.settings import Settings
 

@@ -100,6 +100,50 @@ def test_bad_command_lines_exit_2_with_one_line(db_dsn, tmp_path, args, message)
         assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
 
 
+# Runs the command in a Python of its own, as `python -m pgworkerd` would, and prints
+# which of the database's and the daemon's modules it loaded.
+LOADED = """
+import sys
+from pgworkerd.cli.main import main
+try:
+    main(sys.argv[1:])
+finally:
+    heavy = ("psycopg", "pgworkerd.client.producer", "pgworkerd.supervisor.core")
+    print("loaded:", *[m for m in heavy if m in sys.modules])
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--help"], None),
+        (["jobs", "list", "--limit", "0"], "--limit: '0' is not a positive integer"),
+        (["check", "-c", "bad.yaml"], "colour: unknown key"),
+        (["run"], "colour: unknown key"),  # the config of $PGWORKERD_CONFIG
+    ],
+)
+def test_a_command_that_stops_before_the_database_does_not_load_it(tmp_path, args, message):
+    """Every call is a new Python: psycopg and the client (~0.4 s of imports) load at a
+    command's first need of the database, not for --help, a bad argument or config."""
+    (tmp_path / "bad.yaml").write_text("colour: red\n")
+    env = {"PGWORKERD_CONFIG": str(tmp_path / "bad.yaml"), "PGWORKERD_DATABASE_URL": "x"}
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
+    result = subprocess.run(
+        [sys.executable, "-c", LOADED, *args],
+        env=full_env | env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stdout.splitlines()[-1] == "loaded:", (result.stdout, result.stderr)
+    if message is None:
+        assert result.returncode == 0 and "usage: pgworkerd" in result.stdout
+    else:
+        assert_one_line_error(result, 2, message)
+
+
 def test_a_missing_config_file_named_explicitly_is_an_error(tmp_path):
     for args in (
         ["-c", str(tmp_path / "nope.yaml"), "migrate"],
