@@ -90,11 +90,10 @@ def test_at_most_ten_modules_at_the_top_and_the_rest_in_the_folders_of_their_sid
 
 def test_the_client_side_never_imports_the_daemon() -> None:
     graph = _graph()
-    # The public names of pgworkerd/__init__ load on first use (pgworkerd/_lazy.py):
+    # The public names of pgworkerd/__init__ load on first use (pgworkerd/__init__.pyi):
     # what they load starts from their modules, not from the package's own imports.
-    lazy = ast.literal_eval(_assigned(PACKAGE / "__init__.py", "_EXPORTS"))
     client = [m for m in graph if m.startswith("pgworkerd.client")]
-    reached, todo = set(), ["pgworkerd", *client, *lazy.values()]
+    reached, todo = set(), ["pgworkerd", *client, *_public_names().values()]
     while todo:
         module = todo.pop()
         if module not in reached:
@@ -116,22 +115,25 @@ def test_statements_run_from_storage_only() -> None:
     assert [at for at in outside if not at.startswith("pgworkerd.housekeeping.session:")] == []
 
 
-def _assigned(path: Path, name: str) -> ast.expr:
-    """The expression a module assigns to `name` at its top level."""
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == name:
-            return node.value
-    raise AssertionError(f"{path} assigns no {name}")
+def _public_names() -> dict[str, str]:
+    """Each public name of the package and the module pgworkerd/__init__.pyi loads it from."""
+    names = {}
+    for node in ast.parse((PACKAGE / "__init__.pyi").read_text()).body:
+        if not isinstance(node, ast.ImportFrom):
+            continue  # the docstring, __all__
+        assert node.level == 1, ast.unparse(node)  # what lazy_loader can read
+        names.update({alias.name: f"pgworkerd.{node.module}" for alias in node.names})
+    return names
 
 
 def test_every_public_name_loads_from_the_module_the_package_says() -> None:
-    """`import pgworkerd` loads none of them (see pgworkerd/_lazy.py); each name of
-    __all__ is in the table that loads it, and is that module's object."""
+    """`import pgworkerd` loads none of them (pgworkerd/__init__.pyi); each name of
+    __all__ is one the stub names, and is its module's object."""
     import importlib
 
     import pgworkerd
 
-    exports = ast.literal_eval(_assigned(PACKAGE / "__init__.py", "_EXPORTS"))
+    exports = _public_names()
     assert sorted(pgworkerd.__all__) == sorted(exports)
     for name, module in exports.items():
         assert getattr(pgworkerd, name) is getattr(importlib.import_module(module), name)
