@@ -46,6 +46,12 @@ def environment_variable(job: pgworkerd.Job) -> str | None:
     return os.environ.get(job.payload["name"])
 
 
+def public_names_not_loaded(job: pgworkerd.Job) -> list[str]:
+    """The public names (pgworkerd.result, cancel, ...) this worker would load itself on
+    first use: none, if the supervisor loaded them all before its fork."""
+    return [name for name in pgworkerd.__all__ if name not in vars(pgworkerd)]
+
+
 def record(job: pgworkerd.Job) -> dict[str, Any]:
     _record(job, "start")
     return {"pid": os.getpid()}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+import pgworkerd
 from pgworkerd import config as config_module
 from pgworkerd import logs
 from pgworkerd.cli.common import EXIT_OK, CommandAdder, connect, load_config
@@ -64,6 +65,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     registry = handlers.load_registry(config.handlers, config.task_modules)
     handlers.check_periodic_kinds(config, registry)
     handlers.check_child_modules(config)
+    # `import pgworkerd` loads each public name on first use: load them all here, once,
+    # so a handler calling pgworkerd.result or cancel does not import their modules in
+    # every worker after the fork (nor a HUP's new workers).
+    for name in pgworkerd.__all__:
+        getattr(pgworkerd, name)
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd run") as conn:
         migrations.check_version(conn, config.database.schema_name)

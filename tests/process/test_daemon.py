@@ -33,6 +33,18 @@ def test_two_hundred_jobs_succeed_with_two_workers_and_readable_titles(start_dae
     assert daemon.alive_children() == []
 
 
+def test_a_handler_finds_the_public_api_loaded_before_the_fork(start_daemon, history_conn):
+    """`import pgworkerd` loads each public name on first use; the daemon loads them all
+    before it forks, so a handler calling pgworkerd.result or cancel does not import
+    their modules in every worker, after the fork."""
+    probe = pgworkerd.enqueue(history_conn, "public_names_not_loaded", {})
+    daemon = start_daemon()
+    wait_until(job_in_state(history_conn, probe, "succeeded"), what="the probe job")
+    assert job(history_conn, probe)["result"] == []
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
 def test_one_worker_runs_jobs_in_priority_order(start_daemon, history_conn):
     now = history_conn.execute("SELECT now()").fetchone()[0]
     from datetime import timedelta
