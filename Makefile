@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-$(DJANGO_STAMP): pyproject.toml
+$(DJANGO_STAMP): pyproject.toml | $(STAMP)
 	@test -n "$(PYTHON312)" || { echo "make: the Django tier needs Python 3.12 (python3.12 on PATH, or ~/.pyenv/versions/3.12*/bin/python3.12); none found" >&2; exit 1; }
 	$(PYTHON312) -m venv $(DJANGO_VENV)
 	$(DJANGO_VENV)/bin/pip install --quiet --upgrade pip
@@ -38,11 +38,12 @@ test-deps:
 # scenarios included; then the Django tier (tests/django) in its Python 3.12 venv.
 # Once .venv is built, the lint and the type check (mypy's first run on a fresh clone:
 # ~25 s), the Django venv and the system packages do not depend on each other: a
-# sub-make runs them side by side. (The two venvs are not built at once: each
-# editable install writes pgworkerd.egg-info in this directory.) The tests themselves
-# run one tier at a time, nothing beside them.
+# sub-make runs them side by side, each one's output printed whole when it ends. (The
+# two venvs are never built at once, even when pyproject.toml looks newer than .venv's
+# stamp: the Django venv's rule waits for .venv's, since each editable install writes
+# pgworkerd.egg-info in this directory.) The tests run one tier at a time, nothing beside.
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j3 checks $(DJANGO_STAMP) test-deps
+	$(MAKE) --no-print-directory -j3 --output-sync=target checks $(DJANGO_STAMP) test-deps
 	$(BIN)/pytest --ignore=tests/django $(PYTEST_ARGS)
 	$(DJANGO_VENV)/bin/pytest tests/django $(PYTEST_ARGS)
 
