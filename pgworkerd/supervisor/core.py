@@ -37,7 +37,6 @@ from pgworkerd.supervisor import enforcement, operating
 from pgworkerd.supervisor.children import ChildProcess
 from pgworkerd.supervisor.http import HttpListener
 from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
-from pgworkerd.supervisor.metrics import METRICS
 from pgworkerd.supervisor.signals import SignalInbox
 from pgworkerd.supervisor.systemd import Notifier
 from pgworkerd.supervisor.wakeups import Wakeups
@@ -299,8 +298,6 @@ class Supervisor:
             log_format=self.log_format,
             supervisor_pid=self.pid,
             boot=handlers.child_loader(self.config, self.registry),
-            # Set for good before the first fork (operating.start), never by a reload.
-            report_outcomes=METRICS.counting,
         )
 
     # -- housekeeping and leases ----------------------------------------------------------

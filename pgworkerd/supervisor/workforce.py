@@ -183,7 +183,6 @@ def worker_spec(
     log_format: str,
     supervisor_pid: int,
     boot: Callable[[], Mapping[str, Callable[..., Any]]] | None = None,
-    report_outcomes: bool = True,
 ) -> WorkerSpec:
     """What the child for `seat` is told at its fork, under `config`."""
     queues = tuple(config.claim_order(seat.pool))
@@ -208,5 +207,4 @@ def worker_spec(
         threads=seat.pool.threads,
         boot=boot,
         limits=config.queue_limits(queues),
-        report_outcomes=report_outcomes,
     )

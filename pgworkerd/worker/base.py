@@ -101,11 +101,7 @@ class BaseWorker:
         self._wake_r, self._wake_w = os.pipe()
         self.connection = WorkerConnection(spec, self._wake_r, lambda: self.stopping)
         self.outcomes = OutcomeWriter(
-            self.store,
-            self.connection,
-            status,
-            SuccessBuffer(spec.batch_size),
-            report_outcomes=spec.report_outcomes,
+            self.store, self.connection, status, SuccessBuffer(spec.batch_size)
         )
         # What every claim of this worker names (the spec is fixed for its life).
         self._claim_of = ClaimScope(

@@ -31,8 +31,6 @@ class OutcomeWriter:
         connection: WorkerConnection,
         status: StatusWriter,
         successes: SuccessBuffer,
-        *,
-        report_outcomes: bool = True,
     ) -> None:
         self.store = store
         self.connection = connection
@@ -44,7 +42,6 @@ class OutcomeWriter:
         # its start board that its last started job returned (no write, no wake-up of
         # the supervisor). Its slots' jobs end in start order, so that names them all.
         self.post_returned: Callable[[], None] | None = None
-        self.report_outcomes = report_outcomes  # in `done`: see WorkerSpec
 
     def flush(self) -> None:
         """Write the pending successes now."""
@@ -95,17 +92,12 @@ class OutcomeWriter:
                 )
         if lines:
             logs.events(log, lines)
-        ids = tuple(s.job.id for s in successes)
-        done = (
-            Done(
-                ids,
-                tuple(
-                    ("succeeded" if s.job.id in kept else "lost", s.duration_ms / 1000)
-                    for s in successes
-                ),
-            )
-            if self.report_outcomes
-            else Done(ids)
+        done = Done(
+            tuple(s.job.id for s in successes),
+            tuple(
+                ("succeeded" if s.job.id in kept else "lost", s.duration_ms / 1000)
+                for s in successes
+            ),
         )
         if then is None:
             self.status.send(done)
@@ -130,8 +122,7 @@ class OutcomeWriter:
         written = self._until_written(lambda conn: self._write(conn, job, outcome, duration_ms))
         if written is None:
             written = "lost"
-        outcomes = ((written, duration_ms / 1000),) if self.report_outcomes else ()
-        self.status.send(Done((job.id,), outcomes))
+        self.status.send(Done((job.id,), ((written, duration_ms / 1000),)))
 
     def _say_finishing(self, ids: Iterable[int]) -> None:
         """Tell the supervisor these jobs' handlers returned, before their write."""

@@ -36,10 +36,6 @@ class WorkerSpec:
     boot: Callable[[], Mapping[str, Callable[..., Any]]] | None = None
     # The flow-control limits of its limited queues (storage/limits.py); empty: none.
     limits: Mapping[str, QueueLimits] = field(default_factory=dict)
-    # Whether a `done` names each job's outcome and handler time: only a supervisor
-    # that serves /metrics counts them (decoding them cost it ~0.7 µs a job, and the
-    # child as much to encode: bench/results/noop-round6-20261127.md).
-    report_outcomes: bool = True
 
     @property
     def name(self) -> str:
