@@ -8,8 +8,7 @@ Three channels, each with one writer and one reader:
    renew their leases, and to settle them if the child dies) and how each one ended:
 
        claimed    leased jobs, numbered first, first+1, ... in claim order
-       finishing  these handlers returned; their outcomes are being written (a child
-                  running one job at a time says it on its start board instead)
+       finishing  these handlers returned; their outcomes are being written
        done       these outcomes are written (or their leases were found lost)
        released   these jobs were given back unstarted, uncharged
        idle       nothing to claim: waiting for a `wake` on the control pipe
@@ -22,9 +21,7 @@ Three channels, each with one writer and one reader:
    and when (CLOCK_MONOTONIC, the same clock in every process of the host: the
    supervisor's runtime deadlines use it as it is). A message per start would cost the
    child a write and the supervisor a wake-up for every job; the supervisor reads the
-   board on its own schedule instead. A child that runs one job at a time also posts
-   there, per slot, the claim number of the job it last saw return, in place of the
-   `finishing` message (which cost the supervisor a wake-up of its own every batch).
+   board on its own schedule instead.
 
 3. **Control pipe**, supervisor -> child (`control.py`): `skip <id> <token>` (the
    lease of that unstarted job is gone: do not start it), `wake` (a job it can run
@@ -46,12 +43,9 @@ Ordering rules:
 * The child posts one start at a time: the record, then the counter of starts posted.
   The supervisor reads every slot's record between two reads of that counter, and
   again if it moved: its view of the slots is of one moment.
-* `finishing` (or the board's returned job) is said before an outcome's write and
-  `done` after it: when the supervisor's renewal finds a lease gone, a job it knows as
-  finishing was ended by its own holder, not rescued, and is let be. The supervisor
-  reads the board before it judges a renewal, settles a dead child, or acts on a
-  message, as it reads the pipe; it reads a slot's returned job before the starts, so
-  the start of every job named returned is among what it reads.
+* `finishing` is sent before an outcome's write and `done` after it: when the
+  supervisor's renewal finds a lease gone, a job it knows as finishing was ended by
+  its own holder, not rescued, and is let be.
 * Deciding to start a job and posting its start are one step: a `stopping` caused by
   a SIGTERM that arrives in between is sent only after the post.
 * The supervisor writes a control line before counting it on the board; the child

@@ -4,10 +4,7 @@ job and would cost a system call each way through a pipe:
   * which claimed job each execution slot of the child started last, and when
     (child -> supervisor);
   * how many lines the supervisor wrote to the child's control pipe (supervisor ->
-    child), so the child reads that pipe only when there is something in it;
-  * which job each slot last saw return (child -> supervisor), posted before the
-    job's outcome is written: what the `finishing` message says, without a write
-    and a wake-up of the supervisor for every batch (see pgworkerd/ipc).
+    child), so the child reads that pipe only when there is something in it.
 
 Each start record is (the job's claim number, its start time in integer nanoseconds, a
 check): integers only, so the check is two XORs, not a float's bits through struct on
@@ -29,9 +26,6 @@ _COUNTER = struct.Struct("<q")  # one of the header's two
 # Claim number, start time (time.monotonic_ns(): the clock of time.monotonic()), check.
 _RECORD = struct.Struct("<qqq")
 _CHECK_SEED = 0x5A17_0F_C0FFEE
-# After the start records, one per slot: the claim number of the job that slot last
-# saw return, and a check (a read that catches the write half done reads again).
-_RETURNED = struct.Struct("<qq")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +42,9 @@ class StartBoard:
         self.slots = slots
         # Anonymous and shared (mmap's default on Unix): the forked child writes the
         # very page the supervisor reads, and the other way round.
-        self._returned_at = _HEADER.size + slots * _RECORD.size
-        self._memory = mmap.mmap(-1, self._returned_at + slots * _RETURNED.size)
+        self._memory = mmap.mmap(-1, _HEADER.size + slots * _RECORD.size)
         for slot in range(slots):
             self._write_record(slot, 0, 0)
-            self._write_returned(slot, 0)
         self._starts_posted = 0  # the child's own count
         self._control_lines = 0  # the supervisor's own count
 
@@ -70,13 +62,6 @@ class StartBoard:
         )
         self._starts_posted += 1
         _COUNTER.pack_into(self._memory, 0, self._starts_posted)
-
-    def post_returned(self, slot: int = 0) -> None:
-        """The job execution slot `slot` started last has returned (its handler ended):
-        posted before that job's outcome is written. Only for a slot with no job
-        running, which a child running one job at a time is outside its handler."""
-        number = _RECORD.unpack_from(self._memory, _HEADER.size + slot * _RECORD.size)[0]
-        self._write_returned(slot, number)
 
     def control_lines(self) -> int:
         """How many lines the supervisor has written to the control pipe so far."""
@@ -112,18 +97,6 @@ class StartBoard:
                 found.append(StartRecord(slot, number, started_ns / 1e9))
         return found
 
-    def returned(self) -> tuple[int, ...]:
-        """The claim number of the job each slot last posted as returned (0: none)."""
-        found = []
-        for slot in range(self.slots):
-            offset = self._returned_at + slot * _RETURNED.size
-            while True:
-                number, check = _RETURNED.unpack_from(self._memory, offset)
-                if check == number ^ _CHECK_SEED:
-                    break
-            found.append(number)
-        return tuple(found)
-
     def wrote_control_line(self) -> None:
         """Count a line written to the control pipe (after writing it)."""
         self._control_lines += 1
@@ -137,7 +110,3 @@ class StartBoard:
         _RECORD.pack_into(
             self._memory, offset, number, started_ns, number ^ started_ns ^ _CHECK_SEED
         )
-
-    def _write_returned(self, slot: int, number: int) -> None:
-        offset = self._returned_at + slot * _RETURNED.size
-        _RETURNED.pack_into(self._memory, offset, number, number ^ _CHECK_SEED)

@@ -51,26 +51,15 @@ class ChildProcess:
     finished_any: bool = False
     boot_error: str | None = None
     idle: bool = False  # said `idle` and was not woken since: waits for a `wake`
-    returned_seen: tuple[int, ...] = ()  # the board's returned jobs last acted on in full
 
     @property
     def name(self) -> str:
         return f"{self.pool}#{self.index}"
 
     def sync_starts(self) -> None:
-        """Act on the starts and returns the child posted on its board, if any is new
-        to us."""
-        # Read before the starts: a job is posted started before it is posted returned,
-        # so the starts read next include that of every job named here.
-        returned = self.board.returned()
-        if self.board.starts_posted() != self.ledger.starts_seen:
-            self._sync_records()
-        if returned != self.returned_seen:
-            if self.ledger.returned(returned):
-                self.returned_seen = returned
-            self._count_starts()
-
-    def _sync_records(self) -> None:
+        """Act on the starts the child posted on its board, if any is new to us."""
+        if self.board.starts_posted() == self.ledger.starts_seen:
+            return
         # One consistent view across slots: a slot read before its newest post, beside
         # one read after a later post, would make the ledger infer its job returned.
         posted, records = self.board.snapshot()

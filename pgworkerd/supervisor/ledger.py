@@ -209,31 +209,11 @@ class ChildLedger:
     def finishing(self, ids: Iterable[int]) -> None:
         for job_id in ids:
             job = self.jobs.get(job_id)
-            if job is not None:
-                self._returned(job)
-
-    def returned(self, numbers: Iterable[int]) -> bool:
-        """The start board says the jobs claimed as `numbers` returned (a slot's last
-        returned job, 0 for none): what `finishing` says of them. Whether every number
-        was understood (False: one names a claim whose message is still unread)."""
-        complete = True
-        for number in numbers:
-            job = self._by_number.get(number)
-            if job is None:
-                # Above what we know: look again once its `claimed` is read. At or
-                # below: settled already.
-                complete = complete and number <= self.claimed_through
-            else:
-                self._returned(job)
-        return complete
-
-    def _returned(self, job: LedgerJob) -> None:
-        """Its handler returned: only its outcome's write is left."""
-        if job.state in _UNFINISHED:
-            if job.state is JobState.CLAIMED:
-                self.fresh_starts.append(job)  # started and returned unseen
-            job.state = JobState.FINISHING
-            self._moments = None
+            if job is not None and job.state in _UNFINISHED:
+                if job.state is JobState.CLAIMED:
+                    self.fresh_starts.append(job)  # started and returned unseen
+                job.state = JobState.FINISHING
+                self._moments = None
 
     def done(self, ids: Iterable[int]) -> None:
         """Their outcomes are written (or found fenced off): nothing left to do."""

@@ -44,9 +44,6 @@ class Worker(BaseWorker):
         self.executor = Executor()
         self._running: Job | None = None  # the job whose handler runs; for USR1
         super().__init__(spec, status, control, board)
-        # Outcomes are written only between jobs, when the last one started has
-        # returned: the board says so (slot 0), for the `finishing` message.
-        self.outcomes.post_returned = board.post_returned
 
     def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
         job = self._running

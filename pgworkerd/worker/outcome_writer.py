@@ -1,12 +1,11 @@
 """Writing a worker child's outcomes: fenced by each job's lease, retried across
 reconnects (an unwritten outcome would make its job run again), and announced to the
-supervisor (`finishing` before the write, or its start board's equivalent; `done`
-after: see pgworkerd/ipc)."""
+supervisor (`finishing` before the write, `done` after: see pgworkerd/ipc)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
@@ -38,10 +37,6 @@ class OutcomeWriter:
         self.successes = successes  # written with the next claim, or by flush()
         # Two lines a job at info: not even built when the level leaves them out.
         self.log_jobs = log.isEnabledFor(logging.INFO)
-        # Set by a child that runs one job at a time: it says `finishing` by posting on
-        # its start board that its last started job returned (no write, no wake-up of
-        # the supervisor). Its slots' jobs end in start order, so that names them all.
-        self.post_returned: Callable[[], None] | None = None
 
     def flush(self) -> None:
         """Write the pending successes now."""
@@ -59,7 +54,7 @@ class OutcomeWriter:
         one's lease and result."""
         if not successes:
             return []
-        self._say_finishing(s.job.id for s in successes)
+        self.status.send(Finishing(tuple(s.job.id for s in successes)))
         return [(s.job.lease, s.result_json) for s in successes]
 
     def written(
@@ -118,18 +113,11 @@ class OutcomeWriter:
     def _write_at_once(self, job: Job, outcome: Outcome, duration_ms: float) -> None:
         # Said before the write: a supervisor whose renewal finds the lease gone then
         # knows it was this write, not a rescue, and lets it be.
-        self._say_finishing((job.id,))
+        self.status.send(Finishing((job.id,)))
         written = self._until_written(lambda conn: self._write(conn, job, outcome, duration_ms))
         if written is None:
             written = "lost"
         self.status.send(Done((job.id,), ((written, duration_ms / 1000),)))
-
-    def _say_finishing(self, ids: Iterable[int]) -> None:
-        """Tell the supervisor these jobs' handlers returned, before their write."""
-        if self.post_returned is None:
-            self.status.send(Finishing(tuple(ids)))
-        else:
-            self.post_returned()
 
     def _until_written(self, write: Callable[[psycopg.Connection[Any]], T]) -> T | None:
         """What `write` returned once it went through, reconnecting as often as it takes

@@ -141,32 +141,6 @@ def test_start_board_is_shared_with_a_forked_child() -> None:
     board.close()
 
 
-def test_start_board_says_which_job_each_slot_saw_return() -> None:
-    board = StartBoard(slots=2)
-    assert board.returned() == (0, 0)
-    board.post_start(1, slot=0)
-    board.post_start(2, slot=1)
-    board.post_start(3, slot=0)
-    board.post_returned(slot=0)  # the job slot 0 started last
-    assert board.returned() == (3, 0)
-    assert [(r.slot, r.number) for r in board.records()] == [(0, 3), (1, 2)]  # untouched
-    board.close()
-
-
-def test_a_returned_job_posted_by_a_forked_child_is_read_by_its_parent() -> None:
-    board = StartBoard()
-    pid = os.fork()
-    if pid == 0:
-        board.post_start(41)
-        board.post_returned()
-        board.post_start(42)
-        os._exit(0)
-    os.waitpid(pid, 0)
-    assert board.returned() == (41,)
-    assert [r.number for r in board.records()] == [42]
-    board.close()
-
-
 def test_control_lines_are_read_only_when_the_board_counts_news(pipe: tuple[int, int]) -> None:
     r, w = pipe
     board = StartBoard()

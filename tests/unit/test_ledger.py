@@ -113,39 +113,6 @@ def test_finishing_done_and_released_messages() -> None:
     assert states(ledger) == {9: JobState.CLAIMED}
 
 
-def test_a_job_the_board_says_returned_is_finishing_and_let_be_by_a_renewal() -> None:
-    ledger = ChildLedger()
-    claim(ledger, [7, 8])
-    ledger.observe_starts([StartRecord(0, 1, T0)])
-    assert ledger.returned([1]) is True
-    assert states(ledger) == {7: JobState.FINISHING, 8: JobState.CLAIMED}
-    assert ledger.jobs[7].deadline() is None
-    sent = set(ledger.leases())
-    verdict = ledger.renewal(sent, renewed={8}, sent_at=T0 + 10)  # 7's write ended it
-    assert verdict.lost_running == [] and ledger.jobs[7].state is JobState.FINISHING
-    assert ledger.returned([0]) is True  # no job returned in that slot yet: nothing
-
-
-def test_a_returned_job_of_an_unread_claim_is_looked_at_again_later() -> None:
-    ledger = ChildLedger()
-    claim(ledger, [7])
-    assert ledger.returned([2]) is False
-    claim(ledger, [8], first=2)
-    assert ledger.returned([2]) is True
-    assert ledger.jobs[8].state is JobState.FINISHING  # started and returned unseen
-    assert [job.id for job in ledger.fresh_starts] == [8]
-
-
-def test_a_child_killed_after_its_board_said_returned_is_charged_as_finishing() -> None:
-    ledger = ChildLedger()
-    claim(ledger, [7])
-    ledger.observe_starts([StartRecord(0, 1, T0)])
-    ledger.returned([1])
-    [settlement] = ledger.settlements(None, "was killed by SIGKILL")
-    error = settlement.charge_error
-    assert error is not None and "after the job's handler returned" in error
-
-
 def test_stopping_releases_exactly_the_unstarted_jobs() -> None:
     ledger = ChildLedger()
     claim(ledger, [7, 8, 9])
