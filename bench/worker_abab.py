@@ -6,7 +6,9 @@
 Each run: a throwaway cluster, 60,000 no-op jobs inserted, `pgworkerd run` with two
 processes and everything else at its defaults (batch_size 10, info logs); after a
 start-up pause, the supervisor's and its workers' CPU (psutil) over a window, divided
-by the jobs the database shows succeeded in it. Runs alternate: OTHER, this, OTHER,
+by the jobs the database shows succeeded in it, and the supervisor's wake-ups (its
+voluntary context switches: each a wait of its loop that slept) per 100 jobs, a
+count the machine's load moves far less than CPU time. Runs alternate: OTHER, this, OTHER,
 this... With `--spy DIR`, py-spy (on the PATH or PY_SPY) samples one worker and the
 supervisor of each run for 6 s at 200 Hz into DIR (raw format). `--config JSON`: keys
 merged into both sides' config file, e.g. the tuned row's
@@ -114,10 +116,11 @@ def _window(
     time.sleep(STARTUP_S)
     workers = supervisor.children()
 
-    def cpu() -> tuple[float, float]:
+    def cpu() -> tuple[float, float, int]:
         own = supervisor.cpu_times()
         kids = [w.cpu_times() for w in workers]
-        return own.user + own.system, sum(k.user + k.system for k in kids)
+        woken = supervisor.num_ctx_switches().voluntary
+        return own.user + own.system, sum(k.user + k.system for k in kids), woken
 
     def done() -> int:
         row = conn.execute(
@@ -153,6 +156,7 @@ def _window(
         "supervisor_s_per_10k": (c1[0] - c0[0]) / jobs * 1e4,
         "workers_s_per_10k": (c1[1] - c0[1]) / jobs * 1e4,
         "tree_s_per_10k": (c1[0] - c0[0] + c1[1] - c0[1]) / jobs * 1e4,
+        "supervisor_wakeups_per_100": (c1[2] - c0[2]) / jobs * 100,
         "load": os.getloadavg()[0],
     }
 
@@ -213,7 +217,8 @@ def main() -> int:
             print(
                 f"{tag}: {r['jobs_per_s']:,.0f} jobs/s; CPU s per 10k jobs: supervisor "
                 f"{r['supervisor_s_per_10k']:.3f}, workers {r['workers_s_per_10k']:.3f}, "
-                f"tree {r['tree_s_per_10k']:.3f}; load {r['load']:.1f}",
+                f"tree {r['tree_s_per_10k']:.3f}; supervisor wake-ups per 100 jobs "
+                f"{r['supervisor_wakeups_per_100']:.2f}; load {r['load']:.1f}",
                 flush=True,
             )
     for side in ("A", "B"):
