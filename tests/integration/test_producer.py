@@ -201,10 +201,11 @@ def test_the_bare_statement_writes_the_row_of_the_full_one(way, db_dsn, conn):
     # jobs_insert_bare leaves seven columns to their defaults; jobs_insert_one writes
     # them from NULL parameters. In one transaction (the same now()), every column but
     # the id must come out the same.
-    with way.connect(db_dsn) as pconn:
+    with way.connect(db_dsn) as pconn, way.count_statements() as execute:
         bare = way.enqueue(pconn, "k", {"n": [1, "two"]}, queue="mail")
         full = way.enqueue(pconn, "k", {"n": [1, "two"]}, queue="mail", priority=0)
         pconn.commit()
+    assert [c.args[1] for c in execute.call_args_list] == [BARE, ONE]
     rows = [
         conn.execute(
             "SELECT to_jsonb(j) - 'id' FROM pgworkerd.jobs AS j WHERE id = %s", (i,)
