@@ -44,6 +44,10 @@ _ONE_STATEMENT_KEYS = frozenset(
     {"kind", "queue", "payload", "priority", "delay_s", "run_at", "max_attempts"}
     | {"max_runtime_s", "key", "trace_context"}
 )
+# enqueue's barest call, one job given no option but its queue: it goes in by
+# jobs_insert_bare, three parameters, validated and run without the record and the
+# Statement of the other calls (bench/results/enqueue-one-round9-20261127.md).
+_BARE_OPTIONS = frozenset({"queue"})
 # Look-up-then-insert rounds for a unique key whose holder finishes while we look.
 MAX_UNIQUE_KEY_ROUNDS = 5
 
@@ -114,6 +118,9 @@ class Producer:
     ) -> int:
         """Enqueue one job in `conn`'s transaction; returns its id (or, for a
         `unique_key` held by a queued or running job, that job's id)."""
+        if options.keys() <= _BARE_OPTIONS and not otel.tracing():
+            target = _psycopg(conn)  # first, as below: the same errors in the same order
+            return self.store.insert_bare(target, *self._bare(kind, payload, options))
         return _run(_psycopg(conn), self._one(kind, payload, options))[0]
 
     async def enqueue_async(
@@ -124,6 +131,9 @@ class Producer:
         **options: Unpack[EnqueueOptions],
     ) -> int:
         """`enqueue` in `aconn`'s transaction."""
+        if options.keys() <= _BARE_OPTIONS and not otel.tracing():
+            bare = self._bare(kind, payload, options)
+            return await self.store.insert_bare_async(await _psycopg_async(aconn), *bare)
         steps = self._one(kind, payload, options)
         return (await _run_async(await _psycopg_async(aconn), steps))[0]
 
@@ -143,6 +153,15 @@ class Producer:
     # _one and _many check the arguments when called; the steps check the payloads as
     # they encode them, before their first statement (and _one the payload of the
     # statement it returns alone, before returning it): no SQL runs for a refused job.
+    def _bare(self, kind: Any, payload: Any, options: EnqueueOptions) -> tuple[str, str, str]:
+        """(queue, kind, payload JSON) of a job given no option but its queue: the checks
+        `_job_record` and `_insert_one` make of those three, in their order, with their
+        errors, and no record built."""
+        queue = options.get("queue", "default")
+        _check_name("kind", kind)
+        _check_name("queue", queue)
+        return queue, kind, dump_payload(payload, max_bytes=self.max_payload_bytes)
+
     def _one(self, kind: Any, payload: Any, options: EnqueueOptions) -> Steps | OneStatement:
         record = _job_record(kind=kind, payload=payload, **options)
         if _ONE_STATEMENT_KEYS.issuperset(record) and not otel.tracing():

@@ -17,6 +17,7 @@ import pytest
 from pgworkerd import InvalidJob, Producer
 from pgworkerd.client.producer import default_producer
 from pgworkerd.storage.channels import notify_channel
+from pgworkerd.storage.queries import statements
 from pgworkerd.storage.store import JobStore
 from tests.integration.producer_ways import AsyncWay, SyncWay
 
@@ -164,6 +165,63 @@ def test_every_option_of_one_job_lands_as_in_a_list(way, pconn, conn, options):
         assert rows[0][-2] == options["run_at"]
     else:  # delay from the transaction's start: exactly that many seconds
         assert rows[0][-1] == options.get("delay", 0)
+
+
+BARE = statements("pgworkerd")["jobs_insert_bare"]
+ONE = statements("pgworkerd")["jobs_insert_one"]
+
+
+@pytest.mark.parametrize(
+    ("options", "statement"),
+    [
+        pytest.param({}, BARE, id="none"),
+        pytest.param({"queue": "mail"}, BARE, id="queue"),
+        pytest.param({"priority": 0}, ONE, id="priority-0"),
+        pytest.param({"queue": "mail", "priority": 3}, ONE, id="priority"),
+        pytest.param({"delay": 0}, ONE, id="delay"),
+        pytest.param({"run_at": datetime(2031, 1, 1, tzinfo=UTC)}, ONE, id="run_at"),
+        pytest.param({"max_attempts": 2}, ONE, id="max_attempts"),
+        pytest.param({"max_runtime": 5}, ONE, id="max_runtime"),
+        pytest.param({"key": "tenant:1"}, ONE, id="key"),
+        pytest.param({"after_failure": "run"}, ONE, id="after_failure"),
+    ],
+)
+def test_each_set_of_options_reaches_its_statement(way, pconn, conn, options, statement):
+    # Only a job given no option but its queue goes in by jobs_insert_bare (three
+    # parameters, the other columns' defaults); any other option, even at its default
+    # value, by jobs_insert_one, which has a parameter for it.
+    with way.count_statements() as execute:
+        job_id = way.enqueue(pconn, "k", {"n": 1}, **options)
+    assert [c.args[1] for c in execute.call_args_list] == [statement]
+    row = JobStore().get(conn, job_id)
+    assert row["queue"] == options.get("queue", "default") and row["payload"] == {"n": 1}
+
+
+def test_the_bare_statement_writes_the_row_of_the_full_one(way, db_dsn, conn):
+    # jobs_insert_bare leaves seven columns to their defaults; jobs_insert_one writes
+    # them from NULL parameters. In one transaction (the same now()), every column but
+    # the id must come out the same.
+    with way.connect(db_dsn) as pconn, way.count_statements() as execute:
+        bare = way.enqueue(pconn, "k", {"n": [1, "two"]}, queue="mail")
+        full = way.enqueue(pconn, "k", {"n": [1, "two"]}, queue="mail", priority=0)
+        pconn.commit()
+    assert [c.args[1] for c in execute.call_args_list] == [BARE, ONE]
+    rows = [
+        conn.execute(
+            "SELECT to_jsonb(j) - 'id' FROM pgworkerd.jobs AS j WHERE id = %s", (i,)
+        ).fetchone()[0]
+        for i in (bare, full)
+    ]
+    assert rows[0] == rows[1]
+    assert rows[0]["run_at"] == rows[0]["created_at"] and rows[0]["priority"] == 0
+
+
+def test_enqueue_on_a_connection_with_another_row_factory(way, db_dsn, conn):
+    # The id is read from the result itself, not through the connection's row_factory:
+    # a dict_row connection got KeyError(0) from enqueue before round 9.
+    with way.connect(db_dsn, autocommit=True, row_factory=psycopg.rows.dict_row) as pconn:
+        job_id = way.enqueue(pconn, "k", {"n": 1}, queue="q")
+    assert isinstance(job_id, int) and JobStore().get(conn, job_id)["queue"] == "q"
 
 
 def test_the_one_job_statement_is_prepared_and_keeps_one_plan(way, pconn, conn):
