@@ -119,7 +119,7 @@ RETURNING id, pg_notify({queue_channel}, queue);
 -- jobs_insert_one for a job given only its queue, kind and payload (enqueue's barest
 -- call: JobStore.insert_bare). The columns left out take their defaults, which are the
 -- values jobs_insert_one writes for options not given (priority 0, run_at now(), the
--- rest NULL): the same row (tests/integration/test_producer_bare.py compares them).
+-- rest NULL): the same row (tests/integration/test_producer.py compares them).
 -- Three parameters instead of ten: psycopg's dumping of the seven NULLs was ~4,300
 -- client instructions a call (bench/results/enqueue-one-round9-20261127.md).
 INSERT INTO {schema}.jobs (queue, kind, payload)
