@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 
 from pgworkerd.cli.common import CommandAdder, load_config
-from pgworkerd.config import ConfigError, host_port
+from pgworkerd.errors import ConfigError
 
 TIMEOUT_S = 5.0
 HELP = "exit 0 when the daemon of this config answers 200 on /readyz, else 1"
@@ -22,6 +22,8 @@ def register(command: CommandAdder) -> None:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
+    from pgworkerd.config import host_port  # loaded with the config, just above
+
     config = load_config(args)
     if config.http is None:
         raise ConfigError(["http.listen: not set: the daemon has no HTTP listener to ask"])
