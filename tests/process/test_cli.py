@@ -108,7 +108,10 @@ from pgworkerd.cli.main import main
 try:
     main(sys.argv[1:])
 finally:
-    heavy = ("psycopg", "pgworkerd.client.producer", "pgworkerd.supervisor.core", "pydantic")
+    heavy = (
+        "psycopg", "pgworkerd.client.producer", "pgworkerd.supervisor.core", "pydantic",
+        "urllib.request",
+    )
     print("loaded:", *[m for m in heavy if m in sys.modules])
 """
 
@@ -127,7 +130,8 @@ def test_a_command_that_stops_before_the_database_does_not_load_it(
 ):
     """Every call is a new Python: psycopg and the client (~0.4 s of imports) load at a
     command's first need of the database, not for --help, a bad argument or config;
-    pydantic (~0.3 s) loads with the config, not for --help or a bad argument."""
+    pydantic (~0.3 s) loads with the config, not for --help or a bad argument; urllib's
+    HTTP client (~50 ms) only for `pgworkerd health`."""
     (tmp_path / "bad.yaml").write_text("colour: red\n")
     env = {"PGWORKERD_CONFIG": str(tmp_path / "bad.yaml"), "PGWORKERD_DATABASE_URL": "x"}
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
