@@ -7,6 +7,16 @@ class PgworkerdError(Exception):
     """Base of every error pgworkerd raises on purpose."""
 
 
+class ConfigError(PgworkerdError):
+    """The configuration is unusable. `problems` holds one line per problem. Here, not
+    in `pgworkerd.config` (which re-exports it), so that the CLI can catch it without
+    loading pydantic."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
 class InvalidJob(PgworkerdError, ValueError):
     """An enqueue was refused before any SQL ran."""
 

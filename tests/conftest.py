@@ -52,8 +52,30 @@ def template_db(pg_admin_dsn: str) -> Iterator[str]:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     with psycopg.connect(make_conninfo(pg_admin_dsn, dbname=name)) as conn:
         migrate(conn, DEFAULT_SCHEMA)
+    _compact_catalogs(make_conninfo(pg_admin_dsn, dbname=name))
     yield name
     _drop_database(pg_admin_dsn, name)
+
+
+def _compact_catalogs(dsn: str) -> None:
+    """VACUUM FULL of the database's own system catalogs (not the shared ones, not the
+    schema's tables, whose never-vacuumed statistics the planner reads). Every test's
+    CREATE DATABASE ... TEMPLATE copies the template page by page: the migrations' DDL
+    left dead catalog rows, and this takes it from 8.2 to 7.1 MB (each copy ~40-50 ms
+    less at load ~3). The catalogs' rows, and so the schema, are unchanged (pg_dump -s
+    of both differ only in pg_dump's random restrict key): see
+    bench/results/ci-time-round9-20261127.md."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        catalogs = conn.execute(
+            "SELECT oid::regclass::text FROM pg_class"
+            " WHERE relnamespace = 'pg_catalog'::regnamespace AND relkind = 'r'"
+            " AND NOT relisshared"
+        ).fetchall()
+        conn.execute(
+            sql.SQL("VACUUM FULL {}").format(
+                sql.SQL(", ").join(sql.SQL(catalog) for (catalog,) in catalogs)
+            )
+        )
 
 
 @pytest.fixture

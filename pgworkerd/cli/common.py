@@ -10,11 +10,14 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from pgworkerd import config as config_module
-from pgworkerd.config import Config, parse_duration
+from pgworkerd.config_location import CONFIG_PATH_ENV, config_path
 
+# pydantic (the config's models, ~0.3 s) loads when a command reads the config or a
+# duration, not to parse the command line: `--help` and a bad argument stop before.
 if TYPE_CHECKING:
     import psycopg
+
+    from pgworkerd.config import Config
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -34,8 +37,10 @@ CommandAdder = Callable[[str, Callable[[argparse.Namespace], int], str], argpars
 
 
 def load_config(args: argparse.Namespace) -> Config:
-    explicit = args.config or os.environ.get(config_module.CONFIG_PATH_ENV)
-    path = config_module.config_path(args.config)
+    from pgworkerd import config as config_module
+
+    explicit = args.config or os.environ.get(CONFIG_PATH_ENV)
+    path = config_path(args.config)
     if not explicit and not path.exists():
         # No file at the default place: the environment alone configures us.
         return config_module.parse("", origin="<environment>")
@@ -60,6 +65,8 @@ def json_argument(name: str, text: str) -> Any:
 
 
 def duration_argument(name: str, text: str) -> float:
+    from pgworkerd.config import parse_duration
+
     try:
         return float(parse_duration(text))
     except ValueError as exc:

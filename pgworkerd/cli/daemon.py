@@ -7,9 +7,9 @@ import argparse
 import os
 
 import pgworkerd
-from pgworkerd import config as config_module
 from pgworkerd import logs
 from pgworkerd.cli.common import EXIT_OK, CommandAdder, connect, load_config
+from pgworkerd.config_location import CONFIG_PATH_ENV
 
 # Each command imports the handlers, psycopg and the daemon when it runs, not when the
 # command line is parsed: every `pgworkerd` call is a new Python, and a bad config or
@@ -73,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd run") as conn:
         migrations.check_version(conn, config.database.schema_name)
-    path = args.config or os.environ.get(config_module.CONFIG_PATH_ENV)
+    path = args.config or os.environ.get(CONFIG_PATH_ENV)
     supervisor = Supervisor(
         config=config,
         config_path=path,

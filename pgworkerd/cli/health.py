@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import urllib.error
-import urllib.request
 
 from pgworkerd.cli.common import CommandAdder, load_config
-from pgworkerd.config import ConfigError, host_port
+from pgworkerd.errors import ConfigError
 
 TIMEOUT_S = 5.0
 HELP = "exit 0 when the daemon of this config answers 200 on /readyz, else 1"
@@ -22,6 +20,13 @@ def register(command: CommandAdder) -> None:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
+    # Here, not at the top: every command's start loads this module, and urllib.request
+    # (http.client, email, ssl) is ~50 ms of it; the config's pydantic loads just below.
+    import urllib.error
+    import urllib.request
+
+    from pgworkerd.config import host_port
+
     config = load_config(args)
     if config.http is None:
         raise ConfigError(["http.listen: not set: the daemon has no HTTP listener to ask"])

@@ -11,18 +11,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from pgworkerd import config as config_module
 from pgworkerd.cli import daemon, health, jobs, keys, queues, web
 from pgworkerd.cli.common import EXIT_BAD_INPUT, EXIT_FAILURE, Parser, UsageError, fail
-from pgworkerd.config import ConfigError
-from pgworkerd.errors import InvalidJob, SchemaError
+from pgworkerd.config_location import DEFAULT_CONFIG_PATH
+from pgworkerd.errors import ConfigError, InvalidJob, SchemaError
 from pgworkerd.storage.embedded import EmbeddedError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    config_help = (
-        f"config file (default: $PGWORKERD_CONFIG, else {config_module.DEFAULT_CONFIG_PATH})"
-    )
+    config_help = f"config file (default: $PGWORKERD_CONFIG, else {DEFAULT_CONFIG_PATH})"
     parser = Parser(prog="pgworkerd", description="Background jobs on PostgreSQL.")
     parser.add_argument("-c", "--config", metavar="PATH", help=config_help)
     # Also accepted after the command; SUPPRESS keeps it from resetting one given before.

@@ -4,7 +4,6 @@ line per problem naming the key path, e.g. `workers[0].concurrency: must be ≥ 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -12,19 +11,8 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from pgworkerd.config.settings import Config
-from pgworkerd.errors import PgworkerdError
-
-DEFAULT_CONFIG_PATH = Path("config/pgworkerd.yaml")
-CONFIG_PATH_ENV = "PGWORKERD_CONFIG"
-DATABASE_URL_ENV = "PGWORKERD_DATABASE_URL"  # the contract's name; wins over the file
-
-
-class ConfigError(PgworkerdError):
-    """The configuration is unusable. `problems` holds one line per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
+from pgworkerd.config_location import DATABASE_URL_ENV, config_path
+from pgworkerd.errors import ConfigError
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -44,11 +32,6 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
-
-
-def config_path(explicit: str | os.PathLike[str] | None) -> Path:
-    """-c/--config, else $PGWORKERD_CONFIG, else config/pgworkerd.yaml."""
-    return Path(explicit or os.environ.get(CONFIG_PATH_ENV) or DEFAULT_CONFIG_PATH)
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Config:
