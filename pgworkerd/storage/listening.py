@@ -94,3 +94,19 @@ class ListeningConnection:
         while (n := pgconn.notifies()) is not None:
             out.append((n.relname.decode(encoding), n.extra.decode(encoding)))
         return out
+
+
+def marker_payload(daemon: str, pid: int, number: int) -> str:
+    """A listener's marker: its daemon ("<host>:<supervisor pid>"), its pid, its number."""
+    return f"{daemon} {pid} {number}"
+
+
+def parse_marker(payload: str) -> tuple[str, int, int] | None:
+    """marker_payload's three parts, or None for a payload of another form."""
+    parts = payload.rsplit(" ", 2)
+    if len(parts) != 3:
+        return None
+    try:
+        return parts[0], int(parts[1]), int(parts[2])
+    except ValueError:
+        return None
