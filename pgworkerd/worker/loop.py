@@ -80,6 +80,9 @@ class Worker(BaseWorker):
             if self._should_recycle():
                 return ExitCode.RECYCLED
             batch = self._claim(woken=woken)
+            if woken and batch == []:
+                # Woken or heard for a job another worker took: the herd's measure.
+                logs.event(log, logging.DEBUG, "woken; claimed nothing")
             woken = False
             if batch:
                 if self.listener is not None:
@@ -168,6 +171,11 @@ class Worker(BaseWorker):
                 logs.event(log, logging.DEBUG, "heard an enqueue: a job was enqueued")
                 return True
             woken = self.control.read()
+        if listener is not None and listener.fileno() is not None:
+            # About to claim unheard (a ready job, a wake, the timeout): what the socket
+            # holds already is counted, so that the supervisor, which counts it too,
+            # does not wake a sibling for a job this claim may take.
+            listener.read()
         if woken:
             logs.event(log, logging.DEBUG, "woken by the supervisor: a job was enqueued")
         return woken
