@@ -54,18 +54,23 @@ def test_the_pools_first_worker_hears_an_enqueue_itself(start_daemon, history_co
     assert listeners(history_conn) == 1, "one listening connection: the first pool's #1"
 
 
-def enqueue_singly(conn, count: int, *, seed: int, long_every: int = 0) -> list[tuple[int, float]]:
-    """`count` jobs, one a transaction, with random small pauses between (and a pause
-    of 2.5 s every `long_every`-th, after which a lost wake-up would show): each job's
-    id and the wall-clock time just before its enqueue."""
+def enqueue_singly(conn, count: int, *, seed: int, sleep_every: int = 0) -> list[tuple[int, float]]:
+    """`count` jobs, one a transaction, with random pauses between: each job's id and
+    the wall-clock time just before its enqueue. `sleep_every`: every such job sleeps
+    1.5 s (the rest record and end at once), with pauses of 0.25-0.5 s, so that one
+    worker at a time is busy for long and the jobs enqueued meanwhile must wake
+    another: a wake-up lost to a busy listener shows as a job started late."""
     rng = random.Random(seed)
     enqueued = []
     for n in range(count):
         at = time.time()
-        enqueued.append((pgworkerd.enqueue(conn, "record", {}), at))
+        if sleep_every and n % sleep_every == 0:
+            job_id = pgworkerd.enqueue(conn, "sleep", {"seconds": 1.5})
+        else:
+            job_id = pgworkerd.enqueue(conn, "record", {})
         conn.commit()
-        pause = 2.5 if long_every and n % long_every == long_every - 1 else rng.uniform(0, 0.05)
-        time.sleep(pause)
+        enqueued.append((job_id, at))
+        time.sleep(rng.uniform(0.25, 0.5) if sleep_every else rng.uniform(0, 0.05))
     return enqueued
 
 
@@ -88,17 +93,18 @@ def start_delays(conn, enqueued: list[tuple[int, float]]) -> dict[int, float]:
 
 def test_no_wake_up_is_lost_across_the_hand_overs(start_daemon, history_conn):
     """Single enqueues with random small pauses between: the listener hands over to the
-    supervisor and back again and again; every job starts within 2 s of its enqueue
-    (a lost one would wait for the next enqueue, or the 60 s poll after a long pause)."""
+    supervisor and back again and again, busy for long now and then; every job starts
+    within 1 s of its enqueue (a lost one would wait for the busy listener's next claim,
+    1.5 s, or for the 60 s poll)."""
     daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 2}], **SLOW_POLL)
     daemon.wait_for_workers(2)
     run_one_job(history_conn)  # past start-up
-    enqueued = enqueue_singly(history_conn, 60, seed=9, long_every=10)
+    enqueued = enqueue_singly(history_conn, 48, seed=9, sleep_every=8)
     delays = start_delays(history_conn, enqueued)
-    late = {job_id: round(d, 2) for job_id, d in delays.items() if d > 2.0}
+    late = {job_id: round(d, 2) for job_id, d in delays.items() if d > 1.0}
     assert not late, f"jobs started late (s after enqueue): {late}"
     log = daemon.log()
-    assert log.count(HEARD) >= 10, "the listener took part"
+    assert log.count(HEARD) >= 5, "the listener took part"
     assert "listener claimed" in log, "and the supervisor counted its hand-overs"
 
 
@@ -135,8 +141,8 @@ def test_a_killed_listener_is_replaced_and_jobs_are_still_picked_up(start_daemon
     )
     wait_until(lambda: listeners(history_conn) == 1, what="one listening connection again")
     daemon.wait_for_workers(2)
-    delays = start_delays(history_conn, enqueue_singly(history_conn, 20, seed=5, long_every=5))
-    late = {job_id: round(d, 2) for job_id, d in delays.items() if d > 2.0}
+    delays = start_delays(history_conn, enqueue_singly(history_conn, 24, seed=5, sleep_every=8))
+    late = {job_id: round(d, 2) for job_id, d in delays.items() if d > 1.0}
     assert not late, f"jobs started late (s after enqueue): {late}"
     assert f"worker default#1:{new}] {HEARD}" in daemon.log(), "the new #1 listens"
 
