@@ -60,7 +60,7 @@ def one_process(dsn: str, jobs: int) -> dict[str, float]:
         c0 = time.thread_time()
         notified = keeper.notified()
         read_s.append(time.thread_time() - c0)
-        assert set(notified.queues) == {"bench"}, notified
+        assert notified.queues == {"bench"}, notified
         c0 = time.thread_time()
         claimed = store.claim(
             conn, queues=["bench"], limit=100, lease_ttl_s=30.0, worker="wake_cpu", max_attempts=5

@@ -24,14 +24,14 @@ from pgworkerd.config import Config
 from pgworkerd.housekeeping import duties
 from pgworkerd.housekeeping.duties import QueueSampling, Renewal, RenewalDuty, RescueDuty
 from pgworkerd.housekeeping.duty import Duty, Round
-from pgworkerd.housekeeping.notifications import ALL_QUEUES, Marker, Notifications, Notified
+from pgworkerd.housekeeping.notifications import ALL_QUEUES, Notifications, Notified
 from pgworkerd.housekeeping.periodic import PeriodicDuty
 from pgworkerd.housekeeping.retention import PruneDuty
 from pgworkerd.housekeeping.session import Answer, DatabaseSession, Failure, Result
 from pgworkerd.housekeeping.settlements import PendingSettlements, Settlement
 from pgworkerd.housekeeping.tidying import TidyingDuty
 from pgworkerd.job import Lease
-from pgworkerd.storage.channels import cancel_channel, listeners_channel
+from pgworkerd.storage.channels import cancel_channel
 from pgworkerd.storage.store import JobStore
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "DatabaseSession",
     "Failure",
     "Housekeeper",
-    "Marker",
     "Notified",
     "Renewal",
     "Result",
@@ -75,10 +74,7 @@ class Housekeeper:
             answer_by=answer_by,
         )
         self.notifications = Notifications(
-            self.session,
-            enabled=listen,
-            cancel_channel=cancel_channel(store.schema),
-            listeners_channel=listeners_channel(store.schema),
+            self.session, enabled=listen, cancel_channel=cancel_channel(store.schema)
         )
         self.settlements = PendingSettlements()
         self.renewal = RenewalDuty(lease_ttl_s=lease_ttl_s, daemon_id=daemon_id)
@@ -160,9 +156,8 @@ class Housekeeper:
     def notified(self) -> Notified:
         return self.notifications.received()
 
-    def _channels(self) -> tuple[str, str, str]:
-        schema = self.store.schema
-        return self.store.notify_channel, cancel_channel(schema), listeners_channel(schema)
+    def _channels(self) -> tuple[str, str]:
+        return self.store.notify_channel, cancel_channel(self.store.schema)
 
     @property
     def queried_since_drain(self) -> bool:

@@ -4,7 +4,6 @@ name their leases (pgworkerd/housekeeping/cancelling.py)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,40 +17,19 @@ from pgworkerd.job import Lease
 ALL_QUEUES = "*"
 
 
-@dataclass(frozen=True, slots=True)
-class Marker:
-    """A listening worker's marker (docs/design.md, "Round 9: a listening worker"):
-    "<host>:<supervisor pid> <worker pid> <number>"."""
-
-    payload: str
-
-
 @dataclass
 class Notified:
     """What the notifications received since the last look said."""
 
-    # Enqueue notifications by queue, with multiplicity: two jobs of one queue committed
-    # apart are two notifications, and the listening worker's hand-over counts them.
-    queues: Counter[str] = field(default_factory=Counter)  # ALL_QUEUES: maybe any
+    queues: set[str] = field(default_factory=set)  # got a job (ALL_QUEUES: maybe any)
     cancelled: list[Lease] = field(default_factory=list)  # running jobs cancelled
-    # The enqueues' queues and the listening workers' markers, in the order received
-    # (ALL_QUEUES first when listening afresh): the hand-over counts from a marker on.
-    arrivals: list[str | Marker] = field(default_factory=list)
 
 
 class Notifications:
-    def __init__(
-        self,
-        session: DatabaseSession,
-        *,
-        enabled: bool,
-        cancel_channel: str,
-        listeners_channel: str,
-    ) -> None:
+    def __init__(self, session: DatabaseSession, *, enabled: bool, cancel_channel: str) -> None:
         self.session = session
         self.enabled = enabled  # LISTEN on the channels (off behind PgBouncer)
         self.cancel_channel = cancel_channel
-        self.listeners_channel = listeners_channel
 
     def listen_fd(self) -> int | None:
         """The socket to watch for notifications, connecting if it is time to."""
@@ -68,8 +46,7 @@ class Notifications:
         queried = self.session.queried_since_drain
         self.session.queried_since_drain = False
         if self.session.take_fresh_listen():
-            notified.queues[ALL_QUEUES] += 1
-            notified.arrivals.append(ALL_QUEUES)
+            notified.queues.add(ALL_QUEUES)
         conn = self.session.conn
         if conn is None or conn.closed:
             return notified
@@ -86,11 +63,8 @@ class Notifications:
         for channel, payload in received:
             if channel == self.cancel_channel:
                 notified.cancelled.extend(leases_in(payload))
-            elif channel == self.listeners_channel:
-                notified.arrivals.append(Marker(payload))
             else:
-                notified.queues[payload] += 1
-                notified.arrivals.append(payload)
+                notified.queues.add(payload)
         return notified
 
     def _from_socket(self, conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:

@@ -30,15 +30,6 @@ class ClaimedJob(NamedTuple):
 claimed_job = functools.partial(tuple.__new__, ClaimedJob)
 
 
-class Heard(NamedTuple):
-    """What a listening worker heard since its marker number `marker` (docs/design.md,
-    "Round 9: a listening worker"): `enqueues`, the notifications naming its queues
-    it read before the claim this message reports was sent (k in the design)."""
-
-    marker: int
-    enqueues: int
-
-
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """Leased jobs, numbered `first`, `first + 1`, ... in the order they will start."""
@@ -47,7 +38,6 @@ class Claimed:
     at: float  # monotonic time the claim was sent: the leases run from no earlier
     full: bool  # as many as asked for: there may be more to claim
     jobs: tuple[ClaimedJob, ...]
-    heard: Heard | None = None  # a listening worker's first claim since its marker
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +69,6 @@ class Released:
 class Idle:
     """Nothing to claim: the child waits for a `wake` (or a timeout)."""
 
-    heard: Heard | None = None  # a listening worker's empty claim since its marker
-
 
 @dataclass(frozen=True, slots=True)
 class Stopping:
@@ -98,18 +86,14 @@ Message = Claimed | Finishing | Done | Released | Idle | Stopping | BootError
 def encode(message: Message) -> bytes:
     fields: dict[str, Any]
     match message:
-        case Claimed(first, at, full, jobs, heard):
+        case Claimed(first, at, full, jobs):
             fields = {"t": "claimed", "first": first, "at": at, "full": full, **_columns(jobs)}
-            if heard is not None:
-                fields["h"] = heard
         case Done(ids, outcomes) if outcomes:
             fields = {"t": "done", "ids": list(ids), "o": outcomes}
         case Finishing(ids) | Done(ids) | Released(ids):
             fields = {"t": _TAGS[type(message)], "ids": list(ids)}
         case BootError(reason):
             fields = {"t": "boot_error", "reason": reason}
-        case Idle(heard) if heard is not None:
-            fields = {"t": "idle", "h": heard}
         case _:
             fields = {"t": _TAGS[type(message)]}
     return (json.dumps(fields, separators=(",", ":")) + "\n").encode()
@@ -124,13 +108,7 @@ def decode(line: bytes) -> Message | None:
             jobs = _jobs_of_columns(fields)
             if jobs is None:
                 return None
-            return Claimed(
-                int(fields["first"]),
-                float(fields["at"]),
-                bool(fields["full"]),
-                jobs,
-                _heard(fields),
-            )
+            return Claimed(int(fields["first"]), float(fields["at"]), bool(fields["full"]), jobs)
         if tag == "done" and "o" in fields:
             pairs = fields["o"]
             if not _all_of_length(pairs, 2):
@@ -140,7 +118,7 @@ def decode(line: bytes) -> Message | None:
         if tag in _ID_MESSAGES:
             return _ID_MESSAGES[tag](tuple(fields["ids"]))
         if tag == "idle":
-            return Idle(_heard(fields))
+            return Idle()
         if tag == "stopping":
             return Stopping()
         if tag == "boot_error":
@@ -148,15 +126,6 @@ def decode(line: bytes) -> Message | None:
     except (ValueError, TypeError, KeyError):
         return None
     return None
-
-
-def _heard(fields: dict[str, Any]) -> Heard | None:
-    """The `h` field: [marker, count], or None when absent (ValueError: malformed)."""
-    heard = fields.get("h")
-    if heard is None:
-        return None
-    marker, enqueues = heard
-    return Heard(int(marker), int(enqueues))
 
 
 def _columns(jobs: tuple[ClaimedJob, ...]) -> dict[str, Any]:

@@ -23,12 +23,6 @@ def finished_channel(schema: str) -> str:
     return f"{schema}.finished"
 
 
-def listeners_channel(schema: str) -> str:
-    """The channel of the listening workers' markers (docs/design.md, "a listening
-    worker"): the payload names the daemon, the worker's pid and the marker's number."""
-    return f"{schema}.listeners"
-
-
 def listen_statement(channel: str) -> sql.Composed:
     """LISTEN on `channel` (a name with a dot needs the quotes of an identifier)."""
     return sql.SQL("LISTEN {}").format(sql.Identifier(channel))

@@ -12,7 +12,7 @@ from importlib import resources
 
 from psycopg import sql
 
-from pgworkerd.storage.channels import finished_channel, listeners_channel, notify_channel
+from pgworkerd.storage.channels import finished_channel, notify_channel
 
 _NAME_MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # Fragments spliced into other statements rather than run on their own; a fragment may
@@ -30,9 +30,6 @@ _FRAGMENTS = (
     "complete_update",
     "prune_picks",
 )
-# Statements with a literal of their own call in them, rendered by their own function
-# (listener_mark), not by statements().
-_PER_CALL = ("listener_mark",)
 # Fragments that leave a name open, rendered once per value under a name of their own:
 # claim_update's `{started_at}` (the claim's start) and `{picked_ids}` (a batch or one
 # row; see its comment in queries.sql).
@@ -68,7 +65,15 @@ def statements(schema: str) -> dict[str, bytes]:
     server: psycopg then recognises a statement it has seen (and prepared) without
     composing it again on every call of the hot path."""
     source = _source_by_name()
-    names = _names(schema)
+    names = {
+        "schema": sql.Identifier(schema),
+        # A literal, not a parameter: the statements that make a job final announce it
+        # there (FINISHED) without their callers passing anything more.
+        "finished_channel": sql.Literal(finished_channel(schema)),
+        "finished_channel_name": sql.Identifier(finished_channel(schema)),
+        # The queues' channel (jobs_insert's), for WAKE: a literal for the same reason.
+        "queue_channel": sql.Literal(notify_channel(schema)),
+    }
     fragments: dict[str, sql.Composed] = {}
     for name in _FRAGMENTS:
         for variant, values in _VARIANTS.get(name, {name: {}}).items():
@@ -77,28 +82,5 @@ def statements(schema: str) -> dict[str, bytes]:
     return {
         name: sql.SQL(body).format(**names, **fragments).as_bytes(None)
         for name, body in source.items()
-        if name not in _FRAGMENTS and name not in _PER_CALL
-    }
-
-
-def listener_mark(schema: str, marker: str) -> bytes:
-    """listener_mark for `schema`, its marker a literal (a simple query: no parameters)."""
-    body = _source_by_name()["listener_mark"]
-    return sql.SQL(body).format(**_names(schema), marker=sql.Literal(marker)).as_bytes(None)
-
-
-def _names(schema: str) -> dict[str, sql.Composable]:
-    """The names every statement of `schema` may use."""
-    return {
-        "schema": sql.Identifier(schema),
-        # A literal, not a parameter: the statements that make a job final announce it
-        # there (FINISHED) without their callers passing anything more.
-        "finished_channel": sql.Literal(finished_channel(schema)),
-        "finished_channel_name": sql.Identifier(finished_channel(schema)),
-        # The queues' channel (jobs_insert's), for WAKE: a literal for the same reason.
-        "queue_channel": sql.Literal(notify_channel(schema)),
-        # The listening worker's (listener_mark).
-        "queue_channel_name": sql.Identifier(notify_channel(schema)),
-        "listeners_channel": sql.Literal(listeners_channel(schema)),
-        "listeners_channel_name": sql.Identifier(listeners_channel(schema)),
+        if name not in _FRAGMENTS
     }

@@ -30,7 +30,7 @@ from pgworkerd import handlers, logs
 from pgworkerd.config import Config, ConfigError
 from pgworkerd.handlers import Handler, HandlerError
 from pgworkerd.housekeeping import Housekeeper, Renewal, Settlement
-from pgworkerd.ipc import Claimed, Heard, Idle, Stopping
+from pgworkerd.ipc import Claimed, Idle, Stopping
 from pgworkerd.job import Lease
 from pgworkerd.storage.store import Backoff, JobStore
 from pgworkerd.supervisor import enforcement, operating
@@ -76,8 +76,7 @@ class Supervisor:
         self.signals = SignalInbox()
         self.workforce = Workforce(self.selector, self._spec)
         self.children = self.workforce.children  # by pid, the live ones
-        # Our children's markers begin so (worker/listener.py).
-        self.wakeups = Wakeups(daemon=f"{socket.gethostname()}:{self.pid}")
+        self.wakeups = Wakeups()
         self.drain_deadline: float | None = None
         self.housekeeper: Housekeeper | None = None
         self.notifier = Notifier.from_environment()  # before any fork: see systemd.py
@@ -185,15 +184,10 @@ class Supervisor:
     def _read_child(self, child: ChildProcess) -> None:
         accepting = self.state is State.RUNNING
         for message in child.read_messages(self.config.max_runtime_for):
-            if isinstance(message, Claimed):
-                if message.heard is not None:
-                    self._heard(child, message.heard)
-                if message.full:
-                    # There may be more: wake a sibling to share them.
-                    self.wakeups.wake_one(child.queues, self.children.values(), accepting=accepting)
+            if isinstance(message, Claimed) and message.full:
+                # There may be more: wake a sibling to share them.
+                self.wakeups.wake_one(child.queues, self.children.values(), accepting=accepting)
             elif isinstance(message, Idle):
-                if message.heard is not None:
-                    self._heard(child, message.heard)
                 self.wakeups.went_idle(child, accepting=accepting)
             elif isinstance(message, Stopping):
                 self._settle(child.ledger.release_unstarted(), None)
@@ -281,8 +275,6 @@ class Supervisor:
         for child, status in self.workforce.reaped(block=block):
             self._read_child(child)  # what it said before it died still counts
             report = self.workforce.release(child, status)
-            accepting = self.state is State.RUNNING
-            self.wakeups.forget(child, list(self.children.values()), accepting=accepting)
             if self.housekeeper is not None:
                 self.housekeeper.settle(child.ledger.settlements(child.kill_reason, report.how))
             if report.boot_error:
@@ -387,19 +379,11 @@ class Supervisor:
                 self.selector.unregister(self.listen_fd)
         self.listener_selected = False
 
-    def _heard(self, child: ChildProcess, heard: Heard) -> None:
-        """A listening child claimed since its marker: the stream read up to now
-        first (it may have stayed in the socket), then the hand-over's count."""
-        if self.listen_fd is not None:
-            self._on_notifications()
-        accepting = self.state is State.RUNNING
-        self.wakeups.heard(child, heard, list(self.children.values()), accepting=accepting)
-
     def _on_notifications(self) -> None:
         assert self.housekeeper is not None
         accepting = self.state is State.RUNNING
         notified = self.housekeeper.notified()
-        self.wakeups.notified(notified.arrivals, list(self.children.values()), accepting=accepting)
+        self.wakeups.notified(notified.queues, list(self.children.values()), accepting=accepting)
         enforcement.stop_cancelled(self.children.values(), notified.cancelled, time.monotonic())
 
     # -- timing and construction ----------------------------------------------------------

@@ -207,7 +207,4 @@ def worker_spec(
         threads=seat.pool.threads,
         boot=boot,
         limits=config.queue_limits(queues),
-        # docs/design.md, "Round 9: a listening worker": #1 of each pool whose children
-        # run one job at a time (the concurrent child keeps the supervisor's wake-ups).
-        listen=seat.index == 1 and seat.pool.threads == 1 and config.notifications,
     )

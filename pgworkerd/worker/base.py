@@ -34,9 +34,6 @@ from pgworkerd import logs, progress
 from pgworkerd.ipc import (
     Claimed,
     ControlReader,
-    Heard,
-    Idle,
-    Message,
     Released,
     StartBoard,
     StatusWriter,
@@ -228,8 +225,7 @@ class BaseWorker:
         """The claim went through: `kept`, the successes written whose lease held; the
         jobs it leased, announced (and numbered) here; `full`: there may be more."""
         self.connection.succeeded()
-        claimed: Message | None = None
-        heard = self._take_heard()
+        claimed = None
         if batch:
             first = self._claimed_count + 1
             self._claimed_count += len(batch)
@@ -250,17 +246,10 @@ class BaseWorker:
                     for j in batch
                 ]
             )
-            claimed = Claimed(first, claim.sent_at, full, jobs, heard)
-        elif heard is not None:  # the listener's empty claim: the supervisor compares
-            claimed = Idle(heard)
+            claimed = Claimed(first, claim.sent_at, full, jobs)
         # `done` for the successes written, then `claimed`: in that order, one write.
         self.outcomes.written(claim.successes, kept, then=claimed)
         return batch
-
-    def _take_heard(self) -> Heard | None:
-        """A listening worker's count since its marker, reported with the claim just
-        answered (worker/listener.py); None: not listening."""
-        return None
 
     def _decide_start(
         self,

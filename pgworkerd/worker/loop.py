@@ -19,7 +19,6 @@ from pgworkerd import logs
 from pgworkerd.ipc import (
     ControlReader,
     ExitCode,
-    Heard,
     Idle,
     StartBoard,
     StatusWriter,
@@ -28,7 +27,6 @@ from pgworkerd.job import Job, JobCancelled, JobTimeout
 from pgworkerd.worker.base import BaseWorker, NoStart
 from pgworkerd.worker.connection import drain_pipe
 from pgworkerd.worker.execution import Executor, outcome_of_unknown_kind
-from pgworkerd.worker.listener import Listener
 from pgworkerd.worker.spec import WorkerSpec
 
 log = logging.getLogger("pgworkerd.worker")
@@ -45,8 +43,6 @@ class Worker(BaseWorker):
     ) -> None:
         self.executor = Executor()
         self._running: Job | None = None  # the job whose handler runs; for USR1
-        # A pool's #1 listens for its queues itself while it waits (worker/listener.py).
-        self.listener = Listener(spec) if spec.listen else None
         super().__init__(spec, status, control, board)
 
     def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
@@ -69,8 +65,6 @@ class Worker(BaseWorker):
             return super().run()
         finally:
             self.executor.close()
-            if self.listener is not None:
-                self.listener.close()
 
     def _loop(self) -> int:
         woken = False
@@ -80,13 +74,8 @@ class Worker(BaseWorker):
             if self._should_recycle():
                 return ExitCode.RECYCLED
             batch = self._claim(woken=woken)
-            if woken and batch == []:
-                # Woken or heard for a job another worker took: the herd's measure.
-                logs.event(log, logging.DEBUG, "woken; claimed nothing")
             woken = False
             if batch:
-                if self.listener is not None:
-                    self.listener.busy()
                 self._run_batch(batch)
             elif batch is not None:
                 woken = self._wait_for_work()
@@ -146,58 +135,21 @@ class Worker(BaseWorker):
 
     # -- waiting --------------------------------------------------------------------------
 
-    def _take_heard(self) -> Heard | None:
-        return self.listener.take_heard() if self.listener is not None else None
-
     def _wait_for_work(self) -> bool:
         """Sleep until the supervisor wakes us (it listens for enqueues: one listening
         connection per daemon, and only as many children woken as there is work), a
         signal, the next scheduled job or the poll interval, whichever comes first.
-        A listening worker also wakes on an enqueue of its queues that it hears itself;
-        its marker goes first, before the look, so that no enqueue falls between the
-        two (docs/design.md, "Round 9: a listening worker"). Whether a new job woke us."""
-        listener = self.listener
-        if listener is not None and listener.mark():
-            logs.event(log, logging.DEBUG, "heard an enqueue: a job was enqueued")
-            return True
+        Whether the supervisor woke us."""
         timeout = self._idle_wait_s()
         if timeout is None:
             return False
         woken = self.control.read()
         if not woken and timeout > 0:
             self.status.send(Idle())
-            heard = self._sleep(timeout)
-            if heard:
-                logs.event(log, logging.DEBUG, "heard an enqueue: a job was enqueued")
-                return True
+            ready, _, _ = select.select([self.control.fd, self._wake_r], [], [], timeout)
+            if self._wake_r in ready:  # a signal's byte: left there, it would end every wait
+                drain_pipe(self._wake_r)
             woken = self.control.read()
-        if listener is not None and listener.fileno() is not None:
-            # About to claim unheard (a ready job, a wake, the timeout): what the socket
-            # holds already is counted, so that the supervisor, which counts it too,
-            # does not wake a sibling for a job this claim may take.
-            listener.read()
         if woken:
             logs.event(log, logging.DEBUG, "woken by the supervisor: a job was enqueued")
         return woken
-
-    def _sleep(self, timeout: float) -> bool:
-        """Wait on the control pipe, the signal pipe and the listening socket (if we
-        listen) for at most `timeout` s: whether the socket named one of our queues."""
-        listener = self.listener
-        listen_fd = listener.fileno() if listener is not None else None
-        fds = [self.control.fd, self._wake_r]
-        if listen_fd is not None:
-            fds.append(listen_fd)
-        deadline = time.monotonic() + timeout
-        while True:
-            ready, _, _ = select.select(fds, [], [], timeout)
-            if self._wake_r in ready:  # a signal's byte: left there, it would end every wait
-                drain_pipe(self._wake_r)
-            if listen_fd is None or listen_fd not in ready:
-                return False
-            assert listener is not None
-            if listener.read():
-                return True
-            timeout = deadline - time.monotonic()
-            if len(ready) > 1 or timeout <= 0 or listener.fileno() is None:
-                return False  # the pipe's turn, the time is up, or the connection is lost

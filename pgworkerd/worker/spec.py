@@ -36,10 +36,6 @@ class WorkerSpec:
     boot: Callable[[], Mapping[str, Callable[..., Any]]] | None = None
     # The flow-control limits of its limited queues (storage/limits.py); empty: none.
     limits: Mapping[str, QueueLimits] = field(default_factory=dict)
-    # Listens for its queues' enqueues itself between claims, on a connection of its
-    # own (worker/listener.py): a pool's #1 running one job at a time, with
-    # notifications on.
-    listen: bool = False
 
     @property
     def name(self) -> str:

@@ -17,7 +17,6 @@ from pgworkerd.ipc import (
     ControlWriter,
     Done,
     Finishing,
-    Heard,
     Idle,
     Message,
     Released,
@@ -37,14 +36,11 @@ EVERY_MESSAGE: list[Message] = [
     # Every job of one kind, queue and max runtime: each column goes as one value.
     Claimed(1, 0.5, False, tuple(ClaimedJob(i, f"{i:032x}", "k", "q", None) for i in range(3))),
     Claimed(1, 0.5, False, ()),
-    # A listening worker's: what it heard since its marker.
-    Claimed(1, 0.5, False, (ClaimedJob(7, "tok", "k", "q", None),), Heard(4, 2)),
     Finishing((7, 8)),
     Done((7,)),
     Done((7, 8), (("succeeded", 0.25), ("dead", 1.0))),
     Released(()),
     Idle(),
-    Idle(Heard(5, 0)),
     Stopping(),
     BootError("ImportError: no module named 'x'\nsecond line"),
 ]

@@ -1966,24 +1966,3 @@ idle_slots AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM ended_pauses) AS pauses, (SELECT count(*) FROM idle_slots) AS slots;
-
-
--- name: listener_mark
--- The listening worker's marker (docs/design.md, "a listening worker"), sent as one
--- simple query, so one implicit transaction: the LISTENs are registered at its commit
--- before its own notification is queued, so this connection receives its marker, and
--- every enqueue committed after the marker reaches it after the marker. Nothing depends
--- on the marker surviving a crash, and a transaction that only notifies still writes a
--- commit record: its flush is not waited for. `{marker}` is a literal rendered per call
--- (queries.listener_mark), never a parameter: a simple query takes none.
-LISTEN {queue_channel_name};
-LISTEN {listeners_channel_name};
-SET LOCAL synchronous_commit = off;
-SELECT pg_notify({listeners_channel}, {marker});
-
-
--- name: listener_unlisten
--- The listening worker goes busy: sent without waiting for its answer (read at its next
--- marker), so a handler that runs long leaves no unread notifications to hold back the
--- server's notification queue.
-UNLISTEN *;
