@@ -33,6 +33,7 @@ from pgworkerd.storage import queries
 from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, uuid_array
 from pgworkerd.storage.channels import cancel_channel, notify_channel
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
+from pgworkerd.storage.rows import execute, positional
 
 DEFAULT_SCHEMA = "pgworkerd"
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -212,11 +213,11 @@ class Statement(Generic[T]):
 
     def run(self, conn: psycopg.Connection[Any]) -> T:
         cursor = conn.execute(self.query, self.params)
-        return self.decode(cursor.fetchall() if _has_rows(cursor) else [])
+        return self.decode(positional(cursor).fetchall() if _has_rows(cursor) else [])
 
     async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
         cursor = await aconn.execute(self.query, self.params)
-        return self.decode(await cursor.fetchall() if _has_rows(cursor) else [])
+        return self.decode(await positional(cursor).fetchall() if _has_rows(cursor) else [])
 
 
 def _has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
@@ -733,7 +734,7 @@ class JobStore:
     def cancel(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[int]:
         """Cancel queued or running jobs (their holders notified); returns their ids."""
         params = {"ids": list(ids), "channel": cancel_channel(self.schema)}
-        rows = conn.execute(self._sql["jobs_cancel"], params).fetchall()
+        rows = execute(conn, self._sql["jobs_cancel"], params).fetchall()
         return sorted(row[0] for row in rows)
 
     def retry_finished(
@@ -747,7 +748,7 @@ class JobStore:
         jobs), optionally only of `queue`; returns the ids queued."""
         states = ["dead"] if ids is None else ["dead", "cancelled"]
         params = {"states": states, "ids": list(ids) if ids is not None else None, "queue": queue}
-        rows = conn.execute(self._sql["jobs_retry_finished"], params).fetchall()
+        rows = execute(conn, self._sql["jobs_retry_finished"], params).fetchall()
         return sorted(row[0] for row in rows)
 
     def ready_by_queue(
