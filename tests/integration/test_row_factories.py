@@ -1,8 +1,8 @@
-"""Every public function that takes the caller's connection works whatever that
-connection's row_factory (a web app's `psycopg.connect(dsn, row_factory=dict_row)`):
-pgworkerd reads its own statements' rows positionally (storage/rows.py), not with the
-connection's factory. Each case asserts the function's real return value and its effect,
-read back on a plain connection."""
+"""Every public function (and pgworkerd.testing's) that takes the caller's connection
+works whatever that connection's row_factory (a web app's `psycopg.connect(dsn,
+row_factory=dict_row)`): pgworkerd reads its own statements' rows positionally
+(storage/rows.py), not with the connection's factory. Each case asserts the function's
+real return value and its effect, read back on a plain connection."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ import pytest
 from psycopg.rows import RowFactory, dict_row, kwargs_row, namedtuple_row
 
 import pgworkerd
+from pgworkerd import config
 from pgworkerd.encoding import dump_result
 from pgworkerd.storage.store import JobStore
+from pgworkerd.testing import assert_enqueued, drain
 from tests.integration.store_helpers import claim
 
 Conn = psycopg.Connection[Any]
@@ -70,6 +72,22 @@ def enqueue_unique(c: Conn, plain: Conn) -> None:
     assert type(job_id) is int and job(plain, job_id)[2] == "u1"
     # The unique_key held: the live job's id, found by a second statement.
     assert pgworkerd.enqueue(c, "k", {"n": 2}, unique_key="u1") == job_id
+
+
+def enqueue_throttled(c: Conn, plain: Conn) -> None:
+    job_id = pgworkerd.enqueue(c, "k", {"n": 1}, unique_key="t1", throttle=60)
+    assert type(job_id) is int and job(plain, job_id)[0] == "queued"
+    # The key's window holds a job: that one.
+    assert pgworkerd.enqueue(c, "k", {"n": 2}, unique_key="t1", throttle=60) == job_id
+
+
+def enqueue_debounced(c: Conn, plain: Conn) -> None:
+    job_id = pgworkerd.enqueue(c, "k", {"n": 1}, unique_key="d1", debounce=60)
+    assert type(job_id) is int and job(plain, job_id)[0] == "queued"
+    # Folded into the queued job: its payload replaced.
+    assert pgworkerd.enqueue(c, "k", {"n": 2}, unique_key="d1", debounce=60) == job_id
+    payload = "SELECT payload FROM pgworkerd.jobs WHERE id = %s"
+    assert plain.execute(payload, (job_id,)).fetchone() == ({"n": 2},)
 
 
 def enqueue_many(c: Conn, plain: Conn) -> None:
@@ -133,12 +151,51 @@ def pause_and_resume_key(c: Conn, plain: Conn) -> None:
     assert pgworkerd.resume_key(c, "kk") is False
 
 
+def succeed(job: pgworkerd.Job) -> Any:
+    job.progress(50, "half")
+    return {"got": job.payload}
+
+
+def retry_now(job: pgworkerd.Job) -> None:
+    raise pgworkerd.Retry(after=0)
+
+
+DRAIN_CONFIG = config.parse(
+    """
+handlers:
+  succeed: tests.integration.test_row_factories:succeed
+  retry_now: tests.integration.test_row_factories:retry_now
+queues: {default: {}}
+"""
+)
+
+
+def drain_and_assert_enqueued(c: Conn, plain: Conn) -> None:
+    """pgworkerd.testing runs the daemon's statements (claim, complete, progress, retry,
+    fail) on the caller's connection."""
+    ok = pgworkerd.enqueue(c, "succeed", {"n": 1})
+    again = pgworkerd.enqueue(c, "retry_now", {})
+    unknown = pgworkerd.enqueue(c, "nobody_handles_this", {})
+    assert assert_enqueued(c, "succeed", {"n": 1})["id"] == ok
+    outcomes = drain(c, DRAIN_CONFIG)
+    assert [(o.job_id, o.outcome, o.state) for o in outcomes] == [
+        (ok, "succeeded", "succeeded"),
+        (again, "retry", "queued"),
+        (unknown, "discarded", "dead"),
+    ]
+    progress = "SELECT progress FROM pgworkerd.jobs WHERE id = %s"
+    assert plain.execute(progress, (ok,)).fetchone() == (50.0,)
+    assert pgworkerd.result(c, ok) == {"got": {"n": 1}}
+
+
 SYNC: dict[str, Callable[[Conn, Conn], None]] = {
     f.__name__: f
     for f in (
         enqueue_bare,
         enqueue_with_priority,
         enqueue_unique,
+        enqueue_throttled,
+        enqueue_debounced,
         enqueue_many,
         chain,
         batch,
@@ -148,6 +205,7 @@ SYNC: dict[str, Callable[[Conn, Conn], None]] = {
         wait,
         pause_and_resume_queue,
         pause_and_resume_key,
+        drain_and_assert_enqueued,
     )
 }
 
