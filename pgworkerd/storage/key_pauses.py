@@ -14,6 +14,7 @@ from psycopg.rows import dict_row
 
 from pgworkerd.storage import queries
 from pgworkerd.storage.channels import notify_channel
+from pgworkerd.storage.rows import execute
 
 
 class KeyPauseStore:
@@ -27,19 +28,19 @@ class KeyPauseStore:
         """Pauses `key` until `until`; `extend` keeps a pause that runs longer. Returns
         the pause's end."""
         params = {"key": key, "until": until, "extend": extend}
-        return _end(conn.execute(self._sql["keys_pause"], params).fetchone())
+        return _end(execute(conn, self._sql["keys_pause"], params).fetchone())
 
     def pause_for(
         self, conn: psycopg.Connection[Any], key: str, seconds: float, *, extend: bool
     ) -> datetime:
         """Pauses `key` for `seconds` from now (database clock); as `pause_until`."""
         params = {"key": key, "seconds": float(seconds), "extend": extend}
-        return _end(conn.execute(self._sql["keys_pause_for"], params).fetchone())
+        return _end(execute(conn, self._sql["keys_pause_for"], params).fetchone())
 
     def resume(self, conn: psycopg.Connection[Any], key: str) -> bool:
         """Ends `key`'s pause; whether one was running."""
         params = {"key": key, "channel": self._channel}
-        row = conn.execute(self._sql["keys_resume"], params).fetchone()
+        row = execute(conn, self._sql["keys_resume"], params).fetchone()
         return bool(row and row[0])
 
     def keys(self, conn: psycopg.Connection[Any], *, limit: int) -> list[dict[str, Any]]:
@@ -59,7 +60,7 @@ class KeyPauseStore:
     ) -> dict[str, int]:
         """Ready jobs of `queues` held back by a key pause, by queue (none: left out)."""
         query = self._sql["keys_paused_holding_by_queue"]
-        rows = conn.execute(query, {"queues": list(queues)}).fetchall()
+        rows = execute(conn, query, {"queues": list(queues)}).fetchall()
         return {str(queue): int(count) for queue, count in rows}
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from pgworkerd.storage import queries
+from pgworkerd.storage.rows import execute
 
 
 def write_progress(
@@ -24,4 +25,4 @@ def write_progress(
         "stages": [stage for _, _, stage in values.values()],
     }
     statement = queries.statements(schema)["jobs_progress"]
-    return {row[0] for row in conn.execute(statement, params)}
+    return {row[0] for row in execute(conn, statement, params)}

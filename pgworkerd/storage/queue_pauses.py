@@ -12,6 +12,7 @@ from psycopg.rows import dict_row
 
 from pgworkerd.storage import queries
 from pgworkerd.storage.channels import notify_channel
+from pgworkerd.storage.rows import execute
 
 
 class QueuePauseStore:
@@ -21,17 +22,17 @@ class QueuePauseStore:
 
     def pause(self, conn: psycopg.Connection[Any], queues: Sequence[str]) -> list[str]:
         """Pauses `queues`; returns those that were not paused already, sorted."""
-        rows = conn.execute(self._sql["queues_pause"], {"queues": list(queues)}).fetchall()
+        rows = execute(conn, self._sql["queues_pause"], {"queues": list(queues)}).fetchall()
         return sorted(str(row[0]) for row in rows)
 
     def resume(self, conn: psycopg.Connection[Any], queues: Sequence[str]) -> list[str]:
         """Resumes `queues`; returns those that were paused, sorted."""
         params = {"queues": list(queues), "channel": self._channel}
-        return [str(row[0]) for row in conn.execute(self._sql["queues_resume"], params)]
+        return [str(row[0]) for row in execute(conn, self._sql["queues_resume"], params)]
 
     def paused(self, conn: psycopg.Connection[Any]) -> dict[str, datetime]:
         """Each paused queue and when it was paused."""
-        return {str(row[0]): row[1] for row in conn.execute(self._sql["queues_paused"])}
+        return {str(row[0]): row[1] for row in execute(conn, self._sql["queues_paused"])}
 
     def queues(
         self, conn: psycopg.Connection[Any], configured: Sequence[str]

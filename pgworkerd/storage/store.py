@@ -33,6 +33,7 @@ from pgworkerd.storage import queries
 from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, uuid_array
 from pgworkerd.storage.channels import cancel_channel, notify_channel
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
+from pgworkerd.storage.rows import execute, positional
 
 DEFAULT_SCHEMA = "pgworkerd"
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -212,11 +213,11 @@ class Statement(Generic[T]):
 
     def run(self, conn: psycopg.Connection[Any]) -> T:
         cursor = conn.execute(self.query, self.params)
-        return self.decode(cursor.fetchall() if _has_rows(cursor) else [])
+        return self.decode(positional(cursor).fetchall() if _has_rows(cursor) else [])
 
     async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
         cursor = await aconn.execute(self.query, self.params)
-        return self.decode(await cursor.fetchall() if _has_rows(cursor) else [])
+        return self.decode(await positional(cursor).fetchall() if _has_rows(cursor) else [])
 
 
 def _has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
@@ -448,7 +449,7 @@ class JobStore:
         if not done:
             return set()
         params = _complete_params(done)
-        kept = {row[0] for row in conn.execute(self._sql["jobs_complete"], params)}
+        kept = {row[0] for row in execute(conn, self._sql["jobs_complete"], params)}
         return self._with_own_earlier_completions(conn, done, params, kept)
 
     def complete_and_claim(
@@ -512,7 +513,7 @@ class JobStore:
             conn.execute(self._sql["limits_lock"], {"schema_name": self.schema, "queues": limited})
             kept: set[int] = set()
             if done:
-                completed = conn.execute(self._sql["jobs_complete"], _complete_params(done))
+                completed = execute(conn, self._sql["jobs_complete"], _complete_params(done))
                 kept = {row[0] for row in completed}
                 freed = [q for q in limited if self.limits[q].frees_on_completion]
                 if kept and freed:
@@ -566,7 +567,7 @@ class JobStore:
         learnt afresh first."""
         if not self.positions.sweep_due(queues):
             return False
-        rows = conn.execute(self._sql["jobs_levels"], {"queues": queues}).fetchall()
+        rows = execute(conn, self._sql["jobs_levels"], {"queues": queues}).fetchall()
         self.positions.learn(queues, [(queue, priority) for queue, priority in rows])
         return True
 
@@ -630,7 +631,7 @@ class JobStore:
         committed, reply lost"). Rarely any are missing."""
         if len(kept) == len(done):
             return kept
-        rows = conn.execute(self._sql["jobs_completed_by_leases"], params).fetchall()
+        rows = execute(conn, self._sql["jobs_completed_by_leases"], params).fetchall()
         return kept | {row[0] for row in rows}
 
     def fail(
@@ -678,7 +679,7 @@ class JobStore:
             "pause_key": pause_key,
             "wake_queues": self._wake_on_snooze,
         }
-        row = conn.execute(self._sql["jobs_snooze"], params).fetchone()
+        row = execute(conn, self._sql["jobs_snooze"], params).fetchone()
         return FailedAttempt(*row[:4]) if row else None
 
     def release(self, conn: psycopg.Connection[Any], leases: Iterable[Lease]) -> set[int]:
@@ -733,7 +734,7 @@ class JobStore:
     def cancel(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[int]:
         """Cancel queued or running jobs (their holders notified); returns their ids."""
         params = {"ids": list(ids), "channel": cancel_channel(self.schema)}
-        rows = conn.execute(self._sql["jobs_cancel"], params).fetchall()
+        rows = execute(conn, self._sql["jobs_cancel"], params).fetchall()
         return sorted(row[0] for row in rows)
 
     def retry_finished(
@@ -747,7 +748,7 @@ class JobStore:
         jobs), optionally only of `queue`; returns the ids queued."""
         states = ["dead"] if ids is None else ["dead", "cancelled"]
         params = {"states": states, "ids": list(ids) if ids is not None else None, "queue": queue}
-        rows = conn.execute(self._sql["jobs_retry_finished"], params).fetchall()
+        rows = execute(conn, self._sql["jobs_retry_finished"], params).fetchall()
         return sorted(row[0] for row in rows)
 
     def ready_by_queue(
@@ -838,7 +839,7 @@ class JobStore:
             "wake_queues": self._wake_on_settle,
             **self._backoff_params(),
         }
-        row = conn.execute(self._sql["jobs_fail"], params).fetchone()
+        row = execute(conn, self._sql["jobs_fail"], params).fetchone()
         return FailedAttempt(*row[:4]) if row else None
 
     def _by_leases(
@@ -852,7 +853,7 @@ class JobStore:
             "tokens": [lease.token for lease in leases],
             **extra,
         }
-        return {row[0] for row in conn.execute(self._sql[statement], params)}
+        return {row[0] for row in execute(conn, self._sql[statement], params)}
 
     def _backoff_params(self) -> dict[str, float]:
         return {"backoff_base_s": self.backoff.base_s, "backoff_max_s": self.backoff.max_s}
