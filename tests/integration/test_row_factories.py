@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -188,26 +188,31 @@ def drain_and_assert_enqueued(c: Conn, plain: Conn) -> None:
     assert pgworkerd.result(c, ok) == {"got": {"n": 1}}
 
 
-SYNC: dict[str, Callable[[Conn, Conn], None]] = {
-    f.__name__: f
-    for f in (
-        enqueue_bare,
-        enqueue_with_priority,
-        enqueue_unique,
-        enqueue_throttled,
-        enqueue_debounced,
-        enqueue_many,
-        chain,
-        batch,
-        cancel,
-        retry,
-        result,
-        wait,
-        pause_and_resume_queue,
-        pause_and_resume_key,
-        drain_and_assert_enqueued,
-    )
-}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def by_name(*cases: F) -> dict[str, F]:
+    """Each case under its function's name (the test's parameter ids)."""
+    return {case.__name__: case for case in cases}
+
+
+SYNC: dict[str, Callable[[Conn, Conn], None]] = by_name(
+    enqueue_bare,
+    enqueue_with_priority,
+    enqueue_unique,
+    enqueue_throttled,
+    enqueue_debounced,
+    enqueue_many,
+    chain,
+    batch,
+    cancel,
+    retry,
+    result,
+    wait,
+    pause_and_resume_queue,
+    pause_and_resume_key,
+    drain_and_assert_enqueued,
+)
 
 
 @pytest.mark.parametrize("factory", list(FACTORIES))
@@ -259,17 +264,14 @@ async def wait_async(a: AConn, plain: Conn) -> None:
     assert await pgworkerd.wait_async(a, finished(plain, 1), timeout=5) == "succeeded"
 
 
-ASYNC: dict[str, Callable[[AConn, Conn], Awaitable[None]]] = {
-    f.__name__: f
-    for f in (
-        enqueue_async_bare,
-        enqueue_async_with_priority,
-        enqueue_many_async,
-        chain_async,
-        batch_async,
-        wait_async,
-    )
-}
+ASYNC: dict[str, Callable[[AConn, Conn], Awaitable[None]]] = by_name(
+    enqueue_async_bare,
+    enqueue_async_with_priority,
+    enqueue_many_async,
+    chain_async,
+    batch_async,
+    wait_async,
+)
 
 
 @pytest.mark.parametrize("factory", list(FACTORIES))
