@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from pgworkerd.config_location import CONFIG_PATH_ENV, config_path
+from pgworkerd.config.location import CONFIG_PATH_ENV, config_path
 
 # pydantic (the config's models, ~0.3 s) loads when a command reads the config or a
 # duration, not to parse the command line: `--help` and a bad argument stop before.

@@ -9,7 +9,7 @@ import os
 import pgworkerd
 from pgworkerd import logs
 from pgworkerd.cli.common import EXIT_OK, CommandAdder, connect, load_config
-from pgworkerd.config_location import CONFIG_PATH_ENV
+from pgworkerd.config.location import CONFIG_PATH_ENV
 
 # Each command imports the handlers, psycopg and the daemon when it runs, not when the
 # command line is parsed: every `pgworkerd` call is a new Python, and a bad config or

@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from pgworkerd.cli import daemon, health, jobs, keys, queues, web
 from pgworkerd.cli.common import EXIT_BAD_INPUT, EXIT_FAILURE, Parser, UsageError, fail
-from pgworkerd.config_location import DEFAULT_CONFIG_PATH
+from pgworkerd.config.location import DEFAULT_CONFIG_PATH
 from pgworkerd.errors import ConfigError, InvalidJob, SchemaError
 from pgworkerd.storage.embedded import EmbeddedError
 

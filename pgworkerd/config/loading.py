@@ -10,9 +10,9 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from pgworkerd.config.location import DATABASE_URL_ENV, config_path
 from pgworkerd.config.settings import Config
-from pgworkerd.config_location import DATABASE_URL_ENV, config_path
-from pgworkerd.errors import ConfigError
+from pgworkerd.errors import ConfigError as ConfigError  # pgworkerd.config names it here
 
 
 class _StrictLoader(yaml.SafeLoader):

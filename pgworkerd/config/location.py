@@ -1,7 +1,8 @@
 """Where the config comes from: the file's default path and the environment variables
-that name the file and the database. Apart from `pgworkerd.config` (which re-exports
-them) so that what reads only these, `pgworkerd --help` and a bad argument among them,
-does not load pydantic (~0.3 s of a command's start)."""
+that name the file and the database. A module without pydantic (the package loads its
+names on first use, pgworkerd/config/__init__.pyi), so that what reads only these,
+`pgworkerd --help` and a bad argument among them, does not load it (~0.3 s of a
+command's start)."""
 
 from __future__ import annotations
 
