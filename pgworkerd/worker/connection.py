@@ -25,12 +25,6 @@ RECONNECT_MAX_S = 10.0
 # generic ones). Left to choose, PostgreSQL kept planning the claim afresh for every
 # run: half a millisecond of each claim, and of an idle worker's pick-up of a new job.
 WORKER_PLAN_CACHE_MODE = "force_generic_plan"
-# psycopg prepares a statement on its first run on a worker connection, not after its
-# fifth (its default): until then every run of the claim parsed and planned it again,
-# 2-5 ms each, so a new or recycled worker's first jobs, the claim of a woken idle
-# worker included, were the slowest of a quiet day (bench/results/idle-tail-round10-20261128.md).
-# A worker runs a fixed set of statements, so each is worth keeping prepared.
-WORKER_PREPARE_THRESHOLD = 0
 # Errors that end a connection's use. A server that cannot write any more (a failover
 # left us on a read-only node, or a standby) is one: the job is not at fault, nothing
 # is charged, we reconnect (with backoff) until a writable server answers
@@ -66,7 +60,6 @@ class WorkerConnection:
                     tcp_user_timeout=int(min(30.0, self.spec.lease_ttl_s) * 1000),
                     options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}",
                 )
-                self.conn.prepare_threshold = WORKER_PREPARE_THRESHOLD
                 self.epoch += 1
                 return self.conn
             except CONNECTION_FAULTS as exc:
