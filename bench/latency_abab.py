@@ -26,8 +26,8 @@ worker's look, Python's GC), and with `--server-log` the server's log lines of t
 window (the cluster then logs checkpoints, autovacuum and statements over 2 ms).
 `--jobs N`: N jobs per run instead of the table's 200 (at the same 50/s), for a p99
 that rests on more than the 2nd-3rd slowest job; the table's measurement is 200.
-`--cold-import`: the producer looks up pgworkerd.enqueue in its timed run, as every
-run did before round 10 (bench/producer.py).
+`--import-first`: the producer looks up pgworkerd.enqueue before its clock starts
+(bench/producer.py), not in job 0's timed call as the table's measurement does.
 Every run's per-job latencies (ms, in enqueue order) are kept in runs.json.
 
 Prints a markdown report (and writes it to --out, default
@@ -110,9 +110,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--server-log", action="store_true", help="log checkpoints etc.")
     parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default 200)")
     parser.add_argument(
-        "--cold-import",
+        "--import-first",
         action="store_true",
-        help="the producer looks up pgworkerd.enqueue in its run (before round 10)",
+        help="the producer looks up pgworkerd.enqueue before its clock starts",
     )
     parser.add_argument("--peers-dir", type=Path, default=REPO.parent / "shared/bench/peers")
     parser.add_argument("--out", type=Path, default=None)
@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     proto = measure.Protocol()
     if args.jobs:
         proto = dataclasses.replace(proto, trickle_n=args.jobs)
-    if args.cold_import:
-        proto = dataclasses.replace(proto, cold_import=True)
+    if args.import_first:
+        proto = dataclasses.replace(proto, import_first=True)
     settings = dict(PEER_SETTINGS)
     if args.server_log:
         settings.update(SERVER_LOG_SETTINGS)

@@ -52,9 +52,9 @@ class Protocol:
     trickle_rate: float = 50.0
     concurrency: int = 2
     phase_timeout_s: float = 160.0
-    # The latency mode's producer looks up pgworkerd.enqueue in its timed run, not before
-    # (bench/producer.py --cold-import): the measurement before round 10.
-    cold_import: bool = False
+    # The latency mode's producer looks up pgworkerd.enqueue before its clock starts
+    # (bench/producer.py --import-first); the table's measurement does not.
+    import_first: bool = False
 
 
 # pgworkerd at its best setting for no-op jobs (bench.report.OURS_TUNED).
@@ -185,7 +185,7 @@ def latency(
                 str(proto.trickle_rate),
                 "--queue",
                 QUEUE,
-                *(["--cold-import"] if proto.cold_import else []),
+                *(["--import-first"] if proto.import_first else []),
             ],
             stdout=subprocess.PIPE,
             check=True,

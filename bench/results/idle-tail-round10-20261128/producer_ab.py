@@ -1,8 +1,10 @@
 """Main's daemon measured with the latency producer both ways, alternated in one
-cluster: `--cold-import` (pgworkerd.enqueue looked up in the timed run, as the table
-measured up to round 9) and the default (looked up before the clock).
+cluster: "cold" (pgworkerd.enqueue looked up in job 0's timed call, the table's
+measurement) and "warm" (looked up before the clock: bench/producer.py --import-first).
+Run as it was at 3824dfe, where the before-the-clock lookup was the default and
+`Protocol.cold_import` the option; here written for `Protocol.import_first`.
 
-    PYTHONPATH=<checkout with bench/producer.py --cold-import> \
+    PYTHONPATH=<checkout with bench/producer.py --import-first> \
         python producer_ab.py CODE --pairs 6 --out DIR
 """
 
@@ -34,7 +36,7 @@ def main() -> int:
         for pair in range(1, args.pairs + 1):
             modes = ["cold", "warm"] if pair % 2 else ["warm", "cold"]
             for mode in modes:
-                proto = dataclasses.replace(measure.Protocol(), cold_import=mode == "cold")
+                proto = dataclasses.replace(measure.Protocol(), import_first=mode == "warm")
                 tag = f"{mode}_{pair}"
                 samples: list[tuple[int, float, float, float]] = []
                 run = functools.partial(
