@@ -13,6 +13,12 @@ DIR/<pid>.hops (the CPU time tells a hop's own work from its waits for a CPU):
   wk_claim_back  its claim returned
   wk_handler     the executor is about to call a handler
 The handler's own start is also the job's result (bench.handlers.stamp).
+With BENCH_HOPS_EXTRA=1 too (bench.latency_abab --tail), what else each process does,
+to set beside a slow job's hops: `sup_db:<what>` / `sup_db_end:<what>` around each of
+the supervisor's round trips (DatabaseSession.attempt: renewal, rescue, sample...),
+`sup_notified` after it read the notifications, `wk_look` / `wk_look_end` around an idle
+worker's look for its next due job, and `gc_start:<generation>` / `gc_stop:<generation>`
+around every collection of Python's cyclic GC, in every process.
 With BENCH_HOPS_PROFILE=1 too, the supervisor's and each worker's `run` run under
 cProfile timed by thread CPU time (waits cost nothing), saved to DIR/<pid>.prof. The marks are
 patched in from outside (by name; a name the checkout lacks is left alone) and cost a
@@ -22,6 +28,7 @@ write system call each.
 from __future__ import annotations
 
 import cProfile
+import gc
 import os
 import runpy
 import select
@@ -95,12 +102,42 @@ def _profiled(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def _on_gc(phase: str, info: dict[str, Any]) -> None:
+    mark(f"gc_{phase}:{info['generation']}")
+
+
+def _install_extra() -> None:
+    from pgworkerd.housekeeping import notifications, session
+    from pgworkerd.storage import store
+
+    attempt = session.DatabaseSession.attempt
+
+    def traced_attempt(self: Any, what: str, work: Callable[..., Any]) -> Any:
+        name = what.replace(" ", "_")
+        mark(f"sup_db:{name}")
+        try:
+            return attempt(self, what, work)
+        finally:
+            mark(f"sup_db_end:{name}")
+
+    session.DatabaseSession.attempt = traced_attempt  # type: ignore[method-assign]
+    notifications.Notifications.received = _after(  # type: ignore[method-assign]
+        notifications.Notifications.received, "sup_notified"
+    )
+    store.JobStore.next_run_in = _around(  # type: ignore[method-assign]
+        store.JobStore.next_run_in, "wk_look", "wk_look_end"
+    )
+    gc.callbacks.append(_on_gc)  # inherited by the forked workers
+
+
 def install() -> None:
     from pgworkerd.ipc import control
     from pgworkerd.storage import store
     from pgworkerd.supervisor import core
     from pgworkerd.worker import base, execution, loop
 
+    if os.environ.get("BENCH_HOPS_EXTRA"):
+        _install_extra()
     if os.environ.get("BENCH_HOPS_PROFILE"):
         core.Supervisor.run = _profiled(core.Supervisor.run)  # type: ignore[method-assign]
         base.BaseWorker._loop = _profiled(loop.Worker._loop)  # type: ignore[method-assign]

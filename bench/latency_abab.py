@@ -1,7 +1,7 @@
 """Idle latency of this checkout against another, alternated, beside the raw loop.
 
     python -m bench.latency_abab OTHER_CHECKOUT [--pairs 5] [--config JSON | --defaults]
-        [--no-raw] [--hops] [--statements]
+        [--no-raw] [--hops] [--statements] [--tail N] [--server-log] [--jobs N]
 
 The latency mode of `python -m bench` (bench/measure.py: the daemon idle 2 s, then a
 separate process enqueues 200 jobs at 50/s; latency = handler start minus the time
@@ -19,6 +19,17 @@ The marks cost a system call each, so the --hops runs are for the breakdown, not
 the A/B. `--statements`: the cluster loads pg_stat_statements; after each run of
 pgworkerd, the worker's claim statement's calls, mean plan and execution time.
 
+`--tail N` (implies --hops, with the tracer's extra marks): per daemon run, the N
+slowest jobs, each with its hops (the step of each) and what else the processes did
+from its enqueue to its handler's start (the supervisor's round trips, an idle
+worker's look, Python's GC), and with `--server-log` the server's log lines of that
+window (the cluster then logs checkpoints, autovacuum and statements over 2 ms).
+`--jobs N`: N jobs per run instead of the table's 200 (at the same 50/s), for a p99
+that rests on more than the 2nd-3rd slowest job; the table's measurement is 200.
+`--import-first`: the producer looks up pgworkerd.enqueue before its clock starts
+(bench/producer.py), not in job 0's timed call as the table's measurement does.
+Every run's per-job latencies (ms, in enqueue order) are kept in runs.json.
+
 Prints a markdown report (and writes it to --out, default
 bench/results/<timestamp>-latency-abab/summary.md).
 """
@@ -27,6 +38,8 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import dataclasses
+import datetime
 import functools
 import json
 import os
@@ -60,6 +73,14 @@ HOPS = (
     ("handler called", "wk_handler"),
 )
 MATCH_WITHIN_S = 0.05  # a hop later than this after the enqueue is not this job's
+# --server-log: what the cluster logs, for a slow job's window. Timestamps in UTC.
+SERVER_LOG_SETTINGS = {
+    "log_checkpoints": "on",
+    "log_autovacuum_min_duration": "0",
+    "log_min_duration_statement": "2",
+    "log_timezone": "UTC",
+}
+TAIL_BEFORE_S = 0.002  # a slow job's window starts this long before its enqueue call
 
 
 @dataclass
@@ -70,6 +91,8 @@ class Run:
     hops: dict[str, float] = field(default_factory=dict)  # label -> median ms after t0
     hops_matched: int = 0
     statements: list[tuple[str, int, int, float, float]] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)  # per job, in enqueue order
+    tail: list[dict[str, Any]] = field(default_factory=list)  # --tail: the slowest jobs
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,10 +106,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-raw", dest="raw", action="store_false")
     parser.add_argument("--hops", action="store_true", help="per-hop marks (bench/hoptrace.py)")
     parser.add_argument("--statements", action="store_true", help="pg_stat_statements per run")
+    parser.add_argument("--tail", type=int, default=0, help="the N slowest jobs' anatomy")
+    parser.add_argument("--server-log", action="store_true", help="log checkpoints etc.")
+    parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default 200)")
+    parser.add_argument(
+        "--import-first",
+        action="store_true",
+        help="the producer looks up pgworkerd.enqueue before its clock starts",
+    )
     parser.add_argument("--peers-dir", type=Path, default=REPO.parent / "shared/bench/peers")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     args.extra = {} if args.defaults else (args.config or measure.TUNED_CONFIG)
+    args.hops = args.hops or args.tail > 0
     return args
 
 
@@ -97,8 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="pgworkerd-latency-abab-"))
     wrapper = _hoptrace_wrapper(work) if args.hops else None
+    if args.tail:
+        os.environ["BENCH_HOPS_EXTRA"] = "1"  # read by bench/hoptrace.py in the daemon
     proto = measure.Protocol()
+    if args.jobs:
+        proto = dataclasses.replace(proto, trickle_n=args.jobs)
+    if args.import_first:
+        proto = dataclasses.replace(proto, import_first=True)
     settings = dict(PEER_SETTINGS)
+    if args.server_log:
+        settings.update(SERVER_LOG_SETTINGS)
     if args.statements:
         settings["shared_preload_libraries"] = "pg_stat_statements"
         settings["pg_stat_statements.track_planning"] = "on"
@@ -129,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report = markdown(runs, args, fsync, load_before, os.getloadavg())
+    server_log = _server_log(logs / "postgresql.log") if args.server_log else []
+    report = markdown(runs, args, fsync, load_before, os.getloadavg(), server_log)
     print()
     print(report)
     (out / "summary.md").write_text(report)
@@ -171,8 +212,11 @@ def _one_run(
         samples=samples,
     )
     run = Run(side, pair, rec)
+    run.latencies_ms = [round((started - t0) * 1000, 3) for _i, t0, _c, started in sorted(samples)]
     if wrapper is not None:
         run.hops, run.hops_matched = hop_medians(hops_dir, samples)
+    if args.tail:
+        run.tail = tail_anatomy(hops_dir, samples, args.tail)
     if args.statements:
         run.statements = _statements(dsn)
     return run
@@ -187,12 +231,8 @@ def _hoptrace_wrapper(work: Path) -> Path:
     return path
 
 
-def hop_medians(
-    hops_dir: Path, samples: list[tuple[int, float, float, float]]
-) -> tuple[dict[str, float], int]:
-    """Per hop, the median of its time after the job's enqueue call began (ms), and
-    (`cpu <hop>`) of the CPU its process spent since the previous hop when both are
-    in one process (ms), over the jobs whose every hop was matched; and how many were."""
+def _hop_events(hops_dir: Path) -> dict[int, dict[str, list[tuple[float, float]]]]:
+    """The tracer's marks: per pid, per event name, (wall, thread CPU) in time order."""
     events: dict[int, dict[str, list[tuple[float, float]]]] = {}
     for path in hops_dir.glob("*.hops"):
         per: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -202,6 +242,16 @@ def hop_medians(
         for marks in per.values():
             marks.sort()
         events[int(path.stem)] = per
+    return events
+
+
+def hop_medians(
+    hops_dir: Path, samples: list[tuple[int, float, float, float]]
+) -> tuple[dict[str, float], int]:
+    """Per hop, the median of its time after the job's enqueue call began (ms), and
+    (`cpu <hop>`) of the CPU its process spent since the previous hop when both are
+    in one process (ms), over the jobs whose every hop was matched; and how many were."""
+    events = _hop_events(hops_dir)
     offsets: dict[str, list[float]] = defaultdict(list)
     matched = 0
     for _i, t0, call_s, started in samples:
@@ -221,9 +271,10 @@ def hop_medians(
 
 
 def _match(
-    events: dict[int, dict[str, list[tuple[float, float]]]], t0: float
+    events: dict[int, dict[str, list[tuple[float, float]]]], t0: float, *, partial: bool = False
 ) -> list[tuple[float, float, int]] | None:
-    """The wake-up's hops after `t0`: (wall, thread CPU, pid) each."""
+    """The wake-up's hops after `t0`: (wall, thread CPU, pid) each; `partial`: the hops
+    matched up to the first that was not (else None when one was not)."""
 
     def first(pid: int, name: str, after: float) -> tuple[float, float] | None:
         marks = events[pid].get(name, [])
@@ -236,18 +287,96 @@ def _match(
         if name.startswith("sup_") or n == 2:  # any process: the supervisor, or which worker woke
             found = [(m, pid) for pid in events if (m := first(pid, name, at)) is not None]
             if not found:
-                return None
+                return chain if partial else None
             mark, pid = min(found)
             if n == 2:
                 worker = pid
         else:
             found_one = first(worker, name, at)
             if found_one is None:
-                return None
+                return chain if partial else None
             mark, pid = found_one, worker
         at = mark[0]
         chain.append((mark[0], mark[1], pid))
     return chain
+
+
+def tail_anatomy(
+    hops_dir: Path, samples: list[tuple[int, float, float, float]], n: int
+) -> list[dict[str, Any]]:
+    """The `n` slowest jobs: each one's latency, its hops' steps (ms from the previous
+    hop; None where a hop was not matched) and every other mark of any process from
+    TAIL_BEFORE_S before its enqueue call to its handler's start, as (ms after the
+    enqueue call began, process, event); a GC's start and stop as one event with its
+    duration."""
+    events = _hop_events(hops_dir)
+    supervisor = next((pid for pid, per in events.items() if "sup_select" in per), -1)
+    names = {supervisor: "sup"}
+    for pid in sorted(events):
+        names.setdefault(pid, f"w{len(names)}")
+    slowest = sorted(samples, key=lambda s: s[3] - s[1])[-n:]
+    out = []
+    for i, t0, call_s, started in reversed(slowest):
+        chain: list[tuple[float, float, int] | None] = list(_match(events, t0, partial=True) or [])
+        chain += [None] * (len(HOPS) - len(chain))
+        steps: dict[str, float | None] = {"enqueue call returned": round(call_s * 1000, 2)}
+        own: set[tuple[int, str, float]] = set()
+        previous = t0
+        for (label, name), hop in zip(HOPS, chain, strict=True):
+            if hop is None or hop[0] > started:
+                steps[label] = None
+                continue
+            steps[label] = round((hop[0] - previous) * 1000, 2)
+            own.add((hop[2], name, hop[0]))
+            previous = hop[0]
+        steps["handler started"] = round((started - previous) * 1000, 2)
+        woke = [(pid, name, wall) for pid, name, wall in own if name == "wk_select"]
+        others = []
+        for pid, per in events.items():
+            for name, marks in per.items():
+                for wall, _cpu in marks:
+                    if not t0 - TAIL_BEFORE_S <= wall <= started or (pid, name, wall) in own:
+                        continue
+                    if name.startswith("gc_stop"):
+                        continue
+                    label = name
+                    if name.startswith("gc_start"):
+                        stops = per.get(name.replace("start", "stop"), [])
+                        k = bisect.bisect_left(stops, (wall, -1.0))
+                        took = (stops[k][0] - wall) * 1000 if k < len(stops) else float("nan")
+                        label = f"gc gen {name.split(':')[1]} {took:.2f} ms"
+                    others.append((round((wall - t0) * 1000, 2), names[pid], label))
+        out.append(
+            {
+                "i": i,
+                "t0": t0,
+                "latency_ms": round((started - t0) * 1000, 2),
+                "woken": names[woke[0][0]] if woke else None,
+                "steps": steps,
+                "others": sorted(others),
+            }
+        )
+    return out
+
+
+def _server_log(path: Path) -> list[tuple[float, str]]:
+    """The server log's lines as (time.time(), line): lines that start with a
+    `%m` timestamp (log_line_prefix's default) in UTC; continuation lines kept with
+    the line before."""
+    lines: list[tuple[float, str]] = []
+    if not path.exists():
+        return lines
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f").replace(
+                tzinfo=datetime.UTC
+            )
+        except ValueError:
+            if lines:
+                lines[-1] = (lines[-1][0], lines[-1][1] + " " + line.strip())
+            continue
+        lines.append((stamp.timestamp(), line[24:].strip()))
+    return lines
 
 
 def _statements(dsn: str) -> list[tuple[str, int, int, float, float]]:
@@ -268,6 +397,7 @@ def markdown(
     fsync: float | None,
     load_before: tuple[float, float, float],
     load_after: tuple[float, float, float],
+    server_log: list[tuple[float, str]] | None = None,
 ) -> str:
     by: dict[str, dict[int, Run]] = defaultdict(dict)
     for run in runs:
@@ -366,6 +496,8 @@ def markdown(
             cpu_labels,
             lambda run: [str(run.hops.get(f"cpu {label}", "-")) for label in cpu_labels],
         )
+    if args.tail:
+        lines += _tail_lines(runs, server_log or [])
     if args.statements:
         lines += [
             "",
@@ -378,6 +510,42 @@ def markdown(
                     f"- {run.side}_{run.pair}: `{q}` {c} calls, {n} plans of {p} ms, exec {e} ms"
                 )
     return "\n".join(lines) + "\n"
+
+
+def _tail_lines(runs: list[Run], server_log: list[tuple[float, str]]) -> list[str]:
+    """The --tail section: per daemon run its slowest jobs, their hops' steps and what
+    coincided (the server's log lines of the window too, when it was kept)."""
+    labels = ["enqueue call returned", *(label for label, _ in HOPS), "handler started"]
+    lines = [
+        "",
+        "The slowest jobs of each run: latency (ms), each hop's step from the previous "
+        "one (ms; - not matched), the worker woken, and what else happened from "
+        f"{TAIL_BEFORE_S * 1000:.0f} ms before the enqueue call to the handler's start "
+        "(ms after the call began; sup = supervisor, wN = a worker).",
+        "",
+        "| run | job | latency | " + " | ".join(labels) + " | woken | coincided |",
+        "|---|---:|---:|" + "---:|" * len(labels) + "---|---|",
+    ]
+    stamps = [t for t, _ in server_log]
+    for run in runs:
+        for job in run.tail:
+            t0 = job["t0"]
+            end = t0 + job["latency_ms"] / 1000
+            cells = ["-" if job["steps"].get(k) is None else str(job["steps"][k]) for k in labels]
+            seen = [f"{at} {who} {what}" for at, who, what in job["others"]]
+            # The server logs a statement at its end, with its duration: a window's
+            # line may be of a statement that began before it.
+            lo = bisect.bisect_left(stamps, t0 - TAIL_BEFORE_S)
+            hi = bisect.bisect_right(stamps, end + 0.001)
+            seen += [f"pg {(t - t0) * 1000:.0f}: {text[:120]}" for t, text in server_log[lo:hi]]
+            lines.append(
+                f"| {run.side}_{run.pair} | {job['i']} | {job['latency_ms']} | "
+                + " | ".join(cells)
+                + f" | {job['woken'] or '-'} | "
+                + ("; ".join(seen) or "-").replace("|", "/")
+                + " |"
+            )
+    return lines
 
 
 def _daemon_runs_table(
