@@ -58,9 +58,13 @@ def run_on_kept_cursor(
     pgconn = conn.pgconn
     if pgconn.status != OK or pgconn.pipeline_status:
         return read(conn.execute(query, params))  # as before: the same errors and results
-    cursors, key, cursor = _take(conn)
+    key = get_ident()
+    try:
+        cursor = conn.__dict__[CURSORS].pop(key)
+    except KeyError:  # no dict yet, or no cursor of this thread's in it
+        cursor = _new_cursor(conn)
     value = read(cursor.execute(query, params))
-    cursors[key] = cursor  # only now may another call of this thread have it
+    conn.__dict__[CURSORS][key] = cursor  # only now may another call of this thread have it
     return value
 
 
@@ -75,22 +79,19 @@ async def run_on_kept_cursor_async(
     pgconn = aconn.pgconn
     if pgconn.status != OK or pgconn.pipeline_status:
         return read(await aconn.execute(query, params))
-    cursors, key, cursor = _take(aconn)
+    key = get_ident()
+    try:
+        cursor = aconn.__dict__[CURSORS].pop(key)
+    except KeyError:
+        cursor = _new_cursor(aconn)
     value = read(await cursor.execute(query, params))
-    cursors[key] = cursor
+    aconn.__dict__[CURSORS][key] = cursor
     return value
 
 
-def _take(conn: Any) -> tuple[dict[int, Any], int, Any]:
-    """(the connection's dict, this thread's key, a cursor taken out of the dict or a new
-    one); the caller puts it back."""
-    key = get_ident()
-    cursors: dict[int, Any] | None = conn.__dict__.get(CURSORS)
-    if cursors is None:
-        cursors = conn.__dict__.setdefault(CURSORS, {})
-    cursor = cursors.pop(key, None)
-    if cursor is None:
-        if len(cursors) >= MAX_CURSORS:
-            cursors.clear()
-        cursor = conn.cursor(row_factory=tuple_row)
-    return cursors, key, cursor
+def _new_cursor(conn: Any) -> Any:
+    """A new cursor for this thread, its dict made if need be (the caller puts it in)."""
+    cursors: dict[int, Any] = conn.__dict__.setdefault(CURSORS, {})
+    if len(cursors) >= MAX_CURSORS:
+        cursors.clear()
+    return conn.cursor(row_factory=tuple_row)
