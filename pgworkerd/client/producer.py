@@ -118,11 +118,6 @@ class Producer:
     ) -> int:
         """Enqueue one job in `conn`'s transaction; returns its id (or, for a
         `unique_key` held by a queued or running job, that job's id)."""
-        return self._enqueue(conn, kind, payload, options)
-
-    def _enqueue(self, conn: Connectable, kind: Any, payload: Any, options: EnqueueOptions) -> int:
-        """`enqueue`, its options one dict: `pgworkerd.enqueue` passes its own on as it
-        is, where `**options` would unpack it and pack it again."""
         if options.keys() <= _BARE_OPTIONS and not otel.tracing():
             target = _psycopg(conn)  # first, as below: the same errors in the same order
             return self.store.insert_bare(target, *self._bare(kind, payload, options))
@@ -551,7 +546,7 @@ def schema_of(schema: str | None) -> str:
 
 def enqueue(conn: Connectable, kind: str, payload: Any, **options: Unpack[EnqueueOptions]) -> int:
     """`Producer.enqueue` with the environment's settings (see `ProducerSettings`)."""
-    return default_producer()._enqueue(conn, kind, payload, options)
+    return default_producer().enqueue(conn, kind, payload, **options)
 
 
 def enqueue_many(conn: Connectable, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
