@@ -23,10 +23,19 @@ the connection object, keyed by `threading.get_ident()`:
   text, so the connection's row_factory (then or later) is never called;
 - keeping the adapters the connection had when it was made (psycopg copies them into
   each cursor): a dumper registered on the connection later is not used for the
-  three str parameters (queue, kind, payload JSON) of that thread's barest enqueues.
+  three str parameters (queue, kind, payload JSON) of that thread's barest enqueues;
+- kept with the client_encoding it was made under, and replaced when the connection's
+  differs: psycopg keeps a cursor's Transformer, and the str dumpers it cached with
+  the encoding of their making, while the same query object runs again, so a kept
+  cursor would send text in the old encoding after a `SET client_encoding`;
+- holding its last query's dumped parameters (the payload JSON) and result until this
+  thread's next barest enqueue on the connection (psycopg has no public way to drop
+  them but closing the cursor): at most MAX_CURSORS payloads per connection.
 
 A connection that is not OK (closed, broken) or is in pipeline mode takes
-`conn.execute` as before, with its errors and results exactly as before.
+`conn.execute` as before, with its errors as before; in pipeline mode the call then
+waits for its own result with a fetch (psycopg's fetch methods sync the pipeline; its
+`pgresult` alone is None until then).
 """
 
 from __future__ import annotations
@@ -39,13 +48,16 @@ import psycopg
 from psycopg.pq import ConnStatus
 from psycopg.rows import tuple_row
 
+from pgworkerd.storage.rows import positional
+
 T = TypeVar("T")
 OK = ConnStatus.OK
-# The attribute, on the connection object, of the dict {thread id: cursor}.
+# The attribute, on the connection object, of the dict {thread id: (cursor, encoding)}.
 CURSORS = "_pgworkerd_kept_cursors"
 # Thread ids are reused as threads come and go; a connection shared by more threads than
 # this starts its dict afresh rather than grow it without bound.
 MAX_CURSORS = 64
+ENCODING = b"client_encoding"
 
 
 def run_on_kept_cursor(
@@ -57,14 +69,21 @@ def run_on_kept_cursor(
     """`read(conn.execute(query, params))`, on the cursor this thread keeps with `conn`."""
     pgconn = conn.pgconn
     if pgconn.status != OK or pgconn.pipeline_status:
-        return read(conn.execute(query, params))  # as before: the same errors and results
+        cursor = conn.execute(query, params)  # as before: the same errors
+        if cursor.pgresult is None:  # pipeline mode: the result comes with a fetch
+            positional(cursor).fetchone()  # the connection's row_factory not called
+        return read(cursor)
     key = get_ident()
+    encoding = pgconn.parameter_status(ENCODING)
     try:
-        cursor = conn.__dict__[CURSORS].pop(key)
+        cursor, made_under = conn.__dict__[CURSORS].pop(key)
     except KeyError:  # no dict yet, or no cursor of this thread's in it
+        cursor, made_under = _new_cursor(conn), encoding
+    if made_under != encoding:  # a SET client_encoding since it was made
         cursor = _new_cursor(conn)
     value = read(cursor.execute(query, params))
-    conn.__dict__[CURSORS][key] = cursor  # only now may another call of this thread have it
+    # Only now may another call of this thread have it.
+    conn.__dict__[CURSORS][key] = (cursor, encoding)
     return value
 
 
@@ -78,20 +97,26 @@ async def run_on_kept_cursor_async(
     task's cursor is out of the dict from before its execute until its id is read."""
     pgconn = aconn.pgconn
     if pgconn.status != OK or pgconn.pipeline_status:
-        return read(await aconn.execute(query, params))
+        cursor = await aconn.execute(query, params)
+        if cursor.pgresult is None:
+            await positional(cursor).fetchone()
+        return read(cursor)
     key = get_ident()
+    encoding = pgconn.parameter_status(ENCODING)
     try:
-        cursor = aconn.__dict__[CURSORS].pop(key)
+        cursor, made_under = aconn.__dict__[CURSORS].pop(key)
     except KeyError:
+        cursor, made_under = _new_cursor(aconn), encoding
+    if made_under != encoding:
         cursor = _new_cursor(aconn)
     value = read(await cursor.execute(query, params))
-    aconn.__dict__[CURSORS][key] = cursor
+    aconn.__dict__[CURSORS][key] = (cursor, encoding)
     return value
 
 
 def _new_cursor(conn: Any) -> Any:
     """A new cursor for this thread, its dict made if need be (the caller puts it in)."""
-    cursors: dict[int, Any] = conn.__dict__.setdefault(CURSORS, {})
+    cursors: dict[int, tuple[Any, bytes | None]] = conn.__dict__.setdefault(CURSORS, {})
     if len(cursors) >= MAX_CURSORS:
         cursors.clear()
     return conn.cursor(row_factory=tuple_row)

@@ -214,10 +214,14 @@ class Statement(Generic[T]):
 
     def run(self, conn: psycopg.Connection[Any]) -> T:
         cursor = conn.execute(self.query, self.params)
+        if cursor.pgresult is None:  # pipeline mode: the result comes with a fetch
+            return self.decode(positional(cursor).fetchall())
         return self.decode(positional(cursor).fetchall() if _has_rows(cursor) else [])
 
     async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
         cursor = await aconn.execute(self.query, self.params)
+        if cursor.pgresult is None:
+            return self.decode(await positional(cursor).fetchall())
         return self.decode(await positional(cursor).fetchall() if _has_rows(cursor) else [])
 
 

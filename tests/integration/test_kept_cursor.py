@@ -2,7 +2,8 @@
 (pgworkerd/storage/kept_cursor.py): each id goes to its own caller, across threads on
 one Connection and tasks on one AsyncConnection; a connection dropped unclosed is
 freed by the cycle collector; a dumper registered later is not seen by the kept
-cursor; a closed, failed or pipelined connection behaves as with `conn.execute`."""
+cursor, a client_encoding set later is; a closed or failed connection behaves as with
+`conn.execute`; in pipeline mode every enqueue path returns its own rows' ids."""
 
 from __future__ import annotations
 
@@ -37,33 +38,55 @@ def _check_each_id(conn: psycopg.Connection[Any], calls: dict[int, tuple[str, in
     assert {job_id: (kind, n) for job_id, kind, n in rows} == calls
 
 
+def _read_when_all_have_executed(read: Any, parties: int) -> Any:
+    """`read` (store._returned_id), run when each of `parties` threads has executed its
+    insert and come to its read: the window where a cursor shared between them would
+    hold the last one's result, read by all."""
+    executed = threading.Barrier(parties, timeout=30)
+
+    def read_when_all_have_executed(cursor: Any) -> int:
+        executed.wait()
+        return int(read(cursor))
+
+    return read_when_all_have_executed
+
+
 def test_two_threads_on_one_connection_each_get_their_own_ids(db_dsn, conn):
     calls: dict[int, tuple[str, int]] = {}
+    returned: list[int] = []
     with psycopg.connect(db_dsn, autocommit=True) as shared:
         start = threading.Barrier(THREADS)
 
         def enqueue(kind: str) -> None:
             start.wait()
             for n in range(CALLS):
-                calls[pgworkerd.enqueue(shared, kind, {"n": n})] = (kind, n)
+                job_id = pgworkerd.enqueue(shared, kind, {"n": n})
+                returned.append(job_id)
+                calls[job_id] = (kind, n)
 
         threads = [threading.Thread(target=enqueue, args=(f"t{i}",)) for i in range(THREADS)]
         switch = sys.getswitchinterval()
         sys.setswitchinterval(1e-6)  # threads switch between any two steps of a call
+        read = _read_when_all_have_executed(store._returned_id, THREADS)
         try:
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            with mock.patch.object(store, "_returned_id", read):
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
         finally:
             sys.setswitchinterval(switch)
         kept = len(vars(shared)[CURSORS])
-    assert len(calls) == THREADS * CALLS
+    assert len(returned) == len(calls) == THREADS * CALLS  # no id returned twice
     _check_each_id(conn, calls)
     assert kept == THREADS  # one cursor kept per thread
 
 
 def test_tasks_on_one_async_connection_each_get_their_own_ids(db_dsn, conn):
+    # psycopg 3.3's AsyncCursor.execute returns with no await between the query's
+    # result and the read of the id, so the tasks of one thread cannot interleave
+    # there: this guards against a wrong cache (a cursor shared by the tasks) only
+    # with a psycopg that would await in that window. It checks each task's ids.
     calls: dict[int, tuple[str, int]] = {}
 
     async def enqueue(aconn: psycopg.AsyncConnection[Any], kind: str) -> None:
@@ -201,16 +224,61 @@ def test_a_failed_transaction_raises_as_before_and_the_next_one_gets_its_id(db_d
     _check_each_id(conn, {job_id: ("after", 3)})
 
 
-def test_pipeline_mode_takes_conn_execute_as_before(db_dsn):
-    # In pipeline mode a result comes back later, to the cursor that sent it: a kept
-    # cursor could hand one call's result to the next. The call goes by conn.execute,
-    # a cursor of its own, and ends as before this cursor was kept (the id is read
-    # before the pipeline syncs: AssertionError, bench/results/enqueue-one-round10-*).
-    real = psycopg.Connection.execute
-    count = mock.patch.object(psycopg.Connection, "execute", autospec=True, side_effect=real)
+def test_a_client_encoding_set_after_the_first_enqueue_is_used(db_dsn, conn):
+    # psycopg keeps a cursor's str dumpers, each with the encoding of its making, while
+    # the same query object runs again: the kept cursor is replaced when the
+    # connection's client_encoding is no longer the one it was made under.
     with psycopg.connect(db_dsn, autocommit=True) as pconn:
-        pgworkerd.enqueue(pconn, "k", {"n": 1})
-        pipelined = pytest.raises(AssertionError, match="returned no id")
-        with count as execute, pipelined, pconn.pipeline():
-            pgworkerd.enqueue(pconn, "k", {"n": 2})
-        assert execute.call_count == 1
+        pgworkerd.enqueue(pconn, "k", {"s": "a"})  # a cursor is kept, made under UTF8
+        pconn.execute("SET client_encoding TO 'LATIN1'")
+        latin1 = pgworkerd.enqueue(pconn, "k\u00e9", {"s": "\u00e9"})
+        pconn.execute("SET client_encoding TO 'UTF8'")
+        utf8 = pgworkerd.enqueue(pconn, "k\u00e8", {"s": "\u00e8"})
+    rows = conn.execute(
+        "SELECT id, kind, payload->>'s' FROM pgworkerd.jobs WHERE id = ANY(%s)",
+        ([latin1, utf8],),
+    ).fetchall()
+    assert {job_id: (kind, s) for job_id, kind, s in rows} == {
+        latin1: ("k\u00e9", "\u00e9"),
+        utf8: ("k\u00e8", "\u00e8"),
+    }
+
+
+def test_in_pipeline_mode_each_enqueue_returns_its_own_rows_ids(db_dsn, conn):
+    # In pipeline mode a statement's result comes when the pipeline is synced or a
+    # fetch asks for it: the barest call (AssertionError before), a one-job statement
+    # (IndexError) and enqueue_many ([]) each wait for theirs.
+    calls: dict[int, tuple[str, int]] = {}
+    with psycopg.connect(db_dsn, autocommit=True) as pconn:
+        pgworkerd.enqueue(pconn, "k", {"n": 0})  # a cursor is kept
+        with pconn.pipeline():
+            calls[pgworkerd.enqueue(pconn, "bare", {"n": 1})] = ("bare", 1)
+            calls[pgworkerd.enqueue(pconn, "one", {"n": 2}, priority=3)] = ("one", 2)
+            many = pgworkerd.enqueue_many(
+                pconn, [{"kind": "many", "payload": {"n": n}} for n in (3, 4)]
+            )
+            calls.update(zip(many, [("many", 3), ("many", 4)], strict=True))
+            calls[pgworkerd.enqueue(pconn, "bare", {"n": 5})] = ("bare", 5)
+    assert len(calls) == 5
+    _check_each_id(conn, calls)
+
+
+def test_in_async_pipeline_mode_each_enqueue_returns_its_own_rows_ids(db_dsn, conn):
+    calls: dict[int, tuple[str, int]] = {}
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(db_dsn, autocommit=True) as aconn:
+            await pgworkerd.enqueue_async(aconn, "k", {"n": 0})
+            async with aconn.pipeline():
+                calls[await pgworkerd.enqueue_async(aconn, "bare", {"n": 1})] = ("bare", 1)
+                one = await pgworkerd.enqueue_async(aconn, "one", {"n": 2}, priority=3)
+                calls[one] = ("one", 2)
+                many = await pgworkerd.enqueue_many_async(
+                    aconn, [{"kind": "many", "payload": {"n": n}} for n in (3, 4)]
+                )
+                calls.update(zip(many, [("many", 3), ("many", 4)], strict=True))
+                calls[await pgworkerd.enqueue_async(aconn, "bare", {"n": 5})] = ("bare", 5)
+
+    asyncio.run(main())
+    assert len(calls) == 5
+    _check_each_id(conn, calls)
