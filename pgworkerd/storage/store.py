@@ -38,6 +38,7 @@ from pgworkerd.storage.rows import execute, positional
 
 DEFAULT_SCHEMA = "pgworkerd"
 TUPLES_OK = ExecStatus.TUPLES_OK
+COMMAND_OK = ExecStatus.COMMAND_OK
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,14 +216,31 @@ class Statement(Generic[T]):
     def run(self, conn: psycopg.Connection[Any]) -> T:
         cursor = conn.execute(self.query, self.params)
         if cursor.pgresult is None:  # pipeline mode: the result comes with a fetch
-            return self.decode(positional(cursor).fetchall())
+            try:
+                return self.decode(positional(cursor).fetchall())
+            except psycopg.ProgrammingError:
+                if not _command_ok(cursor):
+                    raise
+                return self.decode([])
         return self.decode(positional(cursor).fetchall() if _has_rows(cursor) else [])
 
     async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
         cursor = await aconn.execute(self.query, self.params)
         if cursor.pgresult is None:
-            return self.decode(await positional(cursor).fetchall())
+            try:
+                return self.decode(await positional(cursor).fetchall())
+            except psycopg.ProgrammingError:
+                if not _command_ok(cursor):
+                    raise
+                return self.decode([])
         return self.decode(await positional(cursor).fetchall() if _has_rows(cursor) else [])
+
+
+def _command_ok(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement succeeded without rows (LISTEN): fetchall, which waits for
+    a pipelined result, then raises ProgrammingError though there is no error."""
+    result = cursor.pgresult
+    return result is not None and result.status == COMMAND_OK
 
 
 def _has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:

@@ -282,3 +282,13 @@ def test_in_async_pipeline_mode_each_enqueue_returns_its_own_rows_ids(db_dsn, co
     asyncio.run(main())
     assert len(calls) == 5
     _check_each_id(conn, calls)
+
+
+def test_in_pipeline_mode_wait_returns_the_jobs_state(db_dsn, conn):
+    # wait's LISTEN returns no rows: fetched in pipeline mode, where fetchall raised
+    # ProgrammingError for it, it counts as none.
+    conn.autocommit = True
+    job_id = pgworkerd.enqueue(conn, "k", {"n": 1})
+    assert pgworkerd.cancel(conn, job_id)
+    with psycopg.connect(db_dsn, autocommit=True) as pconn, pconn.pipeline():
+        assert pgworkerd.wait(pconn, job_id, timeout=5) == "cancelled"
