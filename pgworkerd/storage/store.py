@@ -32,11 +32,13 @@ from pgworkerd.job import Job, Lease
 from pgworkerd.storage import queries
 from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, uuid_array
 from pgworkerd.storage.channels import cancel_channel, notify_channel
+from pgworkerd.storage.kept_cursor import run_on_kept_cursor, run_on_kept_cursor_async
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
 from pgworkerd.storage.rows import execute, positional
 
 DEFAULT_SCHEMA = "pgworkerd"
 TUPLES_OK = ExecStatus.TUPLES_OK
+COMMAND_OK = ExecStatus.COMMAND_OK
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,11 +215,32 @@ class Statement(Generic[T]):
 
     def run(self, conn: psycopg.Connection[Any]) -> T:
         cursor = conn.execute(self.query, self.params)
+        if cursor.pgresult is None:  # pipeline mode: the result comes with a fetch
+            try:
+                return self.decode(positional(cursor).fetchall())
+            except psycopg.ProgrammingError:
+                if not _command_ok(cursor):
+                    raise
+                return self.decode([])
         return self.decode(positional(cursor).fetchall() if _has_rows(cursor) else [])
 
     async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
         cursor = await aconn.execute(self.query, self.params)
+        if cursor.pgresult is None:
+            try:
+                return self.decode(await positional(cursor).fetchall())
+            except psycopg.ProgrammingError:
+                if not _command_ok(cursor):
+                    raise
+                return self.decode([])
         return self.decode(await positional(cursor).fetchall() if _has_rows(cursor) else [])
+
+
+def _command_ok(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement succeeded without rows (LISTEN): fetchall, which waits for
+    a pipelined result, then raises ProgrammingError though there is no error."""
+    result = cursor.pgresult
+    return result is not None and result.status == COMMAND_OK
 
 
 def _has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
@@ -317,16 +340,17 @@ class JobStore:
     ) -> int:
         """Insert a job given only its queue, kind and payload (JSON text), as
         `insert_one_statement` would with no other option; its id. Run here, without a
-        `Statement` around it: enqueue's barest call (`Producer.enqueue`)."""
-        cursor = conn.execute(self._sql["jobs_insert_bare"], (queue, kind, payload_json))
-        return _returned_id(cursor)
+        `Statement` around it: enqueue's barest call (`Producer.enqueue`), on the cursor
+        this thread keeps with `conn` (storage/kept_cursor.py)."""
+        params = (queue, kind, payload_json)
+        return run_on_kept_cursor(conn, self._sql["jobs_insert_bare"], params, _returned_id)
 
     async def insert_bare_async(
         self, aconn: psycopg.AsyncConnection[Any], queue: str, kind: str, payload_json: str
     ) -> int:
         """`insert_bare` on an AsyncConnection."""
-        query = self._sql["jobs_insert_bare"]
-        return _returned_id(await aconn.execute(query, (queue, kind, payload_json)))
+        query, params = self._sql["jobs_insert_bare"], (queue, kind, payload_json)
+        return await run_on_kept_cursor_async(aconn, query, params, _returned_id)
 
     def insert_after_statement(
         self, record_json: str, after: Sequence[int]
@@ -869,10 +893,10 @@ def _ids_or_none(rows: list[Any]) -> list[int | None]:
 
 def _returned_id(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> int:
     """The id in the first column of the one row a statement returned, read from the
-    result's text (`conn.execute` makes a text cursor) without psycopg's fetch: no row
-    maker, no loaders called, and the connection's row_factory (a dict_row, say) does
-    not change what is read. About 2,400 client instructions less than fetchall
-    (bench/results/enqueue-one-round9-20261127.md)."""
+    result's text (`conn.execute` and the kept cursor are text cursors) without
+    psycopg's fetch: no row maker, no loaders called, and the connection's row_factory
+    (a dict_row, say) does not change what is read. About 2,400 client instructions
+    less than fetchall (bench/results/enqueue-one-round9-20261127.md)."""
     result = cursor.pgresult
     value = None if result is None else result.get_value(0, 0)
     if value is None:  # the id column is NOT NULL and the statement returns one row

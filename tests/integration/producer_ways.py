@@ -50,9 +50,11 @@ class SyncWay:
         return rows
 
     def count_statements(self) -> Any:
-        """A mock counting the statements producer calls run, while in its `with`."""
-        real = psycopg.Connection.execute
-        return mock.patch.object(psycopg.Connection, "execute", autospec=True, side_effect=real)
+        """A mock counting the statements producer calls run, while in its `with`: on
+        the cursor, where `conn.execute` runs them and the barest enqueue's kept cursor
+        (storage/kept_cursor.py) too."""
+        real = psycopg.Cursor.execute
+        return mock.patch.object(psycopg.Cursor, "execute", autospec=True, side_effect=real)
 
 
 class AsyncWay:
@@ -116,10 +118,8 @@ class AsyncWay:
         return self.call(rows())
 
     def count_statements(self) -> Any:
-        real = psycopg.AsyncConnection.execute
-        return mock.patch.object(
-            psycopg.AsyncConnection, "execute", autospec=True, side_effect=real
-        )
+        real = psycopg.AsyncCursor.execute
+        return mock.patch.object(psycopg.AsyncCursor, "execute", autospec=True, side_effect=real)
 
 
 class BlockingConnection:
