@@ -2,6 +2,7 @@
 
     python -m bench.latency_abab OTHER_CHECKOUT [--pairs 5] [--config JSON | --defaults]
         [--no-raw] [--hops] [--statements] [--tail N] [--server-log] [--jobs N]
+        [--import-first] [--own-producer]
 
 The latency mode of `python -m bench` (bench/measure.py: the daemon idle 2 s, then a
 separate process enqueues 200 jobs at 50/s; latency = handler start minus the time
@@ -28,6 +29,9 @@ window (the cluster then logs checkpoints, autovacuum and statements over 2 ms).
 that rests on more than the 2nd-3rd slowest job; the table's measurement is 200.
 `--import-first`: the producer looks up pgworkerd.enqueue before its clock starts
 (bench/producer.py), not in job 0's timed call as the table's measurement does.
+`--own-producer`: side A's producer runs A's bench.producer on A's pgworkerd (by
+default both sides' is this checkout's): for a change of the client, as the table
+(`python -m bench`, one checkout) would see it.
 Every run's per-job latencies (ms, in enqueue order) are kept in runs.json.
 
 Prints a markdown report (and writes it to --out, default
@@ -113,6 +117,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--import-first",
         action="store_true",
         help="the producer looks up pgworkerd.enqueue before its clock starts",
+    )
+    parser.add_argument(
+        "--own-producer",
+        action="store_true",
+        help="each side's producer runs its own checkout's pgworkerd (default: this one's)",
     )
     parser.add_argument("--peers-dir", type=Path, default=REPO.parent / "shared/bench/peers")
     parser.add_argument("--out", type=Path, default=None)
@@ -210,6 +219,7 @@ def _one_run(
         code=args.other if side == "A" else None,
         python=wrapper,
         samples=samples,
+        producer_code=args.other if side == "A" and args.own_producer else None,
     )
     run = Run(side, pair, rec)
     run.latencies_ms = [round((started - t0) * 1000, 3) for _i, t0, _c, started in sorted(samples)]

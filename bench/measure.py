@@ -163,8 +163,10 @@ def latency(
     code: Path | None = None,
     python: Path | None = None,
     samples: list[tuple[int, float, float, float]] | None = None,
+    producer_code: Path | None = None,
 ) -> dict[str, Any]:
-    """`code`: another checkout's pgworkerd to run (the producer stays this one's);
+    """`code`: another checkout's pgworkerd to run (the producer stays this one's, or
+    `producer_code`'s: its bench.producer on its pgworkerd);
     `python`: the daemon's interpreter (bench.latency_abab's hop tracer); `samples`:
     filled with each job's (i, time before its enqueue call, the call's duration,
     handler start), for a per-hop breakdown."""
@@ -189,8 +191,8 @@ def latency(
             ],
             stdout=subprocess.PIPE,
             check=True,
-            env=daemon_env(),
-            cwd=REPO,
+            env=daemon_env(producer_code),
+            cwd=producer_code or REPO,
             timeout=proto.phase_timeout_s,
         ).stdout
         with psycopg.connect(dsn, autocommit=True) as conn:

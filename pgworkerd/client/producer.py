@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack, cast
 
 import psycopg
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pgworkerd.contrib import otel
 from pgworkerd.contrib import sqlalchemy as sa_contrib
@@ -88,16 +88,10 @@ Steps = Generator[Statement[Any], Any, list[int]]
 OneStatement = Statement[list[int]]
 
 
-class ProducerSettings(BaseSettings):
-    """What the producer reads from the environment (the same names the daemon's
-    config file takes as overrides)."""
-
-    model_config = SettingsConfigDict(
-        env_prefix="PGWORKERD_", env_nested_delimiter="__", extra="ignore"
-    )
-
-    database__schema: str = DEFAULT_SCHEMA
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+# The environment's names ProducerSettings (client/settings.py) reads, as
+# pydantic_settings matches them: case-insensitively, each name lowercased
+# (tests/unit/test_producer_settings.py checks these are its fields' names).
+SETTINGS_NAMES = frozenset({"pgworkerd_database__schema", "pgworkerd_max_payload_bytes"})
 
 
 class Producer:
@@ -533,7 +527,14 @@ def _seconds(what: str, value: Any, *, allow_zero: bool) -> float | None:
 
 @functools.cache
 def default_producer() -> Producer:
-    """The producer behind `pgworkerd.enqueue`, configured from the environment once."""
+    """The producer behind `pgworkerd.enqueue`, configured from the environment once
+    (client/settings.py). Without any of its names there, pydantic_settings would give
+    the defaults, which are Producer's: it is not imported (~0.25 s, in a process's first
+    enqueue)."""
+    if not any(name.lower() in SETTINGS_NAMES for name in os.environ):
+        return Producer()
+    from pgworkerd.client.settings import ProducerSettings
+
     settings = ProducerSettings()
     return Producer(schema=settings.database__schema, max_payload_bytes=settings.max_payload_bytes)
 
@@ -545,7 +546,7 @@ def schema_of(schema: str | None) -> str:
 
 
 def enqueue(conn: Connectable, kind: str, payload: Any, **options: Unpack[EnqueueOptions]) -> int:
-    """`Producer.enqueue` with the environment's settings (see `ProducerSettings`)."""
+    """`Producer.enqueue` with the environment's settings (see `default_producer`)."""
     return default_producer().enqueue(conn, kind, payload, **options)
 
 

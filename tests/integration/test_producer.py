@@ -6,6 +6,9 @@ an AsyncConnection (tests/integration/producer_ways.py)."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +22,7 @@ from pgworkerd.client.producer import default_producer
 from pgworkerd.storage.channels import notify_channel
 from pgworkerd.storage.queries import statements
 from pgworkerd.storage.store import JobStore
+from tests.daemon import REPO
 from tests.integration.producer_ways import AsyncWay, SyncWay
 
 
@@ -481,3 +485,25 @@ def test_schema_comes_from_the_environment(way, empty_db_dsn, monkeypatch):
 def test_payload_may_hold_a_literal_backslash_u0000(way, pconn, conn):
     job_id = way.enqueue(pconn, "k", {"text": "\\u0000 is how JSON writes NUL"})
     assert JobStore().get(conn, job_id)["payload"]["text"].startswith("\\u0000")
+
+
+def test_a_first_enqueue_without_the_settings_names_does_not_load_pydantic(db_dsn):
+    """pydantic and pydantic_settings (~0.25 s to import, in a web app's first request)
+    load only when the environment names a setting (tests/unit/test_producer_settings.py)."""
+    script = (
+        "import sys, psycopg, pgworkerd\n"
+        f"with psycopg.connect({db_dsn!r}) as conn:\n"
+        "    pgworkerd.enqueue(conn, 'k', {})\n"
+        "print(sorted(m for m in ('pydantic', 'pydantic_settings') if m in sys.modules))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.lower().startswith("pgworkerd_")}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stdout.strip() == "[]", (result.stdout, result.stderr)
