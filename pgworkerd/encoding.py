@@ -16,6 +16,9 @@ from typing import Any
 
 from pgworkerd.errors import InvalidJob
 
+# A payload's largest JSON text, in UTF-8 bytes, unless the producer is given another.
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+
 ESCAPED_NUL = "\\u0000"  # what a NUL becomes in stored error texts and results
 MAX_ERROR_CHARS = 32_000  # last_error keeps this much of a message and traceback
 MAX_RESULT_BYTES = 1024 * 1024  # a result's JSON: as much as a payload may hold

@@ -24,7 +24,12 @@ import psycopg
 
 from pgworkerd.contrib import otel
 from pgworkerd.contrib import sqlalchemy as sa_contrib
-from pgworkerd.encoding import dump_payload, dump_records, dump_trace_context
+from pgworkerd.encoding import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    dump_payload,
+    dump_records,
+    dump_trace_context,
+)
 from pgworkerd.errors import InvalidJob
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore, Statement
 
@@ -32,7 +37,6 @@ _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME_CHARS = 255  # kind, queue, unique_key and key
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # the column is a PostgreSQL integer
 MAX_ATTEMPTS_LIMIT = 1_000_000
-DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 AFTER_FAILURE_CHOICES = ("cancel", "run")
 # `after` of a chain's link: the id drawn for the link before it, known only then.
 PREVIOUS: list[int] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pgworkerd.client.producer import DEFAULT_MAX_PAYLOAD_BYTES
+from pgworkerd.encoding import DEFAULT_MAX_PAYLOAD_BYTES
 from pgworkerd.storage.store import DEFAULT_SCHEMA
 
 
