@@ -48,7 +48,7 @@ import psycopg
 from psycopg.pq import ConnStatus
 from psycopg.rows import tuple_row
 
-from pgworkerd.storage.rows import positional
+from pgworkerd.storage.rows import statement_rows, statement_rows_async
 
 T = TypeVar("T")
 OK = ConnStatus.OK
@@ -70,8 +70,7 @@ def run_on_kept_cursor(
     pgconn = conn.pgconn
     if pgconn.status != OK or pgconn.pipeline_status:
         cursor = conn.execute(query, params)  # as before: the same errors
-        if cursor.pgresult is None:  # pipeline mode: the result comes with a fetch
-            positional(cursor).fetchone()  # the connection's row_factory not called
+        statement_rows(cursor)  # in pipeline mode, waits for the result
         return read(cursor)
     key = get_ident()
     encoding = pgconn.parameter_status(ENCODING)
@@ -98,8 +97,7 @@ async def run_on_kept_cursor_async(
     pgconn = aconn.pgconn
     if pgconn.status != OK or pgconn.pipeline_status:
         cursor = await aconn.execute(query, params)
-        if cursor.pgresult is None:
-            await positional(cursor).fetchone()
+        await statement_rows_async(cursor)
         return read(cursor)
     key = get_ident()
     encoding = pgconn.parameter_status(ENCODING)

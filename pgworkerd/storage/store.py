@@ -24,7 +24,6 @@ from typing import Any, Generic, TypedDict, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.pq import ExecStatus
 from psycopg.rows import dict_row, namedtuple_row
 
 from pgworkerd.encoding import clean_error
@@ -34,11 +33,9 @@ from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, u
 from pgworkerd.storage.channels import cancel_channel, notify_channel
 from pgworkerd.storage.kept_cursor import run_on_kept_cursor, run_on_kept_cursor_async
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
-from pgworkerd.storage.rows import execute, positional
+from pgworkerd.storage.rows import execute, statement_rows, statement_rows_async
 
 DEFAULT_SCHEMA = "pgworkerd"
-TUPLES_OK = ExecStatus.TUPLES_OK
-COMMAND_OK = ExecStatus.COMMAND_OK
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,42 +211,10 @@ class Statement(Generic[T]):
     decode: Callable[[list[Any]], T]
 
     def run(self, conn: psycopg.Connection[Any]) -> T:
-        cursor = conn.execute(self.query, self.params)
-        if cursor.pgresult is None:  # pipeline mode: the result comes with a fetch
-            try:
-                return self.decode(positional(cursor).fetchall())
-            except psycopg.ProgrammingError:
-                if not _command_ok(cursor):
-                    raise
-                return self.decode([])
-        return self.decode(positional(cursor).fetchall() if _has_rows(cursor) else [])
+        return self.decode(statement_rows(conn.execute(self.query, self.params)))
 
     async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
-        cursor = await aconn.execute(self.query, self.params)
-        if cursor.pgresult is None:
-            try:
-                return self.decode(await positional(cursor).fetchall())
-            except psycopg.ProgrammingError:
-                if not _command_ok(cursor):
-                    raise
-                return self.decode([])
-        return self.decode(await positional(cursor).fetchall() if _has_rows(cursor) else [])
-
-
-def _command_ok(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
-    """Whether the statement succeeded without rows (LISTEN): fetchall, which waits for
-    a pipelined result, then raises ProgrammingError though there is no error."""
-    result = cursor.pgresult
-    return result is not None and result.status == COMMAND_OK
-
-
-def _has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
-    """Whether the statement returned rows: a statement without (LISTEN) has none to
-    fetch, and fetchall would raise. Read from the result's status, not from
-    `cursor.description`, which builds a Column per column, each looking its type up,
-    at every access (24 us an enqueue under cProfile)."""
-    result = cursor.pgresult
-    return result is not None and result.status == TUPLES_OK
+        return self.decode(await statement_rows_async(await aconn.execute(self.query, self.params)))
 
 
 class ClaimScope(TypedDict):
