@@ -58,8 +58,6 @@ CURSORS = "_pgworkerd_kept_cursors"
 # this starts its dict afresh rather than grow it without bound.
 MAX_CURSORS = 64
 ENCODING = b"client_encoding"
-# What the dict holds for a thread: its cursor and the client_encoding it was made under.
-Kept = tuple[Any, bytes | None]
 
 
 def run_on_kept_cursor(
@@ -69,13 +67,22 @@ def run_on_kept_cursor(
     read: Callable[[psycopg.Cursor[Any]], T],
 ) -> T:
     """`read(conn.execute(query, params))`, on the cursor this thread keeps with `conn`."""
-    kept = _take(conn)
-    if kept is None:  # as before: conn.execute, the same errors
-        cursor = conn.execute(query, params)
+    pgconn = conn.pgconn
+    if pgconn.status != OK or pgconn.pipeline_status:
+        cursor = conn.execute(query, params)  # as before: the same errors
         statement_rows(cursor)  # in pipeline mode, waits for the result
         return read(cursor)
-    value = read(kept[0].execute(query, params))
-    _put_back(conn, kept)
+    key = get_ident()
+    encoding = pgconn.parameter_status(ENCODING)
+    try:
+        cursor, made_under = conn.__dict__[CURSORS].pop(key)
+    except KeyError:  # no dict yet, or no cursor of this thread's in it
+        cursor, made_under = _new_cursor(conn), encoding
+    if made_under != encoding:  # a SET client_encoding since it was made
+        cursor = _new_cursor(conn)
+    value = read(cursor.execute(query, params))
+    # Only now may another call of this thread have it.
+    conn.__dict__[CURSORS][key] = (cursor, encoding)
     return value
 
 
@@ -87,44 +94,27 @@ async def run_on_kept_cursor_async(
 ) -> T:
     """`run_on_kept_cursor` on an AsyncConnection: its tasks share a thread, and one
     task's cursor is out of the dict from before its execute until its id is read."""
-    kept = _take(aconn)
-    if kept is None:
+    pgconn = aconn.pgconn
+    if pgconn.status != OK or pgconn.pipeline_status:
         cursor = await aconn.execute(query, params)
         await statement_rows_async(cursor)
         return read(cursor)
-    value = read(await kept[0].execute(query, params))
-    _put_back(aconn, kept)
-    return value
-
-
-def _take(conn: Any) -> Kept | None:
-    """This thread's cursor for `conn`, taken out of the dict, with the client_encoding it
-    was made under; a new one if there is none, or if it was made under another
-    encoding (a SET client_encoding since). None when `conn` must take `conn.execute`:
-    not OK (closed, broken), or in pipeline mode."""
-    pgconn = conn.pgconn
-    if pgconn.status != OK or pgconn.pipeline_status:
-        return None
+    key = get_ident()
     encoding = pgconn.parameter_status(ENCODING)
     try:
-        kept: Kept = conn.__dict__[CURSORS].pop(get_ident())
-    except KeyError:  # no dict yet, or no cursor of this thread's in it
-        return _new_cursor(conn), encoding
-    if kept[1] != encoding:
-        return _new_cursor(conn), encoding
-    return kept  # the very tuple, put back as it is: no new one a call
-
-
-def _put_back(conn: Any, kept: Kept) -> None:
-    """Only now, after the caller's read, may another call of this thread have it (the
-    same thread as `_take`'s: a thread's calls, and an AsyncConnection's tasks, run on
-    the thread that took it)."""
-    conn.__dict__[CURSORS][get_ident()] = kept
+        cursor, made_under = aconn.__dict__[CURSORS].pop(key)
+    except KeyError:
+        cursor, made_under = _new_cursor(aconn), encoding
+    if made_under != encoding:
+        cursor = _new_cursor(aconn)
+    value = read(await cursor.execute(query, params))
+    aconn.__dict__[CURSORS][key] = (cursor, encoding)
+    return value
 
 
 def _new_cursor(conn: Any) -> Any:
     """A new cursor for this thread, its dict made if need be (the caller puts it in)."""
-    cursors: dict[int, Kept] = conn.__dict__.setdefault(CURSORS, {})
+    cursors: dict[int, tuple[Any, bytes | None]] = conn.__dict__.setdefault(CURSORS, {})
     if len(cursors) >= MAX_CURSORS:
         cursors.clear()
     return conn.cursor(row_factory=tuple_row)
