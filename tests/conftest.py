@@ -112,11 +112,13 @@ class FreshDatabases:
 
     def take(self) -> str:
         """The name of a fresh copy, the caller's alone; the next one is started."""
-        ahead, self._ahead = self._ahead, None
         name = None
-        if ahead is not None:
+        if self._ahead is not None:
             with contextlib.suppress(psycopg.Error):  # made again below, here
-                name = ahead.result()
+                name = self._ahead.result()
+            # Forgotten only once waited for: a take() interrupted in that wait (a test's
+            # timeout, Ctrl-C) leaves it to close(), which drops it.
+            self._ahead = None
         if name is None:
             name = self._new_name()
             _create_database(self.admin_dsn, name, self.template)
