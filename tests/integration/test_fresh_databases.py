@@ -1,0 +1,83 @@
+"""The per-test database (tests/conftest.py FreshDatabases): made one ahead by a thread,
+it is still a fresh copy of the template for each test, never handed out twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+import pgworkerd
+from tests.conftest import FreshDatabases
+from tests.daemon import wait_until
+
+# Written by the first test of the pair below, read by the second (pytest runs a
+# module's tests in order).
+_SEEN: dict[str, Any] = {}
+
+
+def test_a_row_written_in_one_test_(conn):
+    _SEEN["database"] = conn.info.dbname
+    pgworkerd.enqueue(conn, "k", {"left": "behind"})
+
+
+def test_is_absent_from_the_next(conn):
+    assert conn.info.dbname != _SEEN.get("database")
+    assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
+
+
+def test_each_take_is_a_new_copy_of_the_template_with_nothing_of_the_ones_before(
+    pg_admin_dsn, template_db
+):
+    databases = FreshDatabases(pg_admin_dsn, template_db, "pgworkerd_fresh_")
+    names: list[str] = []
+    try:
+        for n in range(4):
+            name = databases.take()
+            names.append(name)
+            with psycopg.connect(make_conninfo(pg_admin_dsn, dbname=name)) as conn:
+                jobs = conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0]
+                assert jobs == 0, f"take {n} ({name}) held {jobs} jobs of a take before"
+                pgworkerd.enqueue(conn, "k", {"n": n})
+            if n % 2:  # given back at once or kept: the next take is new either way
+                databases.give_back(name)
+    finally:
+        databases.close()
+    assert len(set(names)) == len(names), names
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+        left = admin.execute(
+            "SELECT count(*) FROM pg_database WHERE datname LIKE 'pgworkerd\\_fresh\\_%'"
+        ).fetchone()[0]
+        for name in names[::2]:  # the ones the test kept
+            admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))
+    assert left == 2, "the copy made ahead and those given back are dropped at close"
+
+
+def test_a_take_interrupted_while_it_waits_leaves_the_copy_to_close(pg_admin_dsn, template_db):
+    """A take() cut off while it waits for the copy made ahead (a test's timeout, Ctrl-C)
+    does not lose it: close() still drops it. It was left behind in the cluster."""
+    databases = FreshDatabases(pg_admin_dsn, template_db, "pgworkerd_cut_")
+
+    def ours() -> list[str]:
+        with psycopg.connect(pg_admin_dsn) as admin:
+            query = "SELECT datname FROM pg_database WHERE datname LIKE 'pgworkerd\\_cut\\_%'"
+            return [name for (name,) in admin.execute(query)]
+
+    first = databases.take()
+    databases.give_back(first)  # dropped by the thread after it made the next copy
+    wait_until(lambda: first not in ours(), what="the next copy made, the first dropped")
+    with psycopg.connect(pg_admin_dsn) as locker:
+        locker.execute("LOCK pg_database")  # the copy made ahead from here on waits for this
+        databases.give_back(databases.take())  # the one made before the lock
+        with pytest.raises(KeyboardInterrupt):  # (caught here even if it came early)
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C
+            databases.take()  # waits for the blocked copy
+        locker.rollback()
+    databases.close()
+    assert ours() == []
