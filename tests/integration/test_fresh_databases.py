@@ -75,9 +75,16 @@ def test_a_take_interrupted_while_it_waits_leaves_the_copy_to_close(pg_admin_dsn
     with psycopg.connect(pg_admin_dsn) as locker:
         locker.execute("LOCK pg_database")  # the copy made ahead from here on waits for this
         databases.give_back(databases.take())  # the one made before the lock
-        with pytest.raises(KeyboardInterrupt):  # (caught here even if it came early)
-            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C
-            databases.take()  # waits for the blocked copy
+        # Ctrl-C's KeyboardInterrupt, raised by a handler of our own on SIGUSR1: SIGINT
+        # itself is ignored in a process started in the background (as `make test` may
+        # be), and pytest-timeout holds SIGALRM.
+        previous = signal.signal(signal.SIGUSR1, signal.default_int_handler)
+        try:
+            with pytest.raises(KeyboardInterrupt):  # (caught here even if it came early)
+                threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+                databases.take()  # waits for the blocked copy
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
         locker.rollback()
     databases.close()
     assert ours() == []
