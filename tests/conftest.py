@@ -143,12 +143,7 @@ class FreshDatabases:
         return f"{self.prefix}{uuid.uuid4().hex[:12]}"
 
     def _create(self, name: str) -> str:
-        _exec_admin(
-            self.admin_dsn,
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(self.template)
-            ),
-        )
+        _exec_admin(self.admin_dsn, _create_statement(name, self.template))
         return name
 
     def _drop(self, name: str) -> None:
@@ -197,13 +192,17 @@ def _create_database(admin_dsn: str, name: str, template: str, strategy: str | N
     """CREATE DATABASE `name` as a copy of `template`. Strategy FILE_COPY (PostgreSQL
     15+) copies the files whole after a checkpoint: for a big template, much cheaper
     than the default block by block copy that writes all of it to the WAL."""
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(_create_statement(name, template, strategy))
+
+
+def _create_statement(name: str, template: str, strategy: str | None = None) -> sql.Composed:
     statement = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
         sql.Identifier(name), sql.Identifier(template)
     )
     if strategy is not None:
         statement += sql.SQL(" STRATEGY = {}").format(sql.SQL(strategy))
-    with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(statement)
+    return statement
 
 
 def _drop_database(admin_dsn: str, name: str) -> None:
