@@ -149,6 +149,21 @@ def claim_empty_vs_loaded(
     )
 
 
+def memory_sample(daemon: Daemon, done: int, *, threads: bool = False) -> MemorySample:
+    """The daemon's RSS now (supervisor, largest worker) with `done` jobs finished; with
+    `threads`, also the largest worker's OS thread count."""
+    usage = daemon.usage()
+    return MemorySample(
+        time.perf_counter() - daemon.started,
+        usage.supervisor_rss_mb,
+        max(usage.worker_rss_mb, default=0.0),
+        done,
+        max((_threads(p) for p in daemon.ps.children(recursive=True)), default=0)
+        if threads
+        else None,
+    )
+
+
 def daemon_memory(
     dsn: str, work: Path, jobs: int, concurrency: int = 2, every_s: float = 2.0
 ) -> list[MemorySample]:
@@ -167,15 +182,7 @@ def daemon_memory(
                 left = conn.execute(
                     "SELECT count(*) FROM pgworkerd.jobs WHERE state IN ('queued', 'running')"
                 ).fetchone()[0]
-                usage = daemon.usage()
-                samples.append(
-                    MemorySample(
-                        time.perf_counter() - daemon.started,
-                        usage.supervisor_rss_mb,
-                        max(usage.worker_rss_mb, default=0.0),
-                        jobs - left,
-                    )
-                )
+                samples.append(memory_sample(daemon, jobs - left))
                 if left == 0:
                     break
                 time.sleep(every_s)
@@ -207,16 +214,7 @@ def threads_memory(
         samples: list[MemorySample] = []
 
         def sample(done: int) -> int:
-            usage = daemon.usage()
-            samples.append(
-                MemorySample(
-                    time.perf_counter() - daemon.started,
-                    usage.supervisor_rss_mb,
-                    max(usage.worker_rss_mb, default=0.0),
-                    done,
-                    max((_threads(p) for p in daemon.ps.children(recursive=True)), default=0),
-                )
-            )
+            samples.append(memory_sample(daemon, done, threads=True))
             return done
 
         def finished() -> int:

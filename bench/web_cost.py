@@ -244,17 +244,28 @@ def _report(
     return "\n".join(lines)
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def web_arguments(module: str, doc: str | None, requests: int) -> argparse.ArgumentParser:
+    """The options of both web benches (this one and web_overview_abab): the table's
+    size, the requests per page, where the results go."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.web_cost", description=(__doc__ or "").splitlines()[0]
+        prog=f"python -m {module}", description=(doc or "").splitlines()[0]
     )
     parser.add_argument("--finished", type=int, default=1_000_000)
     parser.add_argument("--queued", type=int, default=100_000)
-    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--requests", type=int, default=requests)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    return parser
+
+
+def parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`argv` parsed, with the command line kept as `argv` for the run's record."""
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     return args
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    return parsed(web_arguments("bench.web_cost", __doc__, requests=30), argv)
 
 
 if __name__ == "__main__":

@@ -30,18 +30,16 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from bench.cluster import fresh_database, server_settings, throwaway_cluster
 from bench.daemon import REPO
-from bench.web_cost import _fill, _start_web, _time
+from bench.web_cost import _fill, _start_web, _time, parsed, web_arguments
 from pgworkerd.storage import queries
 from pgworkerd.storage.dashboard import CHART_MINUTES
 
-RESULTS = REPO / "bench" / "results"
 MIGRATION = REPO / "pgworkerd" / "storage" / "sql" / "0014_dead_or_waiting_index.sql"
 INDEX = "pgworkerd.jobs_dead_or_waiting_idx"
 
@@ -305,17 +303,9 @@ def _table(title: str, rows: dict[str, dict[str, list[list[float]]]]) -> list[st
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.web_overview_abab", description=(__doc__ or "").splitlines()[0]
-    )
-    parser.add_argument("--finished", type=int, default=1_000_000)
-    parser.add_argument("--queued", type=int, default=100_000)
+    parser = web_arguments("bench.web_overview_abab", __doc__, requests=20)
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--requests", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else argv
-    return args
+    return parsed(parser, argv)
 
 
 if __name__ == "__main__":

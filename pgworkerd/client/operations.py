@@ -267,8 +267,6 @@ def _table_status(row: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _daemon_status(row: dict[str, Any]) -> dict[str, Any]:
-    info = row["info"] if isinstance(row["info"], dict) else {}
-    running = info.get("running")
     return {
         "id": row["id"],
         "hostname": row["hostname"],
@@ -276,6 +274,17 @@ def _daemon_status(row: dict[str, Any]) -> dict[str, Any]:
         "started_at": json_value(row["started_at"]),
         "heartbeat_at": json_value(row["heartbeat_at"]),
         "heartbeat_age_s": row["heartbeat_age_s"],
+        **daemon_info(row),
+    }
+
+
+def daemon_info(row: dict[str, Any]) -> dict[str, Any]:
+    """What a daemons row's `info` (the supervisor's heartbeat) says: its state, its
+    workers and the jobs running, None for what it does not say; for `pgworkerd status`
+    and the web overview."""
+    info = row["info"] if isinstance(row["info"], dict) else {}
+    running = info.get("running")
+    return {
         "state": info.get("state"),
         "workers": info.get("workers"),
         # From the daemon's heartbeat: a job's `worker` names a pool slot, not the daemon.

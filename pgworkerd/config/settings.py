@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pgworkerd.config.limits import LimitConcurrency, PerKeyLimits, Rate
 from pgworkerd.config.periodic import PeriodicEntry, check_entries
 from pgworkerd.config.retention import Retention
-from pgworkerd.config.units import Bytes, Count, QueueName, Seconds, Section, host_port
+from pgworkerd.config.units import Bytes, Count, Listen, QueueName, Seconds, Section
 
 if TYPE_CHECKING:  # storage.limits loads psycopg: reading a config does not need it
     from pgworkerd.storage.limits import QueueLimits
@@ -77,13 +77,7 @@ class PoolConfig(Section):
 
 
 class HttpConfig(Section):
-    listen: str = Field(description="host:port of /metrics, /healthz, /readyz")
-
-    @field_validator("listen")
-    @classmethod
-    def _host_port(cls, listen: str) -> str:
-        host_port(listen)
-        return listen
+    listen: Listen = Field(description="host:port of /metrics, /healthz, /readyz")
 
 
 class WebAuthConfig(Section):
@@ -96,17 +90,11 @@ class WebAuthConfig(Section):
 
 
 class WebConfig(Section):
-    listen: str = Field("127.0.0.1:9188", description="host:port of `pgworkerd web`")
+    listen: Listen = Field("127.0.0.1:9188", description="host:port of `pgworkerd web`")
     read_only: bool = Field(False, description="show the jobs, offer no action")
     auth: WebAuthConfig | None = Field(
         None, description="absent: no auth, and `pgworkerd web` listens on loopback only"
     )
-
-    @field_validator("listen")
-    @classmethod
-    def _host_port(cls, listen: str) -> str:
-        host_port(listen)
-        return listen
 
 
 class DjangoConfig(Section):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -80,3 +80,12 @@ def host_port(listen: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"must be host:port such as 127.0.0.1:9187, not {listen!r}")
     return host, int(port)
+
+
+def _listen(listen: str) -> str:
+    host_port(listen)
+    return listen
+
+
+# A listen address of the config (http.listen, web.listen), checked as host_port reads it.
+Listen = Annotated[str, AfterValidator(_listen)]

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from pgworkerd.client.operations import daemon_info
 from pgworkerd.config.periodic import PeriodicEntry
 from pgworkerd.storage.dashboard import CHART_MINUTES
 from pgworkerd.storage.limits import QueueLimits, reported
@@ -97,16 +98,15 @@ def limits(
 
 
 def _daemon(row: dict[str, Any]) -> dict[str, Any]:
-    info = row["info"] if isinstance(row["info"], dict) else {}
-    running = info.get("running")
+    info = daemon_info(row)
     return {
         "id": row["id"],
         "hostname": row["hostname"],
         "pid": row["pid"],
         "started_at": row["started_at"],
         "heartbeat_age_s": row["heartbeat_age_s"],
-        "state": info.get("state"),
-        "jobs_running": running if isinstance(running, int) else None,
+        "state": info["state"],
+        "jobs_running": info["jobs_running"],
     }
 
 

@@ -1,4 +1,6 @@
-"""Fixtures of the integration tier: the million-row table of the claim-plan tests."""
+"""Fixtures of the integration tier: the million-row table of the claim-plan tests; the
+producer's two ways (sync, async) and their connection, for test_producer and
+test_uniqueness_modes."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from psycopg.conninfo import make_conninfo
 
 import pgworkerd
 from tests.conftest import _create_database, _drop_database
+from tests.integration.producer_ways import AsyncWay, SyncWay
 
 
 def fill_finished_and_future(conn: psycopg.Connection[Any]) -> None:
@@ -59,3 +62,24 @@ def finished_and_future_conn(
             yield conn
     finally:
         _drop_database(pg_admin_dsn, name)
+
+
+@pytest.fixture(params=["sync", "async"])
+def way(request: pytest.FixtureRequest) -> Iterator[SyncWay | AsyncWay]:
+    """How the test calls the producer: see producer_ways.py."""
+    if request.param == "sync":
+        yield SyncWay()
+        return
+    async_way = AsyncWay()
+    try:
+        yield async_way
+    finally:
+        async_way.close()
+
+
+@pytest.fixture
+def pconn(way: SyncWay | AsyncWay, db_dsn: str) -> Iterator[Any]:
+    """An autocommit connection of `way` to the test's database, for the producer
+    calls; the `conn` fixture checks what they did."""
+    with way.connect(db_dsn, autocommit=True) as connection:
+        yield connection

@@ -16,8 +16,8 @@ from tests.integration.test_claim_held_snapshot import beside_a_held_snapshot, d
 from tests.integration.test_claim_plan import (
     PLAN_MODES,
     explain,
+    jobs_scans,
     pages_touched,
-    plan_nodes,
 )
 from tests.integration.test_key_pauses import end_pause
 
@@ -137,11 +137,7 @@ def test_it_stays_on_its_indexes_with_a_million_finished_and_future_rows(
     }
     for mode in PLAN_MODES:
         plan = explain(conn, "jobs_claim_one", params, plan_cache_mode=mode)
-        scans = [
-            (n["Node Type"], n.get("Index Name"))
-            for n in plan_nodes(plan)
-            if n.get("Relation Name") == "jobs"
-        ]
+        scans = jobs_scans(plan)
         assert ("Seq Scan", None) not in scans, (mode, scans)
         assert ("Index Scan", "jobs_pkey") in scans, (mode, scans)  # the update, by id
         assert any(index == "jobs_claim_idx" for _, index in scans), (mode, scans)

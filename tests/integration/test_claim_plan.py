@@ -40,6 +40,15 @@ def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from plan_nodes(child)
 
 
+def jobs_scans(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(node type, index name) of each node of `plan` that reads or writes the jobs table."""
+    return [
+        (n["Node Type"], n.get("Index Name"))
+        for n in plan_nodes(plan)
+        if n.get("Relation Name") == "jobs"
+    ]
+
+
 # Workers run their statements with generic plans (worker.WORKER_PLAN_CACHE_MODE): each
 # plan is checked both ways, planned for the parameters' values and planned blind.
 PLAN_MODES = ("auto", WORKER_PLAN_CACHE_MODE)
@@ -100,10 +109,7 @@ def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(
 
     for mode in PLAN_MODES:
         plan = explain(conn, "jobs_claim", CLAIM_PARAMS, plan_cache_mode=mode)
-        nodes = list(plan_nodes(plan))
-        scans = [
-            (n["Node Type"], n.get("Index Name")) for n in nodes if n.get("Relation Name") == "jobs"
-        ]
+        scans = jobs_scans(plan)
         assert ("Seq Scan", None) not in scans, (mode, scans)
         assert any(index == "jobs_claim_idx" for _, index in scans), (mode, scans)
         assert plan["Actual Rows"] == 11  # and claim_meta's row
@@ -121,11 +127,7 @@ def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(
         (item, mode) for item in statements.items() for mode in PLAN_MODES
     ]:
         plan = explain(conn, name, params, plan_cache_mode=mode)
-        scans = [
-            (n["Node Type"], n.get("Index Name"))
-            for n in plan_nodes(plan)
-            if n.get("Relation Name") == "jobs"
-        ]
+        scans = jobs_scans(plan)
         assert ("Seq Scan", None) not in scans, (name, mode, scans)
         assert pages_touched(plan) < 300, (name, mode, pages_touched(plan))
 
@@ -184,11 +186,7 @@ def test_a_paused_queue_costs_the_claim_nothing_however_many_jobs_wait_in_it(con
         (item, mode) for item in statements.items() for mode in PLAN_MODES
     ]:
         plan = explain(conn, name, statement_params, plan_cache_mode=mode)
-        scans = [
-            (n["Node Type"], n.get("Index Name"))
-            for n in plan_nodes(plan)
-            if n.get("Relation Name") == "jobs"
-        ]
+        scans = jobs_scans(plan)
         assert ("Seq Scan", None) not in scans, (name, mode, scans)
         assert any(index == "jobs_claim_idx" for _, index in scans), (name, mode, scans)
         assert pages_touched(plan) < 300, (name, mode, pages_touched(plan))

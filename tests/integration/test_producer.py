@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,28 +22,6 @@ from pgworkerd.storage.channels import notify_channel
 from pgworkerd.storage.queries import statements
 from pgworkerd.storage.store import JobStore
 from tests.daemon import REPO
-from tests.integration.producer_ways import AsyncWay, SyncWay
-
-
-@pytest.fixture(params=["sync", "async"])
-def way(request: pytest.FixtureRequest) -> Iterator[SyncWay | AsyncWay]:
-    """How the test calls the producer: see producer_ways.py."""
-    if request.param == "sync":
-        yield SyncWay()
-        return
-    async_way = AsyncWay()
-    try:
-        yield async_way
-    finally:
-        async_way.close()
-
-
-@pytest.fixture
-def pconn(way: SyncWay | AsyncWay, db_dsn: str) -> Iterator[Any]:
-    """An autocommit connection of `way` to the test's database, for the producer
-    calls; the `conn` fixture checks what they did."""
-    with way.connect(db_dsn, autocommit=True) as connection:
-        yield connection
 
 
 def count_jobs(conn: psycopg.Connection[Any]) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -20,29 +19,10 @@ from sqlalchemy.orm import Session
 import pgworkerd
 from pgworkerd import InvalidJob
 from pgworkerd.storage.store import JobStore
-from tests.integration.producer_ways import AsyncWay, SyncWay
 from tests.integration.store_helpers import claim, db_now
 from tests.integration.test_producer import _wait_for_lock_waiter
 from tests.integration.test_sqlalchemy import sqlalchemy_url
 from tests.tasks import shop
-
-
-@pytest.fixture(params=["sync", "async"])
-def way(request: pytest.FixtureRequest) -> Iterator[SyncWay | AsyncWay]:
-    if request.param == "sync":
-        yield SyncWay()
-        return
-    async_way = AsyncWay()
-    try:
-        yield async_way
-    finally:
-        async_way.close()
-
-
-@pytest.fixture
-def pconn(way: SyncWay | AsyncWay, db_dsn: str) -> Iterator[Any]:
-    with way.connect(db_dsn, autocommit=True) as connection:
-        yield connection
 
 
 def jobs(conn: psycopg.Connection[Any]) -> list[tuple[int, str, Any]]:
