@@ -3,7 +3,6 @@ runtime kills, crashes, and what the signals do."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
@@ -32,17 +31,6 @@ def test_two_hundred_jobs_succeed_with_two_workers_and_readable_titles(start_dae
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
     assert daemon.alive_children() == []
-
-
-def test_the_supervisor_runs_as_sched_batch_and_its_workers_do_not(start_daemon):
-    """The supervisor, woken by a worker's `claimed`, must not preempt it before its
-    handler (SCHED_BATCH); the workers and their handlers keep the normal policy."""
-    daemon = start_daemon()
-    workers = daemon.wait_for_workers(2)
-    assert os.sched_getscheduler(daemon.pid) == os.SCHED_BATCH
-    assert [os.sched_getscheduler(w.pid) for w in workers] == [os.SCHED_OTHER] * 2
-    daemon.signal(signal.SIGTERM)
-    assert daemon.wait() == 0
 
 
 def test_a_handler_finds_the_public_api_loaded_before_the_fork(start_daemon, history_conn):
