@@ -167,7 +167,6 @@ def spawn(spec: WorkerSpec) -> ChildProcess:
         try:
             os.setpgid(0, 0)
             osutil.die_with_parent()
-            osutil.normal_scheduling()  # the supervisor's SCHED_BATCH is not for handlers
             if os.getppid() != spec.supervisor_pid:  # the supervisor died before prctl
                 os._exit(ExitCode.ORPHANED)
             signal.set_wakeup_fd(-1)

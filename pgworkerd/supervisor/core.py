@@ -90,7 +90,7 @@ class Supervisor:
 
     def run(self) -> int:
         setproctitle("pgworkerd: supervisor")
-        osutil.batch_scheduling()  # the children go back to SCHED_OTHER (children.spawn)
+        osutil.batch_scheduling()  # before any fork or thread: none of them inherits it
         self.signals.install()
         self.selector.register(self.signals.fd, selectors.EVENT_READ, _SIGNALS)
         self.http = operating.start(self)  # None: no `http.listen` in the config

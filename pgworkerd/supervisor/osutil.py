@@ -21,25 +21,17 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 
 
 def batch_scheduling() -> bool:
-    """Run the calling thread as SCHED_BATCH. A woken SCHED_BATCH task does not preempt
-    the task that woke it: the worker whose `claimed` write wakes the supervisor keeps
-    its CPU up to its handler, on two cores where the supervisor's turn may run first.
-    Unprivileged (static priority 0). Threads and forked children inherit it (the
-    RESET_ON_FORK flag resets only real-time policies): a child calls
-    `normal_scheduling`. False where Linux's policies are missing or refused."""
-    return _set_policy(getattr(os, "SCHED_BATCH", None))
-
-
-def normal_scheduling() -> bool:
-    """Back to SCHED_OTHER, the policy a forked worker runs with."""
-    return _set_policy(getattr(os, "SCHED_OTHER", None))
-
-
-def _set_policy(policy: int | None) -> bool:
-    if policy is None:
+    """Run the calling thread as SCHED_BATCH, its children (forked or threads) reset to
+    the normal policy. A woken SCHED_BATCH task does not preempt the task that woke it:
+    the worker whose `claimed` write wakes the supervisor keeps its CPU up to its
+    handler, on two cores where the supervisor's turn otherwise ran first. Unprivileged
+    (same static priority 0); False where Linux's policies are missing or refused."""
+    policy = getattr(os, "SCHED_BATCH", None)
+    reset = getattr(os, "SCHED_RESET_ON_FORK", None)
+    if policy is None or reset is None:
         return False
     try:
-        os.sched_setscheduler(0, policy, os.sched_param(0))
+        os.sched_setscheduler(0, policy | reset, os.sched_param(0))
     except OSError:
         return False
     return True
