@@ -33,7 +33,7 @@ from pgworkerd.housekeeping import Housekeeper, Renewal, Settlement
 from pgworkerd.ipc import Claimed, Idle, Stopping
 from pgworkerd.job import Lease
 from pgworkerd.storage.store import Backoff, JobStore
-from pgworkerd.supervisor import enforcement, operating, osutil
+from pgworkerd.supervisor import enforcement, operating
 from pgworkerd.supervisor.children import ChildProcess
 from pgworkerd.supervisor.http import HttpListener
 from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
@@ -90,7 +90,6 @@ class Supervisor:
 
     def run(self) -> int:
         setproctitle("pgworkerd: supervisor")
-        osutil.batch_scheduling()  # before any fork or thread: none of them inherits it
         self.signals.install()
         self.selector.register(self.signals.fd, selectors.EVENT_READ, _SIGNALS)
         self.http = operating.start(self)  # None: no `http.listen` in the config

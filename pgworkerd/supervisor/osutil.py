@@ -20,23 +20,6 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         ctypes.CDLL(libc_name, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
-def batch_scheduling() -> bool:
-    """Run the calling thread as SCHED_BATCH, its children (forked or threads) reset to
-    the normal policy. A woken SCHED_BATCH task does not preempt the task that woke it:
-    the worker whose `claimed` write wakes the supervisor keeps its CPU up to its
-    handler, on two cores where the supervisor's turn otherwise ran first. Unprivileged
-    (same static priority 0); False where Linux's policies are missing or refused."""
-    policy = getattr(os, "SCHED_BATCH", None)
-    reset = getattr(os, "SCHED_RESET_ON_FORK", None)
-    if policy is None or reset is None:
-        return False
-    try:
-        os.sched_setscheduler(0, policy | reset, os.sched_param(0))
-    except OSError:
-        return False
-    return True
-
-
 def close_inherited_fds(keep: set[int]) -> None:
     """Close every descriptor above stderr but `keep`: a forked child must not hold
     its parent's database socket, nor its siblings' pipes."""
