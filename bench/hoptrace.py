@@ -20,8 +20,12 @@ the supervisor's round trips (DatabaseSession.attempt: renewal, rescue, sample..
 worker's look for its next due job, and `gc_start:<generation>` / `gc_stop:<generation>`
 around every collection of Python's cyclic GC, in every process.
 With BENCH_HOPS_PROFILE=1 too, the supervisor's and each worker's `run` run under
-cProfile timed by thread CPU time (waits cost nothing), saved to DIR/<pid>.prof. The marks are
-patched in from outside (by name; a name the checkout lacks is left alone) and cost a
+cProfile timed by thread CPU time (waits cost nothing), saved to DIR/<pid>.prof.
+With BENCH_HOPS_CSW=FILE too, each worker appends to FILE, per claim that reaches a
+handler, `<pid> <time> <ms from claim returned to handler called> <its thread CPU ms>
+<involuntary context switches between>` (getrusage of the thread: a switch there is a
+preemption, e.g. by the supervisor woken by `claimed`). The marks are patched in from
+outside (by name; a name the checkout lacks is left alone) and cost a
 write system call each.
 """
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 import cProfile
 import gc
 import os
+import resource
 import runpy
 import select
 import selectors
@@ -44,6 +49,8 @@ _state: dict[str, int] = {"pid": -1, "fd": -1}
 
 
 def mark(event: str) -> None:
+    if event in ("wk_claim_back", "wk_handler") and os.environ.get("BENCH_HOPS_CSW"):
+        _csw_mark(event)
     t, cpu = time.time(), time.thread_time()
     pid = os.getpid()
     if _state["pid"] != pid:  # a forked child: its inherited descriptor was closed
@@ -52,6 +59,22 @@ def mark(event: str) -> None:
         )
         _state["pid"] = pid
     os.write(_state["fd"], f"{event} {t:.6f} {cpu:.6f}\n".encode())
+
+
+_csw: dict[str, tuple[float, float, int]] = {}
+
+
+def _csw_mark(event: str) -> None:
+    """BENCH_HOPS_CSW: the preemptions of a worker from its claim's return to its handler."""
+    t, cpu = time.time(), time.thread_time()
+    nivcsw = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+    if event == "wk_claim_back":
+        _csw["back"] = (t, cpu, nivcsw)
+    elif "back" in _csw:
+        t0, cpu0, n0 = _csw.pop("back")
+        step, own = (t - t0) * 1e3, (cpu - cpu0) * 1e3
+        with open(os.environ["BENCH_HOPS_CSW"], "a") as out:
+            out.write(f"{os.getpid()} {t:.6f} {step:.3f} {own:.3f} {nivcsw - n0}\n")
 
 
 def _after(fn: Callable[..., Any], event: str) -> Callable[..., Any]:
