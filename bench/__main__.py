@@ -615,7 +615,11 @@ def _brief(record: dict[str, Any]) -> str:
             f"{record.get('process_jps', 0):,.0f} jobs/s"
             + ("" if record.get("acked_ok") else " (NOT all finished)")
         )
-    return f"latency p50 {record.get('lat_p50_ms')} ms, p99 {record.get('lat_p99_ms')} ms"
+    brief = f"latency p50 {record.get('lat_p50_ms')} ms, p99 {record.get('lat_p99_ms')} ms"
+    if record.get("lat_slowest"):  # pgworkerd's runs: [job index, ms] of the tail's jobs
+        brief += f"; slowest {record['lat_slowest'][:3]}, p99 of jobs 10+ "
+        brief += f"{record.get('lat_p99_from_10_ms')} ms"
+    return brief
 
 
 def _rate(environment: dict[str, Any], when: str) -> str:

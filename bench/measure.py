@@ -218,6 +218,11 @@ def latency(
             for payload, result in rows
         )
     res.update(stats.latency_summary(lats))
+    res.update(
+        stats.slowest_jobs(
+            (payload["i"], result["started"] - payload["t"]) for payload, result in rows
+        )
+    )
     res["enqueue_call_p50_ms"] = round(stats.percentile([d * 1000 for d in durations], 50), 2)
     res["log_lines"] = _count_lines(log_path)
     return res
