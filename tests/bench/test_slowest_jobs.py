@@ -14,4 +14,5 @@ def test_the_slowest_jobs_are_named_by_index_and_the_later_p99_leaves_the_first_
     # Jobs 10-199: 189 at 4 ms and one at 12 ms; the first ten are not among them.
     expected = stats.percentile([4.0] * 189 + [12.0], 99)
     assert result["lat_p99_from_10_ms"] == round(expected, 2)
-    assert stats.percentile([ms for _, ms in ((i, s * 1000) for i, s in latencies)], 99) > 12.0
+    # Over all 200 jobs the first two make the p99: above every later job's latency.
+    assert stats.percentile([s * 1000 for _, s in latencies], 99) > 12.0
