@@ -339,14 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         f"### {title}",
         "",
-        f"No-op jobs. Throughput: {proto.n:,} jobs ({proto.n_single:,} enqueued one per "
-        f"transaction, the rest {proto.enq_batch:,} per bulk call), processed until the "
-        "database shows all finished, worker start-up included (pgworkerd's from its "
-        "READY=1, after its imports, as the peers' harnesses import before their "
-        "clocks start). Latency: worker idle "
-        f"2 s, a separate process enqueues {proto.trickle_n} jobs at "
-        f"{proto.trickle_rate:g}/s; handler start minus time before the enqueue call. "
-        f"pgworkerd: `workers: [{{queues: [bench], concurrency: {proto.concurrency}}}]`, "
+        "No-op jobs. "
+        + _modes_described(proto, args.mode_names)
+        + f"pgworkerd: `workers: [{{queues: [bench], concurrency: {proto.concurrency}}}]`, "
         "other settings at their defaults, and again with "
         f"`{json.dumps(measure.TUNED_CONFIG)}` (the targets are judged on that row), "
         f"and with `{json.dumps(measure.BATCH_INFO_CONFIG)}` (the same at info logs). "
@@ -620,6 +615,26 @@ def _brief(record: dict[str, Any]) -> str:
         brief += f"; slowest {record['lat_slowest'][:3]}, p99 of jobs 10+ "
         brief += f"{record.get('lat_p99_from_10_ms')} ms"
     return brief
+
+
+def _modes_described(proto: measure.Protocol, mode_names: list[str]) -> str:
+    """The summary's account of how each mode that ran measured: a latency-only run
+    measured no throughput, so it says nothing of the throughput mode's job counts."""
+    text = ""
+    if "throughput" in mode_names:
+        text += (
+            f"Throughput: {proto.n:,} jobs ({proto.n_single:,} enqueued one per "
+            f"transaction, the rest {proto.enq_batch:,} per bulk call), processed until the "
+            "database shows all finished, worker start-up included (pgworkerd's from its "
+            "READY=1, after its imports, as the peers' harnesses import before their "
+            "clocks start). "
+        )
+    if "latency" in mode_names:
+        text += (
+            f"Latency: worker idle 2 s, a separate process enqueues {proto.trickle_n} jobs "
+            f"at {proto.trickle_rate:g}/s; handler start minus time before the enqueue call. "
+        )
+    return text
 
 
 def _rate(environment: dict[str, Any], when: str) -> str:
