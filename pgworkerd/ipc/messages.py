@@ -27,8 +27,8 @@ class ClaimedJob(NamedTuple):
 
 
 # A ClaimedJob from a tuple of its five fields, made in C (tuple.__new__), not through
-# the NamedTuple's generated __new__: a hundred of them a message, on both sides of the
-# pipe (the worker's `claimed`, the supervisor's decoding of it).
+# the NamedTuple's generated __new__: a hundred of them a message (the worker's
+# `claimed`; the supervisor decodes plain tuples: ClaimedRow).
 claimed_job = functools.partial(tuple.__new__, ClaimedJob)
 
 # A claimed job's five fields as the supervisor decodes them: a plain tuple, as zip()
