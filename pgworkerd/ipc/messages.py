@@ -8,7 +8,9 @@ leaves a fragment): it returns None and the reader moves on.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import operator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -25,9 +27,14 @@ class ClaimedJob(NamedTuple):
 
 
 # A ClaimedJob from a tuple of its five fields, made in C (tuple.__new__), not through
-# the NamedTuple's generated __new__: a hundred of them a message, on both sides of the
-# pipe (the worker's `claimed`, the supervisor's decoding of it).
+# the NamedTuple's generated __new__: a hundred of them a message (the worker's
+# `claimed`; the supervisor decodes plain tuples: ClaimedRow).
 claimed_job = functools.partial(tuple.__new__, ClaimedJob)
+
+# A claimed job's five fields as the supervisor decodes them: a plain tuple, as zip()
+# makes it (a ClaimedJob from the worker is one too). Making each a ClaimedJob cost the
+# supervisor a fifth of a µs a job that nothing used: the ledger unpacks the fields.
+ClaimedRow = tuple[int, str, str, str, float | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +44,7 @@ class Claimed:
     first: int
     at: float  # monotonic time the claim was sent: the leases run from no earlier
     full: bool  # as many as asked for: there may be more to claim
-    jobs: tuple[ClaimedJob, ...]
+    jobs: tuple[ClaimedRow, ...]  # ClaimedJobs from the worker; decoded, plain tuples
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +58,8 @@ class Finishing:
 class Done:
     """Their outcomes are written, or their leases were found lost. `outcomes`, when
     given, is parallel to `ids`: (succeeded | failed | dead | cancelled | lost, handler
-    seconds);
-    a child that sends none is understood too (encoded as the key "o", absent)."""
+    seconds), the seconds to a tenth of a millisecond (a worker rounds its durations
+    so): see _outcome_columns. A `done` without them is understood too."""
 
     ids: tuple[int, ...]
     outcomes: tuple[tuple[str, float], ...] = ()
@@ -89,7 +96,7 @@ def encode(message: Message) -> bytes:
         case Claimed(first, at, full, jobs):
             fields = {"t": "claimed", "first": first, "at": at, "full": full, **_columns(jobs)}
         case Done(ids, outcomes) if outcomes:
-            fields = {"t": "done", "ids": list(ids), "o": outcomes}
+            fields = {"t": "done", "ids": list(ids), **_outcome_columns(outcomes)}
         case Finishing(ids) | Done(ids) | Released(ids):
             fields = {"t": _TAGS[type(message)], "ids": list(ids)}
         case BootError(reason):
@@ -109,12 +116,10 @@ def decode(line: bytes) -> Message | None:
             if jobs is None:
                 return None
             return Claimed(int(fields["first"]), float(fields["at"]), bool(fields["full"]), jobs)
-        if tag == "done" and "o" in fields:
-            pairs = fields["o"]
-            if not _all_of_length(pairs, 2):
-                return None
-            outcomes = cast(tuple[tuple[str, float], ...], tuple(map(tuple, pairs)))
-            return Done(tuple(fields["ids"]), outcomes)
+        if tag == "done" and "dt" in fields:
+            ids = tuple(fields["ids"])
+            outcomes = _outcomes_of_columns(fields, len(ids))
+            return None if outcomes is None else Done(ids, outcomes)
         if tag in _ID_MESSAGES:
             return _ID_MESSAGES[tag](tuple(fields["ids"]))
         if tag == "idle":
@@ -128,7 +133,7 @@ def decode(line: bytes) -> Message | None:
     return None
 
 
-def _columns(jobs: tuple[ClaimedJob, ...]) -> dict[str, Any]:
+def _columns(jobs: tuple[ClaimedRow, ...]) -> dict[str, Any]:
     """A claim's jobs column by column: the ids, the tokens in one comma-separated
     string (a token is a UUID's text: never a comma), and the kinds, queues and max
     runtimes each as one value when every job has that one (a claim's usual case), else
@@ -151,9 +156,9 @@ def _one_or_all(column: tuple[Any, ...]) -> Any:
     return first if column.count(first) == len(column) else column
 
 
-def _jobs_of_columns(fields: dict[str, Any]) -> tuple[ClaimedJob, ...] | None:
-    """The jobs _columns() wrote, each tuple made in C; None for columns of different
-    lengths or of the wrong types (the line is dropped like a fragment)."""
+def _jobs_of_columns(fields: dict[str, Any]) -> tuple[ClaimedRow, ...] | None:
+    """The jobs _columns() wrote, each tuple made in C by zip; None for columns of
+    different lengths or of the wrong types (the line is dropped like a fragment)."""
     ids, tokens = fields["ids"], fields["tokens"]
     if type(ids) is not list or type(tokens) is not str:
         return None
@@ -162,14 +167,39 @@ def _jobs_of_columns(fields: dict[str, Any]) -> tuple[ClaimedJob, ...] | None:
     columns = [c if type(c) is list else [c] * count for c in columns]
     rows = zip(ids, tokens.split(",") if count else [], *columns, strict=True)
     try:
-        return cast(tuple[ClaimedJob, ...], tuple(map(claimed_job, rows)))
+        return cast(tuple[ClaimedRow, ...], tuple(rows))
     except ValueError:  # zip's: a column longer or shorter than the ids
         return None
 
 
-def _all_of_length(rows: Any, length: int) -> bool:
-    """Whether `rows` are JSON arrays, each of `length` items (TypeError: not arrays)."""
-    return set(map(len, rows)) <= {length} and set(map(type, rows)) <= {list}
+# Handler seconds go as whole tenths of a millisecond: JSON's C scanner reads a hundred
+# integers in about a third of the time it takes for a hundred floats (a `done` of 100
+# pairs was the supervisor's dearest message: bench/results/supervisor-round13-20261128.md).
+_TICKS_PER_S = 10_000.0
+
+
+def _outcome_columns(outcomes: tuple[tuple[str, float], ...]) -> dict[str, Any]:
+    """A `done`'s outcomes column by column: their names ("os": one when every job has
+    it, a batch of successes' usual case) and their handler seconds in ticks ("dt")."""
+    names, seconds = zip(*outcomes, strict=True)
+    return {"os": _one_or_all(names), "dt": [round(s * _TICKS_PER_S) for s in seconds]}
+
+
+def _outcomes_of_columns(
+    fields: dict[str, Any], count: int
+) -> tuple[tuple[str, float], ...] | None:
+    """The outcomes _outcome_columns() wrote, paired in C; None for columns of other
+    lengths than the ids' or of the wrong types (the line is dropped like a fragment)."""
+    names, ticks = fields["os"], fields["dt"]
+    if type(ticks) is not list or len(ticks) != count:
+        return None
+    if type(names) is str:
+        names = [names] * count
+    elif type(names) is not list or len(names) != count or not set(map(type, names)) <= {str}:
+        return None
+    # Divided in C; a tick that is no number raises TypeError, caught by decode.
+    seconds = map(operator.truediv, ticks, itertools.repeat(_TICKS_PER_S, count))
+    return tuple(zip(names, seconds, strict=True))
 
 
 _ID_MESSAGES: dict[str, type[Finishing] | type[Done] | type[Released]] = {

@@ -61,11 +61,16 @@ def test_every_message_round_trips_as_one_line(message: Message) -> None:
         b'{"t":"ready"}',
         b'{"ids":[1]}',
         b'{"t":"done"}',
-        b'{"t":"done","ids":[1],"o":[["succeeded"]]}',
+        # Outcome columns that do not line up with the ids, or are not what encode() writes.
+        b'{"t":"done","ids":[1],"os":"succeeded","dt":[1,2]}',
+        b'{"t":"done","ids":[1,2],"os":["succeeded"],"dt":[1,2]}',
+        b'{"t":"done","ids":[1],"os":[1],"dt":[1]}',
+        b'{"t":"done","ids":[1],"os":"succeeded","dt":["1"]}',
+        b'{"t":"done","ids":[1],"os":"succeeded","dt":1}',
+        b'{"t":"done","ids":[1],"dt":[1]}',
         b'{"t":"claimed","first":1,"at":0,"full":false,"jobs":[[1,"t"]]}',
         b'{"t":"claimed","first":1,"at":0,"full":false,"jobs":["abcde"]}',
         b'{"t":"claimed","first":1,"at":0,"full":false,"jobs":[1]}',
-        b'{"t":"done","ids":[1],"o":["ab"]}',
         # Columns of a claim that do not line up, or are not what encode() writes.
         b'{"t":"claimed","first":1,"at":0,"full":false,"ids":[1,2],"tokens":"a",'
         b'"kinds":"k","queues":"q","runtimes":null}',
@@ -87,6 +92,12 @@ def test_a_claim_of_one_kind_queue_and_runtime_sends_each_once() -> None:
     line = encode(Claimed(1, 0.5, True, jobs))
     assert line.count(b"a-kind") == 1 and line.count(b"a-queue") == 1
     assert decode(line.rstrip(b"\n")) == Claimed(1, 0.5, True, jobs)
+
+
+def test_a_done_of_one_outcome_sends_it_once_and_its_seconds_as_ticks() -> None:
+    line = encode(Done((1, 2), (("succeeded", 0.0123), ("succeeded", 0.0))))
+    assert line == b'{"t":"done","ids":[1,2],"os":"succeeded","dt":[123,0]}\n'
+    assert decode(line) == Done((1, 2), (("succeeded", 0.0123), ("succeeded", 0.0)))
 
 
 def test_a_done_without_outcomes_is_encoded_as_before() -> None:
