@@ -21,8 +21,8 @@ from pgworkerd.worker.spec import WorkerSpec
 log = logging.getLogger("pgworkerd.worker")
 
 RECONNECT_MAX_S = 10.0
-# The worker's statements (prepared by psycopg after a few runs) have plans that do not
-# depend on their parameters' values (tests/integration/test_claim_plan.py asserts the
+# The worker's statements (prepared on each new connection: JobStore.warm) have plans
+# that do not depend on their parameters' values (tests/integration/test_claim_plan.py asserts the
 # generic ones). Left to choose, PostgreSQL kept planning the claim afresh for every
 # run: half a millisecond of each claim, and of an idle worker's pick-up of a new job.
 WORKER_PLAN_CACHE_MODE = "force_generic_plan"
