@@ -15,7 +15,6 @@ import psycopg
 import pytest
 
 import pgworkerd
-from pgworkerd.storage.queries import statements
 from tests import invariants
 from tests.daemon import history, job, job_in_state, wait_until
 
@@ -120,9 +119,11 @@ def test_s6_an_outcome_commits_but_its_reply_is_lost(daemons, proxy, db_dsn, rec
     then the connection dies before its answer arrives. The worker reconnects, writes
     the outcome again and sees its own (the token stays on the finished row): no rerun,
     attempt 1, one start."""
-    # A batch's successes are written with the next claim, by this statement.
-    text = statements("pgworkerd")["jobs_complete_and_claim"].decode()
-    proxy.lose_reply_to(text[: text.index("%(")].encode())  # up to its first parameter
+    # A batch's successes are written with the next claim (jobs_complete_and_claim), a
+    # statement the worker prepared on connecting (JobStore.warm): its text is not sent
+    # again, its parameters are. The reply lost is the one to the message that carries
+    # this job's result (`record` returns {"pid": ...}) in the results array literal.
+    proxy.lose_reply_to(b'{"{\\"pid\\": ')
     done = pgworkerd.enqueue(recorder, "record", {})
     daemon = daemons(proxy.dsn(db_dsn), history_dsn=db_dsn, workers=ONE_WORKER)
     wait_until(lambda: "job succeeded" in daemon.log(), what="the worker to see it succeed")
