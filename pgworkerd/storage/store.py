@@ -718,8 +718,6 @@ class JobStore:
             next_in = rate_in if next_in is None else min(next_in, rate_in)
         return next_in
 
-    # -- operator actions -----------------------------------------------------------------
-
     def warm(
         self,
         conn: psycopg.Connection[Any],
@@ -765,6 +763,8 @@ class JobStore:
         prepare("jobs_claim_one", claim, binary=True)
         prepare("jobs_claim", claim, binary=True)
         prepare("jobs_complete_and_claim", {**no_successes, **claim}, binary=True)
+
+    # -- operator actions -----------------------------------------------------------------
 
     def cancel(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[int]:
         """Cancel queued or running jobs (their holders notified); returns their ids."""

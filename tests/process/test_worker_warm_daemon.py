@@ -1,8 +1,8 @@
-"""Review of branch prep13 (JobStore.warm): a real daemon's worker runs its first woken
-claims and completions on statements prepared before them, so none of them is planned
-(tests/integration/test_worker_warm.py checks the store's calls with hand-made
-arguments; this checks the arguments a worker really passes). Main plans each of them
-at its first five runs (psycopg prepares at the sixth): `plans` 6 here."""
+"""A real daemon's worker runs its first woken claims and completions on statements
+prepared before them (JobStore.warm, on every new connection), so none of them is
+planned. tests/integration/test_worker_warm.py checks the store's calls with arguments
+made by hand; this checks the arguments a worker really passes. Without the warm-up each
+is planned at its first five runs (psycopg prepares at the sixth): `plans` 6 here."""
 
 from __future__ import annotations
 
