@@ -20,6 +20,7 @@ from pgworkerd.config import Config
 from pgworkerd.housekeeping import ALL_QUEUES, Housekeeper
 from pgworkerd.job import Lease
 from pgworkerd.storage.channels import cancel_channel
+from pgworkerd.storage.queries import statements
 from pgworkerd.storage.store import JobStore
 from tests.daemon import history, job_in_state, wait_until
 
@@ -31,6 +32,14 @@ def test_an_enqueue_wakes_one_idle_worker_not_the_herd(start_daemon, history_con
     daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 4}], **SLOW_POLL)
     daemon.wait_for_workers(4)
     run_one_job(history_conn)  # past start-up, when every idle worker is woken once
+    # A worker's title says `idle` from its boot, before it has connected and prepared
+    # its statements (JobStore.warm); it tells the supervisor it is idle only after its
+    # first look finds nothing. Wait for every one of them to be there.
+    wait_until(
+        lambda: workers_at_their_look(history_conn) == 4,
+        timeout_s=10,
+        what="4 workers past their first look for work",
+    )
 
     since = utc_now_text()
     run_one_job(history_conn, timeout_s=10, what="the job to run long before the 60 s poll")
@@ -80,6 +89,20 @@ def run_one_job(conn, *, timeout_s: float = 20, what: str = "a job to run") -> N
     job_id = pgworkerd.enqueue(conn, "record", {})
     conn.commit()
     wait_until(job_in_state(conn, job_id, "succeeded"), timeout_s=timeout_s, what=what)
+
+
+def workers_at_their_look(conn) -> int:
+    """Worker sessions whose last statement was the idle look for the next due job: the
+    one a worker runs just before it tells the supervisor it is idle."""
+    look = statements("pgworkerd")["jobs_next_run_at"].decode()
+    conn.commit()  # the activity is read once a transaction: a fresh one each call
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgworkerd worker%%'"
+        " AND state = 'idle' AND starts_with(query, %s)",
+        (look[: look.index("%(")],),  # up to its first parameter, sent as $1
+    ).fetchone()
+    conn.commit()
+    return int(row[0])
 
 
 def utc_now_text() -> str:
