@@ -22,9 +22,10 @@ log = logging.getLogger("pgworkerd.worker")
 
 RECONNECT_MAX_S = 10.0
 # The worker's statements (prepared on each new connection: JobStore.warm) have plans
-# that do not depend on their parameters' values (tests/integration/test_claim_plan.py asserts the
-# generic ones). Left to choose, PostgreSQL kept planning the claim afresh for every
-# run: half a millisecond of each claim, and of an idle worker's pick-up of a new job.
+# that do not depend on their parameters' values (tests/integration/test_claim_plan.py
+# asserts the generic ones). Left to choose, PostgreSQL kept planning the claim afresh
+# for every run: half a millisecond of each claim, and of an idle worker's pick-up of a
+# new job.
 WORKER_PLAN_CACHE_MODE = "force_generic_plan"
 # Errors that end a connection's use. A server that cannot write any more (a failover
 # left us on a read-only node, or a standby) is one: the job is not at fault, nothing
