@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import psycopg
 from psycopg import sql
@@ -218,8 +218,9 @@ class Statement(Generic[T]):
 
 
 class ClaimScope(TypedDict):
-    """The keyword arguments of `claim`, `claim_one` and `complete_and_claim` that a
-    worker's every claim repeats (fixed for its life), to be passed as `**scope`."""
+    """The keyword arguments of `claim`, `claim_one`, `complete_and_claim` and `warm`
+    that a worker's every claim repeats (fixed for its life), to be passed as
+    `**scope`."""
 
     queues: Sequence[str]
     lease_ttl_s: float
@@ -719,14 +720,7 @@ class JobStore:
         return next_in
 
     def warm(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        queues: Sequence[str],
-        limit: int,
-        lease_ttl_s: float,
-        worker: str,
-        max_attempts: Sequence[int] | int = 5,
+        self, conn: psycopg.Connection[Any], *, limit: int, **scope: Unpack[ClaimScope]
     ) -> None:
         """Prepare on `conn` (server-side, as psycopg prepares a statement at its sixth
         run) the statements of a worker's claims, completions and idle looks, before it
@@ -744,7 +738,7 @@ class JobStore:
         asks for (plan_cache_mode), made without looking at these values. A queue list
         with limited queues claims by a transaction of locks (jobs_claim_limited): its
         claims are not warmed, its completions and looks are."""
-        queues = list(dict.fromkeys(queues))
+        queues = list(dict.fromkeys(scope["queues"]))
 
         def prepare(name: str, params: Mapping[str, Any], *, binary: bool = False) -> None:
             conn.cursor().execute(self._sql[name], params, prepare=True, binary=binary)
@@ -757,7 +751,9 @@ class JobStore:
         if limited_queues(queues, self.limits):
             return
         claim = {
-            **self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts),
+            **self._claim_params(
+                queues, limit, scope["lease_ttl_s"], scope["worker"], scope["max_attempts"]
+            ),
             **no_levels,
         }
         prepare("jobs_claim_one", claim, binary=True)

@@ -43,7 +43,7 @@ from pgworkerd.ipc import (
 from pgworkerd.job import Job, Lease
 from pgworkerd.progress import ProgressWriter
 from pgworkerd.storage import connections
-from pgworkerd.storage.store import ClaimScope, JobStore
+from pgworkerd.storage.store import JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
 from pgworkerd.worker.outcome_writer import OutcomeWriter
@@ -103,13 +103,7 @@ class BaseWorker:
         self.outcomes = OutcomeWriter(
             self.store, self.connection, status, SuccessBuffer(spec.batch_size)
         )
-        # What every claim of this worker names (the spec is fixed for its life).
-        self._claim_of = ClaimScope(
-            queues=spec.queues,
-            lease_ttl_s=spec.lease_ttl_s,
-            worker=spec.worker_id,
-            max_attempts=spec.queue_max_attempts,
-        )
+        self._claim_of = spec.claim_scope()
         self._process = psutil.Process()
         self._next_memory_check = 0.0
         self.jobs_done = 0

@@ -67,14 +67,7 @@ class WorkerConnection:
                 )
                 # Before the first claim: the first jobs after a start or a reconnect
                 # would otherwise each wait for a parse and a plan (JobStore.warm).
-                self.store.warm(
-                    self.conn,
-                    queues=self.spec.queues,
-                    limit=self.spec.batch_size,
-                    lease_ttl_s=self.spec.lease_ttl_s,
-                    worker=self.spec.worker_id,
-                    max_attempts=self.spec.queue_max_attempts,
-                )
+                self.store.warm(self.conn, limit=self.spec.batch_size, **self.spec.claim_scope())
                 self.epoch += 1
                 return self.conn
             except CONNECTION_FAULTS as exc:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgworkerd.storage.limits import QueueLimits
-from pgworkerd.storage.store import Backoff
+from pgworkerd.storage.store import Backoff, ClaimScope
 
 
 @dataclass(frozen=True)
@@ -40,3 +40,13 @@ class WorkerSpec:
     @property
     def name(self) -> str:
         return f"{self.pool}#{self.index}"
+
+    def claim_scope(self) -> ClaimScope:
+        """What every claim of this worker names (the spec is fixed for its life): its
+        claims' and its connection's warm-up of them (JobStore.warm)."""
+        return ClaimScope(
+            queues=self.queues,
+            lease_ttl_s=self.lease_ttl_s,
+            worker=self.worker_id,
+            max_attempts=self.queue_max_attempts,
+        )
