@@ -8,10 +8,13 @@ processes and everything else at its defaults (batch_size 10, info logs); after 
 start-up pause, the supervisor's and its workers' CPU (psutil) over a window, divided
 by the jobs the database shows succeeded in it, and the supervisor's wake-ups (its
 voluntary context switches: each a wait of its loop that slept) per 100 jobs, a
-count the machine's load moves far less than CPU time. Runs alternate: OTHER, this, OTHER,
-this... With `--spy DIR`, py-spy (on the PATH or PY_SPY) samples one worker and the
-supervisor of each run for 6 s at 200 Hz into DIR (raw format). `--config JSON`: keys
-merged into both sides' config file, e.g. the tuned row's
+count the machine's load moves far less than CPU time. Runs alternate, the side that goes
+first swapped every pair (OTHER, this, this, OTHER, ...): the second run of a pair was
+~5 % slower than the first with the same code on both sides (round 14's A/A), so a fixed
+order read as a loss for the checkout that always ran second. With `--spy DIR`, py-spy
+(on the PATH or PY_SPY) samples one worker and the supervisor of each run for 6 s at
+200 Hz into DIR (raw format). `--config JSON`: keys merged into both sides' config file,
+e.g. the tuned row's
 '{"defaults": {"batch_size": 100}, "log_level": "warning"}' (default: none, the
 defaults). `--statements DIR`: the cluster loads pg_stat_statements, reset at the
 window's start; at its end each statement's calls, mean execution and planning time,
@@ -209,11 +212,14 @@ def main() -> int:
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
     tree: dict[str, list[float]] = {"A": [], "B": []}
+    rate: dict[str, list[float]] = {"A": [], "B": []}
+    sides: list[tuple[str, Path | None]] = [("A", args.other.resolve()), ("B", None)]
     for pair in range(1, args.pairs + 1):
-        for side, code in (("A", args.other.resolve()), ("B", None)):
+        for side, code in sides if pair % 2 else sides[::-1]:
             tag = f"{side}{pair}"
             r = one_run(code, tag, args.window, args.spy, args.config, args.statements, args.jobs)
             tree[side].append(r["tree_s_per_10k"])
+            rate[side].append(r["jobs_per_s"])
             print(
                 f"{tag}: {r['jobs_per_s']:,.0f} jobs/s; CPU s per 10k jobs: supervisor "
                 f"{r['supervisor_s_per_10k']:.3f}, workers {r['workers_s_per_10k']:.3f}, "
@@ -225,8 +231,15 @@ def main() -> int:
         values = tree[side]
         print(
             f"{side}: tree CPU s per 10k jobs, median {statistics.median(values):.3f} "
-            f"({min(values):.3f}-{max(values):.3f})"
+            f"({min(values):.3f}-{max(values):.3f}); jobs/s, median "
+            f"{statistics.median(rate[side]):,.0f}"
         )
+    ratios = [b / a for a, b in zip(rate["A"], rate["B"], strict=True)]
+    ahead = sum(r > 1 for r in ratios)
+    print(
+        f"rate B/A per pair, median {statistics.median(ratios):.3f};"
+        f" B ahead in {ahead} of {len(ratios)}"
+    )
     return 0
 
 
