@@ -31,7 +31,8 @@ from pgworkerd.encoding import (
     dump_trace_context,
 )
 from pgworkerd.errors import InvalidJob
-from pgworkerd.storage.inserts import DEFAULT_SCHEMA, JobInserts, Statement
+from pgworkerd.storage.inserts import DEFAULT_SCHEMA, JobInserts
+from pgworkerd.storage.rows import Statement
 
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME_CHARS = 255  # kind, queue, unique_key and key

@@ -10,9 +10,8 @@ first enqueue (bench/results/first-call-round14-20261128.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -20,28 +19,9 @@ from psycopg import sql
 from pgworkerd.storage import queries
 from pgworkerd.storage.channels import notify_channel
 from pgworkerd.storage.kept_cursor import run_on_kept_cursor, run_on_kept_cursor_async
-from pgworkerd.storage.rows import statement_rows, statement_rows_async
+from pgworkerd.storage.rows import Statement
 
 DEFAULT_SCHEMA = "pgworkerd"
-
-T = TypeVar("T")
-
-
-@dataclass(slots=True)  # not frozen: that would triple the cost of making one per enqueue
-class Statement(Generic[T]):
-    """A statement, its parameters and the decoding of its rows, written once; `run`
-    and `run_async` are the only lines that differ between a Connection and an
-    AsyncConnection, so the producer's sync and async API share everything else."""
-
-    query: bytes
-    params: Mapping[str, Any] | Sequence[Any]  # named (`%(x)s`) or positional (`%s`)
-    decode: Callable[[list[Any]], T]
-
-    def run(self, conn: psycopg.Connection[Any]) -> T:
-        return self.decode(statement_rows(conn.execute(self.query, self.params)))
-
-    async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
-        return self.decode(await statement_rows_async(await aconn.execute(self.query, self.params)))
 
 
 class JobInserts:

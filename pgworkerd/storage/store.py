@@ -32,9 +32,8 @@ from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, u
 from pgworkerd.storage.channels import cancel_channel, notify_channel
 
 # Defined with the producer's statements (an enqueue loads that module alone); named here
-# too, where the daemon's side and the client's other calls have always found them.
+# too, where the daemon's side and the client's other calls have always found it.
 from pgworkerd.storage.inserts import DEFAULT_SCHEMA as DEFAULT_SCHEMA
-from pgworkerd.storage.inserts import Statement as Statement
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
 from pgworkerd.storage.rows import execute
 
