@@ -5,9 +5,13 @@ checkout A against checkout B, alternated (ABBA...) in one throwaway cluster.
     python -m bench.first_enqueue A_CHECKOUT B_CHECKOUT [--pairs 20]
 
 Each sample is a new Python (`python -c`, PYTHONPATH and cwd the checkout): import
-psycopg, connect (autocommit), `import pgworkerd`, then timed: the name's look-up
+psycopg, connect (autocommit), then timed: `import pgworkerd`, the name's look-up
 (`pgworkerd.enqueue`: the lazy import of the client), the first call, and a second
 call. Prints per side the median and range of each, and B/A of the medians.
+
+Each checkout is imported as it is: compile them first (`python -m compileall -q DIR`,
+as pip does on install) to measure what an installed package costs; without .pyc files
+(and with PYTHONDONTWRITEBYTECODE set) every sample compiles pgworkerd's modules.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ SAMPLE = r"""
 import json, sys, time
 import psycopg
 with psycopg.connect(sys.argv[1], autocommit=True) as conn:
+    ti = time.perf_counter()
     import pgworkerd
     t0 = time.perf_counter()
     enqueue = pgworkerd.enqueue
@@ -36,10 +41,11 @@ with psycopg.connect(sys.argv[1], autocommit=True) as conn:
     enqueue(conn, "noop", {"i": 1}, queue="bench")
     t3 = time.perf_counter()
 ms = lambda a, b: round((b - a) * 1000, 2)
-print(json.dumps({"lookup": ms(t0, t1), "first": ms(t1, t2), "both": ms(t0, t2),
-                  "second": ms(t2, t3), "modules": len(sys.modules)}))
+print(json.dumps({"import": ms(ti, t0), "lookup": ms(t0, t1), "first": ms(t1, t2),
+                  "both": ms(t0, t2), "all": ms(ti, t2), "second": ms(t2, t3),
+                  "modules": len(sys.modules)}))
 """
-FIGURES = ("both", "lookup", "first", "second", "modules")
+FIGURES = ("all", "import", "both", "lookup", "first", "second", "modules")
 
 
 def main() -> None:
@@ -75,6 +81,13 @@ def main() -> None:
             cells.append(f"{medians[side]:g} ({min(xs):g}-{max(xs):g})")
         ratio = medians["B"] / medians["A"] if medians["A"] else float("nan")
         print(f"| {figure} | {cells[0]} | {cells[1]} | {ratio:.2f} |")
+    for figure in ("all", "first"):
+        ratios = [b[figure] / a[figure] for a, b in zip(samples["A"], samples["B"], strict=True)]
+        lower = sum(r < 1 for r in ratios)
+        print(
+            f"{figure}: B/A per pair median {statistics.median(ratios):.2f}, "
+            f"B lower in {lower} of {len(ratios)}"
+        )
 
 
 if __name__ == "__main__":

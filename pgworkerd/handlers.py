@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from pgworkerd.client.tasks import Task
 from pgworkerd.config.settings import Config, DjangoConfig
-from pgworkerd.contrib import otel
+from pgworkerd.contrib import otel_worker
 from pgworkerd.errors import PgworkerdError
 
 Handler = Callable[..., Any]
@@ -88,7 +88,7 @@ def load_registry(
     if problems:
         raise HandlerError(problems)
     # With the `otel` extra, each handler runs in its CONSUMER span; without it, bare.
-    return otel.instrument(registry)
+    return otel_worker.instrument(registry)
 
 
 def tasks_of(module_name: str) -> list[Task[Any]]:
@@ -173,4 +173,4 @@ def _load_django(django_config: DjangoConfig, claimed_kinds: frozenset[str]) -> 
         raise HandlerError(
             [f"django: kind {k!r} is already claimed by handlers or task_modules" for k in claimed]
         )
-    return otel.instrument(registry)
+    return otel_worker.instrument(registry)

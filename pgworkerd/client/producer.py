@@ -31,7 +31,8 @@ from pgworkerd.encoding import (
     dump_trace_context,
 )
 from pgworkerd.errors import InvalidJob
-from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore, Statement
+from pgworkerd.storage.inserts import DEFAULT_SCHEMA, JobInserts
+from pgworkerd.storage.rows import Statement
 
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME_CHARS = 255  # kind, queue, unique_key and key
@@ -104,7 +105,7 @@ class Producer:
     def __init__(
         self, *, schema: str = DEFAULT_SCHEMA, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     ) -> None:
-        self.store = JobStore(schema)
+        self.store = JobInserts(schema)
         self.max_payload_bytes = max_payload_bytes
 
     def enqueue(

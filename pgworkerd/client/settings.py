@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pgworkerd.encoding import DEFAULT_MAX_PAYLOAD_BYTES
-from pgworkerd.storage.store import DEFAULT_SCHEMA
+from pgworkerd.storage.inserts import DEFAULT_SCHEMA
 
 
 class ProducerSettings(BaseSettings):

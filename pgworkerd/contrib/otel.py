@@ -7,7 +7,8 @@ handler, as the Celery instrumentation does across a broker.
 - In the worker: each handler runs inside a CONSUMER span `process <kind>` whose parent
   is that stored context (every attempt: a retry stays in the same trace), with the
   messaging attributes (system `pgworkerd`, destination = queue, message id = job id),
-  the attempt, and a failure recorded on the span.
+  the attempt, and a failure recorded on the span: contrib/otel_worker.py, the worker's
+  half, which an application that only enqueues does not load.
 
 Whether OpenTelemetry is installed is asked once, when this module loads, without
 importing it (importlib.util.find_spec). Without it, `start_send` returns None at once
@@ -26,34 +27,23 @@ not trace loads none of its modules (23 of them, tens of milliseconds at each st
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import importlib
-import inspect
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
 from importlib.util import find_spec
-from typing import TYPE_CHECKING, Any
-
-from pgworkerd.job import Job, Retry
-
-if TYPE_CHECKING:
-    from opentelemetry.trace import Span
+from typing import Any
 
 # Without importing it: find_spec of a top-level name loads nothing.
 AVAILABLE = find_spec("opentelemetry") is not None
 
 # A provider named by the environment is loaded by the API's first use, whoever makes
 # it: with this set, the API is imported (at the first enqueue or job) to ask.
-_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
-_TRACE_MODULE = "opentelemetry.trace"
+PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+TRACE_MODULE = "opentelemetry.trace"
 _modules = sys.modules
 
 SYSTEM = "pgworkerd"
 TRACER_NAME = "pgworkerd"
-
-Handler = Callable[..., Any]
 
 
 # -- the producer ---------------------------------------------------------------------------
@@ -64,15 +54,15 @@ def tracing() -> bool:
     enqueue and job, as an application may configure it late (after the fork, say): with
     the API's default provider every span would be a no-op, which costs a handler
     microseconds for nothing, so none is made."""
-    trace: Any = _modules.get(_TRACE_MODULE)
+    trace: Any = _modules.get(TRACE_MODULE)
     if trace is None:
-        if not (AVAILABLE and _PROVIDER_FROM_ENV):
+        if not (AVAILABLE and PROVIDER_FROM_ENV):
             return False  # nothing imported the API: nothing set a provider through it
         try:
-            trace = importlib.import_module(_TRACE_MODULE)
+            trace = importlib.import_module(TRACE_MODULE)
         except ImportError:
             return False
-    if not _PROVIDER_FROM_ENV and hasattr(trace, "_TRACER_PROVIDER"):
+    if not PROVIDER_FROM_ENV and hasattr(trace, "_TRACER_PROVIDER"):
         # The global provider, once set (by code, or from the environment at its first
         # use), is `trace._TRACER_PROVIDER` and never goes back to None: read directly,
         # as get_tracer_provider() looks the environment up at each call (about 2 us,
@@ -122,85 +112,12 @@ def end_send(span: Any, ids: list[int] | None = None, error: BaseException | Non
         from opentelemetry.trace import Status, StatusCode
 
         span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, _one_line(error)))
+        span.set_status(Status(StatusCode.ERROR, one_line(error)))
     elif ids is not None and len(ids) == 1:
         span.set_attribute("messaging.message.id", str(ids[0]))
     span.end()
 
 
-# -- the worker -----------------------------------------------------------------------------
-
-
-def instrument(registry: Mapping[str, Handler]) -> dict[str, Handler]:
-    """The registry with each handler wrapped in its CONSUMER span; the same handlers,
-    unwrapped, without OpenTelemetry."""
-    if not AVAILABLE:
-        return dict(registry)
-    return {kind: traced(handler) for kind, handler in registry.items()}
-
-
-def traced(handler: Handler) -> Handler:
-    """`handler` inside a `process <kind>` span; a coroutine function stays one (the
-    worker runs it on its event loop). Until something loads the API, each call asks
-    no more than that (a dict lookup, not a call: it is paid on every job)."""
-    if inspect.iscoroutinefunction(handler):
-
-        @functools.wraps(handler)
-        async def run_async(job: Job) -> Any:
-            if (_TRACE_MODULE not in _modules and not _PROVIDER_FROM_ENV) or not tracing():
-                return await handler(job)
-            with _consumer_span(job):
-                return await handler(job)
-
-        return run_async
-
-    @functools.wraps(handler)
-    def run(job: Job) -> Any:
-        if (_TRACE_MODULE not in _modules and not _PROVIDER_FROM_ENV) or not tracing():
-            return handler(job)
-        with _consumer_span(job):
-            return handler(job)
-
-    return run
-
-
-@contextlib.contextmanager
-def _consumer_span(job: Job) -> Iterator[Span]:
-    from opentelemetry import propagate, trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
-
-    # The stored context is the parent; a job enqueued outside any trace starts one.
-    parent = propagate.extract(job.trace_context) if job.trace_context else None
-    attributes: dict[str, str | int] = {
-        "messaging.system": SYSTEM,
-        "messaging.operation.type": "process",
-        "messaging.operation.name": "process",
-        "messaging.destination.name": job.queue,
-        "messaging.message.id": str(job.id),
-        "pgworkerd.job.kind": job.kind,
-        "pgworkerd.job.attempt": job.attempt,
-        "pgworkerd.job.max_attempts": job.max_attempts,
-    }
-    tracer = trace.get_tracer(TRACER_NAME)
-    with tracer.start_as_current_span(
-        f"process {job.kind}",
-        context=parent,
-        kind=SpanKind.CONSUMER,
-        attributes=attributes,
-        record_exception=False,  # recorded below, where a Retry is told apart
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except Retry as exc:  # asked for, not a failure: an event, and the span stays OK
-            span.add_event("pgworkerd.retry", {"pgworkerd.retry.after_s": exc.after})
-            raise
-        except BaseException as exc:  # JobTimeout and JobCancelled included
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, _one_line(exc)))
-            raise
-
-
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -3,7 +3,7 @@
 
 `conn.execute` makes a new psycopg cursor at each call: its AdaptersMap copy and its
 Transformer are ~38,000 client instructions of a ~105,000-instruction insert. The
-barest enqueue (`JobStore.insert_bare`) instead runs on a cursor kept in a plain dict on
+barest enqueue (`JobInserts.insert_bare`) instead runs on a cursor kept in a plain dict on
 the connection object, keyed by `threading.get_ident()`:
 
 - one per connection and thread, so two threads on one Connection never share one

@@ -1,22 +1,34 @@
-"""Loads `storage/sql/queries.sql` once and renders its statements for one schema.
+"""Loads `storage/sql/queries.sql` once and renders its statements for one schema, each
+at its first use.
 
 The schema name enters SQL only as a `psycopg.sql.Identifier`, never by string
 formatting, so a schema called `"; DROP TABLE x; --` is just an odd name.
+
+A process renders only the statements it runs, when it first runs them: a producer's
+first enqueue renders its insert (and no claim, prune or dashboard query), where
+rendering all 83 cost ~3 ms and splitting and cleaning the whole file ~2.5 ms more
+(bench/results/first-call-round14-20261128.md).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
-from importlib import resources
+import string
+from typing import TYPE_CHECKING, cast
 
 from psycopg import sql
 
 from pgworkerd.storage.channels import finished_channel, notify_channel
 
-_NAME_MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+if TYPE_CHECKING:
+    from importlib.abc import ResourceLoader
+
+_NAME = re.compile(r"\w+")
+_MARKER = "\n-- name: "  # a statement's first line: `-- name: <name>`, nothing more
 # Fragments spliced into other statements rather than run on their own; a fragment may
-# use the ones before it.
+# splice others in (each is rendered once a schema, when a statement first needs it).
 _FRAGMENTS = (
     "wake_limited",
     "apply_failure",
@@ -44,43 +56,95 @@ _VARIANTS: dict[str, dict[str, dict[str, str]]] = {
         },
     },
 }
+# Each name a statement may splice in: (the fragment's source name, its open names' values).
+_SPLICED = {
+    variant: (name, values)
+    for name in _FRAGMENTS
+    for variant, values in _VARIANTS.get(name, {name: {}}).items()
+}
 
 
 @functools.cache
 def _source_by_name() -> dict[str, str]:
-    text = resources.files("pgworkerd.storage").joinpath("sql/queries.sql").read_text("utf-8")
-    parts = _NAME_MARKER.split(text)
-    # parts = [header, name1, body1, name2, body2, ...]
+    """Each statement's text as the file has it, comments included (see `_body`)."""
+    # Read by the loader that imported this module, as importlib.resources and pkgutil
+    # do (a package in a zip file too), without importing them (~1.3 ms).
+    path = os.path.join(os.path.dirname(__file__), "sql", "queries.sql")
+    loader = cast("ResourceLoader", __spec__.loader)
+    text = "\n" + loader.get_data(path).decode("utf-8")
     bodies = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        # Whole-line comments go: psycopg would read a `%(x)s` in them as a parameter.
-        lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
-        bodies[name] = "\n".join(lines).strip().rstrip(";")
+    for part in text.split(_MARKER)[1:]:  # [0]: the file's header
+        name, _, body = part.partition("\n")
+        name = name.rstrip()
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"queries.sql: {_MARKER.strip()}{name!r} is not a statement name")
+        bodies[name] = body
     return bodies
 
 
-@functools.cache
-def statements(schema: str) -> dict[str, bytes]:
-    """Every named statement, rendered once for `schema` to the bytes sent to the
-    server: psycopg then recognises a statement it has seen (and prepared) without
-    composing it again on every call of the hot path."""
-    source = _source_by_name()
-    names = {
-        "schema": sql.Identifier(schema),
-        # A literal, not a parameter: the statements that make a job final announce it
-        # there (FINISHED) without their callers passing anything more.
-        "finished_channel": sql.Literal(finished_channel(schema)),
-        "finished_channel_name": sql.Identifier(finished_channel(schema)),
-        # The queues' channel (jobs_insert's), for WAKE: a literal for the same reason.
-        "queue_channel": sql.Literal(notify_channel(schema)),
-    }
-    fragments: dict[str, sql.Composed] = {}
-    for name in _FRAGMENTS:
-        for variant, values in _VARIANTS.get(name, {name: {}}).items():
+def _body(name: str) -> str:
+    """The statement `name` to render: whole-line comments go (psycopg would read a
+    `%(x)s` in them as a parameter), and the final semicolon."""
+    lines = [line for line in _source_by_name()[name].splitlines() if not _comment(line)]
+    return "\n".join(lines).strip().rstrip(";")
+
+
+def _comment(line: str) -> bool:
+    return line.lstrip().startswith("--")
+
+
+def _spliced_in(body: str) -> list[str]:
+    """The fragments `body` names (`{claim_update_one}`)."""
+    fields = (field for _, field, _, _ in string.Formatter().parse(body) if field)
+    return [field for field in fields if field in _SPLICED]
+
+
+class Statements(dict[str, bytes]):
+    """The named statements of one schema, each rendered at its first look-up to the
+    bytes sent to the server, and kept: psycopg then recognises a statement it has seen
+    (and prepared) without composing it again on every call of the hot path. Holds the
+    statements rendered so far (a look-up of a name not in queries.sql is a KeyError)."""
+
+    def __init__(self, schema: str) -> None:
+        super().__init__()
+        self._names: dict[str, sql.Composable] = {
+            "schema": sql.Identifier(schema),
+            # A literal, not a parameter: the statements that make a job final announce
+            # it there (FINISHED) without their callers passing anything more.
+            "finished_channel": sql.Literal(finished_channel(schema)),
+            "finished_channel_name": sql.Identifier(finished_channel(schema)),
+            # The queues' channel (jobs_insert's), for WAKE: a literal for the same reason.
+            "queue_channel": sql.Literal(notify_channel(schema)),
+        }
+        self._fragments: dict[str, sql.Composed] = {}
+
+    def __missing__(self, name: str) -> bytes:
+        if name in _SPLICED:
+            raise KeyError(name)  # a fragment, not a statement
+        body = _body(name)
+        rendered = self._render(body).as_bytes(None)
+        self[name] = rendered  # two threads at once store equal bytes: either is right
+        return rendered
+
+    def _render(self, body: str, **open_names: sql.Composable) -> sql.Composed:
+        spliced = {name: self._fragment(name) for name in _spliced_in(body)}
+        return sql.SQL(body).format(**self._names, **open_names, **spliced)
+
+    def _fragment(self, variant: str) -> sql.Composed:
+        fragment = self._fragments.get(variant)
+        if fragment is None:
+            name, values = _SPLICED[variant]
             open_names = {key: sql.SQL(value) for key, value in values.items()}
-            fragments[variant] = sql.SQL(source[name]).format(**names, **open_names, **fragments)
-    return {
-        name: sql.SQL(body).format(**names, **fragments).as_bytes(None)
-        for name, body in source.items()
-        if name not in _FRAGMENTS
-    }
+            fragment = self._fragments[variant] = self._render(_body(name), **open_names)
+        return fragment
+
+
+def names() -> list[str]:
+    """The names of every statement (fragments left out), in the file's order."""
+    return [name for name in _source_by_name() if name not in _SPLICED]
+
+
+@functools.cache
+def statements(schema: str) -> Statements:
+    """The statements of `schema`, one `Statements` a schema for the process's life."""
+    return Statements(schema)

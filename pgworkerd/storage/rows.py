@@ -3,11 +3,14 @@ pgworkerd.testing) runs its statements on the caller's connection, whose row_fac
 be anything (a web app's `psycopg.connect(dsn, row_factory=dict_row)`); storage reads
 those rows by position (or opens its own `conn.cursor(row_factory=dict_row)` where it
 reads them by name), so each such read goes through here, never through the
-connection's factory."""
+connection's factory. `Statement` is such a read written once for a Connection and an
+AsyncConnection alike (the producer's inserts, the waits)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg.abc import Params
@@ -81,3 +84,23 @@ def _no_rows_or_raise(
     if result is not None and result.status == COMMAND_OK:
         return []
     raise exc
+
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)  # not frozen: that would triple the cost of making one per enqueue
+class Statement(Generic[T]):
+    """A statement, its parameters and the decoding of its rows, written once; `run`
+    and `run_async` are the only lines that differ between a Connection and an
+    AsyncConnection, so the producer's sync and async API share everything else."""
+
+    query: bytes
+    params: Mapping[str, Any] | Sequence[Any]  # named (`%(x)s`) or positional (`%s`)
+    decode: Callable[[list[Any]], T]
+
+    def run(self, conn: psycopg.Connection[Any]) -> T:
+        return self.decode(statement_rows(conn.execute(self.query, self.params)))
+
+    async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
+        return self.decode(await statement_rows_async(await aconn.execute(self.query, self.params)))

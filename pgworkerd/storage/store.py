@@ -7,23 +7,22 @@
     queued | running --cancel--> cancelled;   dead | cancelled --retry--> queued
 
 Each method runs one statement on the caller's connection and leaves the transaction
-to the caller (workers use autocommit connections); the producer's two instead return
-a `Statement`, which runs on a Connection or an AsyncConnection alike. Writes after a claim take the
+to the caller (workers use autocommit connections). Writes after a claim take the
 job's Lease and report which leases still held: a write on a lost lease changes
-nothing.
+nothing. The producer's inserts are in `storage/inserts.py`, which an application that
+only enqueues loads without this module.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, Unpack
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row, namedtuple_row
 
 from pgworkerd.encoding import clean_error
@@ -31,11 +30,12 @@ from pgworkerd.job import Job, Lease
 from pgworkerd.storage import queries
 from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, uuid_array
 from pgworkerd.storage.channels import cancel_channel, notify_channel
-from pgworkerd.storage.kept_cursor import run_on_kept_cursor, run_on_kept_cursor_async
-from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
-from pgworkerd.storage.rows import execute, statement_rows, statement_rows_async
 
-DEFAULT_SCHEMA = "pgworkerd"
+# Defined with the producer's statements (an enqueue loads that module alone); named here
+# too, where the daemon's side and the client's other calls have always found it.
+from pgworkerd.storage.inserts import DEFAULT_SCHEMA as DEFAULT_SCHEMA
+from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
+from pgworkerd.storage.rows import execute
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +57,6 @@ class FailedAttempt:
     run_at: datetime
     attempt: int
 
-
-T = TypeVar("T")
 
 # Levels remembered beyond those a sweep finds, before the ones it did not find go.
 MAX_IDLE_LEVELS = 100
@@ -200,23 +198,6 @@ class PruneBatch:
     position: datetime | None
 
 
-@dataclass(slots=True)  # not frozen: that would triple the cost of making one per enqueue
-class Statement(Generic[T]):
-    """A statement, its parameters and the decoding of its rows, written once; `run`
-    and `run_async` are the only lines that differ between a Connection and an
-    AsyncConnection, so the producer's sync and async API share everything else."""
-
-    query: bytes
-    params: Mapping[str, Any] | Sequence[Any]  # named (`%(x)s`) or positional (`%s`)
-    decode: Callable[[list[Any]], T]
-
-    def run(self, conn: psycopg.Connection[Any]) -> T:
-        return self.decode(statement_rows(conn.execute(self.query, self.params)))
-
-    async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
-        return self.decode(await statement_rows_async(await aconn.execute(self.query, self.params)))
-
-
 class ClaimScope(TypedDict):
     """The keyword arguments of `claim`, `claim_one`, `complete_and_claim` and `warm`
     that a worker's every claim repeats (fixed for its life), to be passed as
@@ -258,105 +239,6 @@ class JobStore:
         self._claim_cursor: psycopg.Cursor[Any] | None = None  # _claim_rows'
         self._sql = queries.statements(schema)
         self.notify_channel = notify_channel(schema)
-        # The identity sequence, quoted for a ::regclass cast.
-        self._sequence = f"{_quote_ident(schema)}.jobs_id_seq"
-
-    # -- producing ----------------------------------------------------------------------
-
-    def insert_statement(
-        self, records_json: str, *, unique_keys: bool = True
-    ) -> Statement[list[int | None]]:
-        """Insert jobs, given as a JSON array of records (see `jobs_insert`), in one
-        statement; ids in input order. An id is None where the job's unique_key is held
-        by a live job: see `find_live_statement`. `unique_keys=False` promises that no
-        record has one, for the cheaper statement."""
-        params = {
-            "sequence": self._sequence,
-            "channel": self.notify_channel,
-            "jobs": records_json,
-        }
-        statement = "jobs_insert" if unique_keys else "jobs_insert_without_unique_keys"
-        return Statement(self._sql[statement], params, _ids_or_none)
-
-    def insert_one_statement(
-        self, record: Mapping[str, Any], payload_json: str, trace_context_json: str | None
-    ) -> Statement[list[int]]:
-        """`insert_statement(unique_keys=False)` for one job: its record (as
-        `jobs_insert` reads it, without a unique_key), with its payload and trace context
-        already JSON text. The cheaper statement of enqueue's usual call: its parameters
-        positional, in `jobs_insert_one`'s order (the record is not encoded as one JSON
-        document, and psycopg looks no names up)."""
-        get = record.get
-        params = (
-            record["queue"],
-            record["kind"],
-            payload_json,
-            get("priority"),
-            get("run_at"),
-            get("delay_s"),
-            get("max_attempts"),
-            get("max_runtime_s"),
-            trace_context_json,
-            get("key"),
-        )
-        return Statement(self._sql["jobs_insert_one"], params, _only_id)
-
-    def insert_bare(
-        self, conn: psycopg.Connection[Any], queue: str, kind: str, payload_json: str
-    ) -> int:
-        """Insert a job given only its queue, kind and payload (JSON text), as
-        `insert_one_statement` would with no other option; its id. Run here, without a
-        `Statement` around it: enqueue's barest call (`Producer.enqueue`), on the cursor
-        this thread keeps with `conn` (storage/kept_cursor.py)."""
-        params = (queue, kind, payload_json)
-        return run_on_kept_cursor(conn, self._sql["jobs_insert_bare"], params, _returned_id)
-
-    async def insert_bare_async(
-        self, aconn: psycopg.AsyncConnection[Any], queue: str, kind: str, payload_json: str
-    ) -> int:
-        """`insert_bare` on an AsyncConnection."""
-        query, params = self._sql["jobs_insert_bare"], (queue, kind, payload_json)
-        return await run_on_kept_cursor_async(aconn, query, params, _returned_id)
-
-    def insert_after_statement(
-        self, record_json: str, after: Sequence[int]
-    ) -> Statement[tuple[int | None, list[int]]]:
-        """Insert one job that runs after the jobs `after` (see `jobs_insert_after`):
-        (its id, []) or, when some of `after` do not exist, (None, those ids)."""
-        params = {
-            "sequence": self._sequence,
-            "channel": self.notify_channel,
-            "job": record_json,
-            "after": list(after),
-        }
-        return Statement(self._sql["jobs_insert_after"], params, _id_and_missing)
-
-    def find_live_statement(self, unique_key: str) -> Statement[int | None]:
-        """The id of the queued or running job holding `unique_key`, if any."""
-        query = self._sql["jobs_find_live_by_unique_key"]
-        return Statement(query, {"unique_key": unique_key}, _first_id)
-
-    def throttled_statement(self, record_json: str) -> Statement[int]:
-        """Insert one job with `throttle` (its record, with throttle_s, as a JSON array of
-        one): the id of the job created in the key's current window, this one or an
-        earlier one (`jobs_insert_throttled`)."""
-        return Statement(self._sql["jobs_insert_throttled"], self._one_job(record_json), _id)
-
-    def debounced_statement(self, record_json: str) -> Statement[tuple[int, bool]]:
-        """Take the key's slot for one job with `debounce` (`jobs_insert_debounced`):
-        (the slot's job id, whether this statement created it). Not created: run
-        `debounce_fold_statement` next, in the same transaction."""
-        query = self._sql["jobs_insert_debounced"]
-        return Statement(query, self._one_job(record_json), _id_and_created)
-
-    def debounce_fold_statement(self, record_json: str, target: int) -> Statement[int]:
-        """Fold the job into the slot's job `target` if still queued, else make a new
-        one; its id (`jobs_debounce_fold`)."""
-        params = {**self._one_job(record_json), "target": target}
-        return Statement(self._sql["jobs_debounce_fold"], params, _id)
-
-    def _one_job(self, record_json: str) -> dict[str, Any]:
-        return {"sequence": self._sequence, "channel": self.notify_channel, "jobs": record_json}
 
     # -- the lease life cycle -------------------------------------------------------------
 
@@ -888,49 +770,6 @@ class JobStore:
 
     def _backoff_params(self) -> dict[str, float]:
         return {"backoff_base_s": self.backoff.base_s, "backoff_max_s": self.backoff.max_s}
-
-
-def _quote_ident(name: str) -> str:
-    return sql.Identifier(name).as_string(None)
-
-
-def _ids_or_none(rows: list[Any]) -> list[int | None]:
-    return [None if left_out else job_id for job_id, left_out in rows]
-
-
-def _returned_id(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> int:
-    """The id in the first column of the one row a statement returned, read from the
-    result's text (`conn.execute` and the kept cursor are text cursors) without
-    psycopg's fetch: no row maker, no loaders called, and the connection's row_factory
-    (a dict_row, say) does not change what is read. About 2,400 client instructions
-    less than fetchall (bench/results/enqueue-one-round9-20261127.md)."""
-    result = cursor.pgresult
-    value = None if result is None else result.get_value(0, 0)
-    if value is None:  # the id column is NOT NULL and the statement returns one row
-        raise AssertionError("the insert returned no id")
-    return int(value)
-
-
-def _only_id(rows: list[Any]) -> list[int]:  # a job without a unique_key always goes in
-    return [rows[0][0]]
-
-
-def _id(rows: list[Any]) -> int:
-    job_id: int = rows[0][0]
-    return job_id
-
-
-def _id_and_created(rows: list[Any]) -> tuple[int, bool]:
-    return rows[0][0], rows[0][1]
-
-
-def _id_and_missing(rows: list[Any]) -> tuple[int | None, list[int]]:
-    job_id, missing = rows[0]
-    return job_id, list(missing)
-
-
-def _first_id(rows: list[Any]) -> int | None:
-    return rows[0][0] if rows else None
 
 
 # Kept: a worker asks with the same arguments every time, and the literals need not be

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgworkerd.storage import queries
-from pgworkerd.storage.store import Statement
+from pgworkerd.storage.rows import Statement
 
 # A job's state and stored result; None: no such job.
 Outcome = tuple[str, Any] | None

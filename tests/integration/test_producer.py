@@ -5,6 +5,7 @@ an AsyncConnection (tests/integration/producer_ways.py)."""
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 import subprocess
@@ -464,14 +465,18 @@ def test_payload_may_hold_a_literal_backslash_u0000(way, pconn, conn):
     assert JobStore().get(conn, job_id)["payload"]["text"].startswith("\\u0000")
 
 
-def test_a_first_enqueue_without_the_settings_names_does_not_load_pydantic(db_dsn):
-    """pydantic and pydantic_settings (~0.25 s to import, in a web app's first request)
-    load only when the environment names a setting (tests/unit/test_producer_settings.py)."""
+def _loaded_by_a_first_enqueue(db_dsn: str, names: tuple[str, ...]) -> list[str]:
+    """Which of `names` (modules, or packages with all their modules) a new Python has
+    loaded after `import pgworkerd` and its first enqueues, one of each statement kind
+    (no PGWORKERD_* variable set)."""
     script = (
         "import sys, psycopg, pgworkerd\n"
         f"with psycopg.connect({db_dsn!r}) as conn:\n"
         "    pgworkerd.enqueue(conn, 'k', {})\n"
-        "print(sorted(m for m in ('pydantic', 'pydantic_settings') if m in sys.modules))\n"
+        "    pgworkerd.enqueue(conn, 'k', {}, priority=1)\n"
+        "    pgworkerd.enqueue_many(conn, [{'kind': 'k', 'payload': {}}])\n"
+        f"names = {names!r}\n"
+        "print(sorted(n for n in names if any(f'{m}.'.startswith(f'{n}.') for m in sys.modules)))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.lower().startswith("pgworkerd_")}
     result = subprocess.run(
@@ -483,4 +488,27 @@ def test_a_first_enqueue_without_the_settings_names_does_not_load_pydantic(db_ds
         timeout=60,
         check=False,
     )
-    assert result.stdout.strip() == "[]", (result.stdout, result.stderr)
+    assert result.returncode == 0, result.stderr
+    loaded: list[str] = ast.literal_eval(result.stdout.strip())
+    return loaded
+
+
+def test_a_first_enqueue_without_the_settings_names_does_not_load_pydantic(db_dsn):
+    """pydantic and pydantic_settings (~0.25 s to import, in a web app's first request)
+    load only when the environment names a setting (tests/unit/test_producer_settings.py)."""
+    assert _loaded_by_a_first_enqueue(db_dsn, ("pydantic", "pydantic_settings")) == []
+
+
+def test_a_first_enqueue_loads_nothing_of_the_daemon_or_the_handlers_side(db_dsn):
+    """A web process's first enqueue pays for every module it loads (~25 ms with compiled
+    modules when it loaded the claims' store, what a handler receives and its progress
+    reporting; bench/results/first-call-round14-20261128.md): it loads the producer's
+    statements (storage/inserts.py) and nothing the daemon or a handler needs."""
+    daemon_side = (
+        *("pgworkerd.supervisor", "pgworkerd.worker", "pgworkerd.housekeeping", "pgworkerd.ipc"),
+        *("pgworkerd.cli", "pgworkerd.config", "pgworkerd.handlers", "pgworkerd.web"),
+        *("pgworkerd.job", "pgworkerd.progress", "pgworkerd.logs", "pgworkerd.contrib.otel_worker"),
+        *("pgworkerd.storage.store", "pgworkerd.storage.limits", "pgworkerd.storage.progress"),
+        *("prometheus_client", "psutil", "setproctitle", "croniter", "yaml", "pydantic"),
+    )
+    assert _loaded_by_a_first_enqueue(db_dsn, daemon_side) == []

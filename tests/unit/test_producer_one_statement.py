@@ -17,7 +17,7 @@ import pytest
 from pgworkerd.client.producer import Producer
 from pgworkerd.contrib import otel
 from pgworkerd.encoding import _STRICT, _strict_text
-from pgworkerd.storage.store import Statement
+from pgworkerd.storage.rows import Statement
 
 _cycle: list[Any] = []
 _cycle.append(_cycle)
