@@ -176,6 +176,9 @@ class ChildLedger:
     # (lo, hi, started_at): the jobs numbered lo..hi-1 without a record were passed by
     # a start at started_at (their started_at when a record is made).
     _passes: list[tuple[int, int, float]] = field(default_factory=list)
+    # The first claim number kept as a batch since every job last had a record: the
+    # records from there on are put in claim order when all are made.
+    _reorder_from: float = math.inf
 
     # -- the records ----------------------------------------------------------------------
 
@@ -264,25 +267,27 @@ class ChildLedger:
 
     def _make_all(self) -> None:
         """Give every job a record, in claim order as if each had one from its claim
-        (readers walk `jobs`, and a record made early for a start sits among them)."""
-        if not self._batches:
+        (readers walk `jobs`; a record made early, for a start seen, is put back in
+        its place)."""
+        start = self._reorder_from
+        if start == math.inf:
             return
         self._moments = None
-        first = self._batches[0].first
-        jobs = self._jobs
-        # Records made from the batches, taken out to go back in claim order.
-        made = {
-            n: jobs.pop(job.id)
-            for n, job in self._by_number.items()
-            if n >= first and jobs.get(job.id) is job
-        }
         for batch in self._batches:
             for number in range(batch.first, batch.first + len(batch.ids)):
-                job = made.get(number) or self._make(number)
-                if job is not None:
-                    jobs[job.id] = job
+                self._make(number)  # nothing for a job with a record or gone
+        jobs = self._jobs
+        made = sorted(
+            (job for n, job in self._by_number.items() if n >= start and jobs.get(job.id) is job),
+            key=_NUMBER,
+        )
+        for job in made:
+            del jobs[job.id]
+        for job in made:
+            jobs[job.id] = job
         self._batches.clear()
         self._passes.clear()
+        self._reorder_from = math.inf
 
     # -- what the child said --------------------------------------------------------------
 
@@ -296,6 +301,7 @@ class ChildLedger:
             # Kept as it came: no record a job until one is asked for (module doc).
             self._unmade.update(zip(ids, range(first, first + len(ids)), strict=True))
             self._batches.append(_Batch(first, rows, ids, message.at, runtime_for))
+            self._reorder_from = min(self._reorder_from, first)
         else:
             # A job claimed anew while still held (another lease): one record each, at
             # once, so the new one replaces the old as it always has.
@@ -426,10 +432,13 @@ class ChildLedger:
     def _drop_batches(self) -> None:
         """Forget the batches (and passes) whose every job has a record or is gone."""
         batches = self._batches
+        if not batches or batches[0].unmade(self._unmade):
+            return
         while batches and not batches[0].unmade(self._unmade):
             del batches[0]
-        if not batches:
-            self._passes.clear()
+        # A pass below every batch left names no job without a record.
+        first = batches[0].first if batches else math.inf
+        self._passes = [p for p in self._passes if p[1] > first]
 
     released = done  # given back by the child: the database has them queued again
 
