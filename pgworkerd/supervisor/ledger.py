@@ -34,7 +34,6 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from itertools import compress, repeat
 
 from pgworkerd.housekeeping import Settlement
 from pgworkerd.ipc import Claimed, StartRecord
@@ -147,14 +146,12 @@ class _Batch:
 
     def unmade(self, unmade: dict[int, int], start: int = 0) -> bool:
         """Whether a job of it, from index `start` on, has no record yet: looked for
-        from the last (a batch's last jobs leave the ledger last), in C."""
-        return any(
-            map(
-                operator.eq,
-                map(unmade.get, reversed(self.ids[start:])),
-                reversed(range(self.first + start, self.first + len(self.ids))),
-            )
-        )
+        from the last (a batch's last jobs leave the ledger last: one look, mostly)."""
+        ids, first = self.ids, self.first
+        for index in range(len(ids) - 1, start - 1, -1):
+            if unmade.get(ids[index]) == first + index:
+                return True
+        return False
 
 
 @dataclass
@@ -393,20 +390,15 @@ class ChildLedger:
         self._next_start = max(lo, number + 1)
 
     def finishing(self, ids: Iterable[int]) -> None:
-        with_record = ids = tuple(ids)
-        unmade, next_start = self._unmade, self._next_start
-        if unmade:
-            numbers = list(map(unmade.get, ids))
-            if max(filter(None, numbers), default=0) < next_start:
-                # Those without a record were passed by a later start: FINISHING
-                # already (a busy child's usual case).
-                with_record = tuple(compress(ids, map(operator.is_, numbers, repeat(None))))
+        unmade, next_start, jobs = self._unmade, self._next_start, self._jobs
+        for job_id in ids:
+            number = unmade.get(job_id)
+            if number is not None:
+                if number < next_start:
+                    continue  # passed by a later start: FINISHING already, no record
+                job = self._make(number)  # not seen started: a record, to change
             else:
-                for number in numbers:
-                    if number is not None and number >= next_start:
-                        self._make(number)  # not seen started: a record, to change
-        for job_id in with_record:
-            job = self._jobs.get(job_id)
+                job = jobs.get(job_id)
             if job is not None and job.state in _UNFINISHED:
                 if job.state is JobState.CLAIMED:
                     self._fresh.append(job)  # started and returned unseen
@@ -417,12 +409,11 @@ class ChildLedger:
         """Their outcomes are written (or found fenced off): nothing left to do."""
         if self._fresh_spans:  # not taken yet (the supervisor takes them at once)
             self._make_fresh()
-        ids = tuple(ids)
-        jobs, by_number = self._jobs, self._by_number
-        # The jobs without a record leave in C (their batch forgets them with them);
-        # _forget's body, inlined, for the others: this runs for every job.
-        numbers = list(map(self._unmade.pop, ids, repeat(None)))
-        for job_id in compress(ids, map(operator.is_, numbers, repeat(None))):
+        unmade, jobs, by_number = self._unmade, self._jobs, self._by_number
+        for job_id in ids:
+            if unmade.pop(job_id, None) is not None:
+                continue  # no record: its batch forgets it with it (_drop_batches)
+            # _forget's body, inlined: this runs for every job with a record.
             job = jobs.pop(job_id, None)
             if job is not None and by_number.get(job.number) is job:
                 del by_number[job.number]
@@ -432,6 +423,10 @@ class ChildLedger:
     def _drop_batches(self) -> None:
         """Forget the batches (and passes) whose every job has a record or is gone."""
         batches = self._batches
+        if not self._unmade:  # a one-slot child's `done` of its batch: all gone
+            batches.clear()
+            self._passes.clear()
+            return
         if not batches or batches[0].unmade(self._unmade):
             return
         while batches and not batches[0].unmade(self._unmade):
