@@ -97,7 +97,7 @@ class ChildProcess:
                 self.ledger.finishing(ids)
                 self._count_starts()
             case Done(ids):
-                METRICS.done(message, self._labels)
+                METRICS.done(message, self.ledger.labels)
                 self.ledger.done(ids)
                 self.finished_any = True
             case Released(ids):
@@ -120,13 +120,7 @@ class ChildProcess:
         osutil.kill_group(self.pid, signal.SIGKILL)
 
     def _count_starts(self) -> None:
-        if self.ledger.fresh_starts:
-            METRICS.jobs_started((job.queue, job.kind) for job in self.ledger.fresh_starts)
-            self.ledger.fresh_starts.clear()
-
-    def _labels(self, job_id: int) -> tuple[str, str] | None:
-        job = self.ledger.jobs.get(job_id)
-        return None if job is None else (job.queue, job.kind)
+        METRICS.jobs_started(self.ledger.take_started())
 
     def give_up(self, jobs: Iterable[LedgerJob], *, cancelled_at: float | None = None) -> None:
         """Tell the child not to start these jobs: their leases are gone (cancelled at

@@ -16,18 +16,28 @@ when the supervisor releases it itself. In between:
 
 A child runs several jobs at once when it has several execution slots: the ledger
 holds any number of RUNNING jobs, each with its own start, deadline and blame.
+
+A claim is kept as its message's rows (`_Batch`); a job gets its own `LedgerJob` only
+when something asks about it: its start seen on the board, a state change no claim
+order implies (a `finishing` of a job not seen started, a skip, a kill), or any reader
+of `jobs` (renewals, settlements, drain, status: they all see the same records as if
+every job had one from its claim). Until then a job of a batch is CLAIMED, or, once a
+later start passed it (`_passed`), FINISHING: a no-op job of a busy child is claimed,
+passed and done without an object of its own (bench/results/supervisor-round14-20261128.md).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
 from pgworkerd.housekeeping import Settlement
 from pgworkerd.ipc import Claimed, StartRecord
+from pgworkerd.ipc.messages import ClaimedRow
 from pgworkerd.job import Lease
 
 
@@ -118,23 +128,189 @@ class Moments:
     # timeout's or a cancel's)
 
 
+_ID = operator.itemgetter(0)
+_NUMBER = operator.attrgetter("number")
+Labelled = tuple[str, str]  # a job's (queue, kind), as the metrics count it
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One `claimed` message's jobs, numbered first, first + 1, ...: those of its jobs
+    still in the ledger's `_unmade` have no LedgerJob yet."""
+
+    first: int
+    rows: tuple[ClaimedRow, ...]
+    ids: tuple[int, ...]
+    at: float  # the claim's time: its jobs' renewed_at until a renewal
+    runtime_for: Callable[[str, float | None], float]  # the config of the claim's time
+
+    def unmade(self, unmade: dict[int, int], start: int = 0) -> bool:
+        """Whether a job of it, from index `start` on, has no record yet: looked for
+        from the last (a batch's last jobs leave the ledger last: one look, mostly)."""
+        ids, first = self.ids, self.first
+        for index in range(len(ids) - 1, start - 1, -1):
+            if unmade.get(ids[index]) == first + index:
+                return True
+        return False
+
+
 @dataclass
 class ChildLedger:
-    jobs: dict[int, LedgerJob] = field(default_factory=dict)  # by job id
+    _jobs: dict[int, LedgerJob] = field(default_factory=dict)  # the made records, by id
     claimed_through: int = 0  # the highest claim number announced so far
     starts_seen: int = -1  # the start board's counter last acted on in full
     blamed: set[int] = field(default_factory=set)  # ids of the jobs a kill is for
-    fresh_starts: list[LedgerJob] = field(default_factory=list)  # for the metrics; drained
+    _fresh: list[LedgerJob] = field(default_factory=list)  # started: for the metrics
+    # Spans [lo, hi) of claim numbers a later start passed: their jobs without a record
+    # were started there (for the metrics too).
+    _fresh_spans: list[tuple[int, int]] = field(default_factory=list)
     _by_number: dict[int, LedgerJob] = field(default_factory=dict)  # by claim number
     _in_slot: dict[int, LedgerJob] = field(default_factory=dict)  # last seen start a slot
     _next_start: int = 1  # claim numbers below it were all seen started or skipped
     _moments: Moments | None = None  # None: to be computed again
+    _batches: list[_Batch] = field(default_factory=list)  # in claim order
+    _unmade: dict[int, int] = field(default_factory=dict)  # id -> number: no record yet
+    # (lo, hi, started_at): the jobs numbered lo..hi-1 without a record were passed by
+    # a start at started_at (their started_at when a record is made).
+    _passes: list[tuple[int, int, float]] = field(default_factory=list)
+    # The first claim number kept as a batch since every job last had a record: the
+    # records from there on are put in claim order when all are made.
+    _reorder_from: float = math.inf
+
+    # -- the records ----------------------------------------------------------------------
+
+    @property
+    def jobs(self) -> dict[int, LedgerJob]:
+        """Every job held, by id, each with its record (made now for those without)."""
+        self._make_all()
+        return self._jobs
+
+    @property
+    def fresh_starts(self) -> list[LedgerJob]:
+        """The jobs seen or inferred started since the last take_started (records)."""
+        self._make_fresh()
+        return self._fresh
+
+    def _make_fresh(self) -> None:
+        """Records for the jobs of the spans still to be counted, in `_fresh`."""
+        for lo, hi in self._fresh_spans:
+            for number in range(lo, hi):
+                self._make(number)  # appends itself to _fresh: inside a fresh span
+        self._fresh_spans.clear()
+
+    def take_started(self) -> Iterator[Labelled]:
+        """The (queue, kind) of each job started since the last take, and forget them:
+        iterate at once (what a span names is read from the jobs still without a
+        record), or not at all."""
+        fresh, spans = self._fresh, self._fresh_spans
+        if not fresh and not spans:
+            return iter(())
+        self._fresh, self._fresh_spans = [], []
+        return self._started_labels(fresh, spans)
+
+    def _started_labels(
+        self, fresh: list[LedgerJob], spans: list[tuple[int, int]]
+    ) -> Iterator[Labelled]:
+        for job in fresh:
+            yield job.queue, job.kind
+        for lo, hi in spans:
+            for number in range(lo, hi):
+                found = self._unmade_row(number)
+                if found is not None:
+                    _, row = found
+                    yield row[3], row[2]
+
+    def labels(self, job_id: int) -> Labelled | None:
+        """The (queue, kind) of a job held, None if not held; makes no record."""
+        job = self._jobs.get(job_id)
+        if job is not None:
+            return job.queue, job.kind
+        number = self._unmade.get(job_id)
+        found = None if number is None else self._unmade_row(number)
+        return None if found is None else (found[1][3], found[1][2])
+
+    def _unmade_row(self, number: int) -> tuple[_Batch, ClaimedRow] | None:
+        """The batch and row of job `number` if it is held without a record."""
+        for batch in self._batches:
+            index = number - batch.first
+            if 0 <= index < len(batch.ids):
+                row = batch.rows[index]
+                return (batch, row) if self._unmade.get(row[0]) == number else None
+        return None
+
+    def _make(self, number: int) -> LedgerJob | None:
+        """Make the record of job `number` if it has none yet (None: it is not held
+        without one): CLAIMED, or FINISHING if a later start passed it."""
+        found = self._unmade_row(number)
+        if found is None:
+            return None
+        batch, (job_id, token, kind, queue, max_runtime_s) = found
+        del self._unmade[job_id]
+        job = LedgerJob(
+            job_id, token, kind, queue, batch.runtime_for(queue, max_runtime_s), number, batch.at
+        )
+        if number < self._next_start:
+            job.state, job.started_at = JobState.FINISHING, self._passed_at(number)
+            if any(lo <= number < hi for lo, hi in self._fresh_spans):
+                self._fresh.append(job)  # its start is still to be counted
+        self._jobs[job_id] = self._by_number[number] = job
+        return job
+
+    def _passed_at(self, number: int) -> float | None:
+        for lo, hi, started_at in reversed(self._passes):
+            if lo <= number < hi:
+                return started_at
+        return None
+
+    def _make_all(self) -> None:
+        """Give every job a record, in claim order as if each had one from its claim
+        (readers walk `jobs`; a record made early, for a start seen, is put back in
+        its place)."""
+        start = self._reorder_from
+        if start == math.inf:
+            return
+        self._moments = None
+        for batch in self._batches:
+            for number in range(batch.first, batch.first + len(batch.ids)):
+                self._make(number)  # nothing for a job with a record or gone
+        jobs = self._jobs
+        made = sorted(
+            (job for n, job in self._by_number.items() if n >= start and jobs.get(job.id) is job),
+            key=_NUMBER,
+        )
+        for job in made:
+            del jobs[job.id]
+        for job in made:
+            jobs[job.id] = job
+        self._batches.clear()
+        self._passes.clear()
+        self._reorder_from = math.inf
 
     # -- what the child said --------------------------------------------------------------
 
     def claimed(self, message: Claimed, runtime_for: Callable[[str, float | None], float]) -> None:
-        at = message.at  # the lease runs from the claim, not from our reading of it
-        jobs, by_number = self.jobs, self._by_number
+        # The lease runs from the claim (`at`), not from our reading of it.
+        rows, first = message.jobs, message.first
+        ids = tuple(map(_ID, rows))
+        if not ids:
+            pass
+        elif self._unmade.keys().isdisjoint(ids) and self._jobs.keys().isdisjoint(ids):
+            # Kept as it came: no record a job until one is asked for (module doc).
+            self._unmade.update(zip(ids, range(first, first + len(ids)), strict=True))
+            self._batches.append(_Batch(first, rows, ids, message.at, runtime_for))
+            self._reorder_from = min(self._reorder_from, first)
+        else:
+            # A job claimed anew while still held (another lease): one record each, at
+            # once, so the new one replaces the old as it always has.
+            self._make_all()
+            self._enter(message, runtime_for)
+        last = first + len(rows) - 1
+        self.claimed_through = max(self.claimed_through, last)
+        self._moments = None
+
+    def _enter(self, message: Claimed, runtime_for: Callable[[str, float | None], float]) -> None:
+        at = message.at
+        jobs, by_number = self._jobs, self._by_number
         runtimes: dict[str, float] = {}  # by queue, for the jobs that set none themselves
         for number, (job_id, token, kind, queue, max_runtime_s) in enumerate(
             message.jobs, start=message.first
@@ -147,9 +323,6 @@ class ChildLedger:
                 runtime = runtime_for(queue, max_runtime_s)
             entry = LedgerJob(job_id, token, kind, queue, runtime, number, at)
             jobs[job_id] = by_number[number] = entry
-        last = message.first + len(message.jobs) - 1
-        self.claimed_through = max(self.claimed_through, last)
-        self._moments = None
 
     def observe_starts(self, records: Iterable[StartRecord]) -> tuple[list[LedgerJob], bool]:
         """Take in the start board's records. Returns the jobs found started although
@@ -160,7 +333,7 @@ class ChildLedger:
         complete = True
         # In claim order: a job's start says every job claimed before it has started.
         for record in sorted(records, key=lambda r: r.number):
-            job = self._by_number.get(record.number)
+            job = self._by_number.get(record.number) or self._make(record.number)
             if job is None:
                 # Above what we know: its `claimed` is still unread; look again later.
                 # At or below: settled already.
@@ -174,7 +347,7 @@ class ChildLedger:
                 previous.state = JobState.FINISHING  # its slot started another job since
             self._in_slot[record.slot] = job
             if job.state is JobState.CLAIMED:
-                self.fresh_starts.append(job)
+                self._fresh.append(job)
                 job.state, job.started_at, job.slot = (
                     JobState.RUNNING,
                     record.started_at,
@@ -198,32 +371,69 @@ class ChildLedger:
     def _passed(self, number: int, started_at: float) -> None:
         """Job `number` started: those claimed before it and still unstarted were
         started, and returned, before we looked (their records were overwritten)."""
-        while self._next_start < number:
-            earlier = self._by_number.get(self._next_start)
-            if earlier is not None and earlier.state is JobState.CLAIMED:
-                self.fresh_starts.append(earlier)
-                earlier.state, earlier.started_at = JobState.FINISHING, started_at
-            self._next_start += 1
-        self._next_start = max(self._next_start, number + 1)
+        lo = self._next_start
+        if lo < number:
+            # The records among them (few: starts seen, skips), one by one; the rest,
+            # jobs of a batch without a record, as one span: FINISHING from here on.
+            by_number = self._by_number
+            if number - lo <= len(by_number):
+                records = [by_number.get(n) for n in range(lo, number)]
+            else:
+                records = [job for n, job in by_number.items() if lo <= n < number]
+            for earlier in sorted((j for j in records if j is not None), key=_NUMBER):
+                if earlier.state is JobState.CLAIMED:
+                    self._fresh.append(earlier)
+                    earlier.state, earlier.started_at = JobState.FINISHING, started_at
+            if self._batches:
+                self._passes.append((lo, number, started_at))
+                self._fresh_spans.append((lo, number))
+        self._next_start = max(lo, number + 1)
 
     def finishing(self, ids: Iterable[int]) -> None:
+        unmade, next_start, jobs = self._unmade, self._next_start, self._jobs
         for job_id in ids:
-            job = self.jobs.get(job_id)
+            number = unmade.get(job_id)
+            if number is not None:
+                if number < next_start:
+                    continue  # passed by a later start: FINISHING already, no record
+                job = self._make(number)  # not seen started: a record, to change
+            else:
+                job = jobs.get(job_id)
             if job is not None and job.state in _UNFINISHED:
                 if job.state is JobState.CLAIMED:
-                    self.fresh_starts.append(job)  # started and returned unseen
+                    self._fresh.append(job)  # started and returned unseen
                 job.state = JobState.FINISHING
                 self._moments = None
 
     def done(self, ids: Iterable[int]) -> None:
         """Their outcomes are written (or found fenced off): nothing left to do."""
-        # _forget's body, inlined: this runs for every job.
-        jobs, by_number = self.jobs, self._by_number
+        if self._fresh_spans:  # not taken yet (the supervisor takes them at once)
+            self._make_fresh()
+        unmade, jobs, by_number = self._unmade, self._jobs, self._by_number
         for job_id in ids:
+            if unmade.pop(job_id, None) is not None:
+                continue  # no record: its batch forgets it with it (_drop_batches)
+            # _forget's body, inlined: this runs for every job with a record.
             job = jobs.pop(job_id, None)
             if job is not None and by_number.get(job.number) is job:
                 del by_number[job.number]
+        self._drop_batches()
         self._moments = None
+
+    def _drop_batches(self) -> None:
+        """Forget the batches (and passes) whose every job has a record or is gone."""
+        batches = self._batches
+        if not self._unmade:  # a one-slot child's `done` of its batch: all gone
+            batches.clear()
+            self._passes.clear()
+            return
+        if not batches or batches[0].unmade(self._unmade):
+            return
+        while batches and not batches[0].unmade(self._unmade):
+            del batches[0]
+        # A pass below every batch left names no job without a record.
+        first = batches[0].first if batches else math.inf
+        self._passes = [p for p in self._passes if p[1] > first]
 
     released = done  # given back by the child: the database has them queued again
 
@@ -322,7 +532,7 @@ class ChildLedger:
         # change, a busy child's loop turn, over every job of a claim or two.
         claimed, running, finishing = JobState.CLAIMED, JobState.RUNNING, JobState.FINISHING
         held, earliest_renewal, next_runtime = False, math.inf, math.inf
-        for job in self.jobs.values():
+        for job in self._jobs.values():
             state = job.state
             if state is finishing:
                 held = True
@@ -340,6 +550,15 @@ class ChildLedger:
                         next_runtime = moment
             elif state is JobState.CANCELLING and job.cancelled_at is not None:
                 next_runtime = min(next_runtime, job.cancelled_at + CANCEL_GRACE_S)
+        next_start, unmade = self._next_start, self._unmade
+        for batch in self._batches:
+            # Its jobs without a record: CLAIMED from _next_start on, FINISHING before.
+            if batch.unmade(unmade, max(0, next_start - batch.first)):
+                held = True
+                if batch.at < earliest_renewal:
+                    earliest_renewal = batch.at
+            elif batch.unmade(unmade):
+                held = True
         self._moments = Moments(
             held,
             None if earliest_renewal == math.inf else earliest_renewal,

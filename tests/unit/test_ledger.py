@@ -3,11 +3,18 @@ each kill reason settles the jobs, with a fake clock (plain numbers)."""
 
 from __future__ import annotations
 
+import random
 import uuid
 
 from pgworkerd.ipc import Claimed, ClaimedJob, StartRecord
 from pgworkerd.job import Lease
-from pgworkerd.supervisor.ledger import CANCEL_GRACE_S, ChildLedger, JobState, KillReason
+from pgworkerd.supervisor.ledger import (
+    CANCEL_GRACE_S,
+    ChildLedger,
+    JobState,
+    KillReason,
+    Moments,
+)
 
 T0 = 1000.0  # monotonic seconds
 
@@ -303,3 +310,136 @@ def test_a_renewal_marks_an_unstarted_cancelled_job_for_interruption() -> None:
     claim(ledger, [7])
     ledger.renewal(ledger.leases(), renewed=set(), sent_at=T0 + 3, cancelled={7})
     assert (ledger.jobs[7].state, ledger.jobs[7].cancelled_at) == (JobState.GIVEN_UP, T0 + 3)
+
+
+# -- a claim kept as its rows: records made only when asked for -----------------------------
+
+
+def test_jobs_passed_by_later_starts_read_as_finishing_from_them_in_claim_order() -> None:
+    # Nothing asks about a job until the end: every record is made from the batch then.
+    ledger = ChildLedger()
+    claim(ledger, [7, 8, 9, 10, 11])
+    ledger.observe_starts([StartRecord(0, 2, T0 + 1)])  # 7 passed, 8 runs
+    ledger.observe_starts([StartRecord(0, 4, T0 + 2)])  # 8 returned, 9 passed, 10 runs
+    assert [(job.id, job.number, job.state, job.started_at) for job in ledger.jobs.values()] == [
+        (7, 1, JobState.FINISHING, T0 + 1),
+        (8, 2, JobState.FINISHING, T0 + 1),
+        (9, 3, JobState.FINISHING, T0 + 2),
+        (10, 4, JobState.RUNNING, T0 + 2),
+        (11, 5, JobState.CLAIMED, None),
+    ]
+    assert all(job.renewed_at == T0 and job.max_runtime_s == 60.0 for job in ledger.jobs.values())
+
+
+def test_the_moments_of_jobs_without_a_record() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8, 9], at=T0)
+    claim(ledger, [10, 11], first=4, at=T0 + 5)
+    assert ledger.moments() == Moments(True, T0, None)
+    ledger.observe_starts([StartRecord(0, 2, T0 + 6)])  # 7 passed, 8 runs
+    assert ledger.moments() == Moments(True, T0, T0 + 66)  # 9 is unstarted still
+    ledger.released([9])
+    ledger.observe_starts([StartRecord(0, 4, T0 + 7)])  # 8 returned, 10 runs
+    assert ledger.moments() == Moments(True, T0 + 5, T0 + 67)  # 10 and 11: the 2nd claim
+    ledger.released([11])
+    ledger.finishing([7, 8, 10])
+    # Handlers returned, nothing unstarted: held, but no lease needs us to keep it.
+    assert ledger.moments() == Moments(True, None, None)
+    ledger.done([7, 8, 10])
+    assert ledger.moments() == Moments(False, None, None) and not ledger.jobs
+
+
+def test_a_pass_outlives_the_batch_before_it() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [1, 2])
+    claim(ledger, [3, 4, 5], first=3)
+    ledger.observe_starts([StartRecord(0, 4, T0 + 1)])  # 1, 2, 3 passed in one span
+    ledger.finishing([1, 2])
+    ledger.done([1, 2])  # the first batch is forgotten
+    assert (ledger.jobs[3].state, ledger.jobs[3].started_at) == (JobState.FINISHING, T0 + 1)
+
+
+def test_a_job_claimed_anew_while_held_replaces_its_record() -> None:
+    ledger = ChildLedger()
+    claim(ledger, [7, 8])
+    claim(ledger, [7], first=3)  # lost and claimed again: another lease, another number
+    ledger.observe_starts([StartRecord(0, 3, T0 + 1)])
+    assert (ledger.jobs[7].number, ledger.jobs[7].state) == (3, JobState.RUNNING)
+    assert ledger.jobs[8].state is JobState.FINISHING
+
+
+def test_each_start_is_taken_once_with_its_queue_and_kind() -> None:
+    ledger = ChildLedger()
+    jobs = tuple(
+        ClaimedJob(i, uuid.uuid4().hex, kind, queue, None)
+        for i, kind, queue in [(7, "a", "q1"), (8, "b", "q2"), (9, "c", "q1"), (10, "d", "q3")]
+    )
+    ledger.claimed(Claimed(1, T0, False, jobs), runtime_for)
+    assert ledger.labels(8) == ("q2", "b") and ledger.labels(99) is None
+    ledger.observe_starts([StartRecord(0, 3, T0 + 1)])  # 7 and 8 passed, 9 seen
+    assert sorted(ledger.take_started()) == [("q1", "a"), ("q1", "c"), ("q2", "b")]
+    assert list(ledger.take_started()) == []
+    ledger.finishing([9, 10])  # 10 started and returned unseen
+    assert list(ledger.take_started()) == [("q3", "d")]
+    assert ledger.labels(10) == ("q3", "d")  # it has a record now
+    ledger.done([7, 8, 9, 10])
+    assert ledger.labels(7) is None and not ledger
+
+
+def _view(ledger: ChildLedger) -> list[tuple[object, ...]]:
+    return [
+        (job.id, job.number, job.state, job.started_at, job.renewed_at, job.slot)
+        for job in ledger.jobs.values()
+    ]
+
+
+def test_records_made_late_answer_as_records_made_at_the_claim() -> None:
+    """Random claims, starts (two slots, some overwritten unseen), finishing, done,
+    releases and skips, applied to a ledger whose `jobs` is read after every step (every
+    job gets its record at once) and to one read only now and then: same answers."""
+    rng = random.Random(23)
+    for _ in range(300):
+        eager, lazy = ChildLedger(), ChildLedger()
+        number, next_id, started, at = 0, 1, 0, T0
+        for _ in range(40):
+            held = list(eager.jobs)
+            step = rng.random()
+            if step < 0.25:
+                ids = [next_id + i for i in range(rng.randint(1, 5))]
+                next_id += len(ids)
+                if held and rng.random() < 0.1:
+                    ids.append(rng.choice(held))  # claimed anew while held
+                at += 1
+                rows = tuple(ClaimedJob(i, uuid.uuid4().hex, "k", "q", None) for i in ids)
+                for ledger in (eager, lazy):
+                    ledger.claimed(Claimed(number + 1, at, False, rows), runtime_for)
+                number += len(ids)
+            elif step < 0.55 and started < number:
+                started = rng.randint(started + 1, number)
+                at += 1
+                records = [StartRecord(rng.randint(0, 1), started, at)]
+                (forbidden, complete), (forbidden2, complete2) = (
+                    ledger.observe_starts(records) for ledger in (eager, lazy)
+                )
+                assert ([j.id for j in forbidden], complete) == (
+                    [j.id for j in forbidden2],
+                    complete2,
+                )
+            elif step < 0.9 and held:
+                ids = rng.sample(held, rng.randint(1, len(held)))
+                verb = rng.choice(["finishing", "done", "released"])
+                for ledger in (eager, lazy):
+                    getattr(ledger, verb)(ids)
+            elif held:
+                job_id = rng.choice(held)
+                for ledger in (eager, lazy):
+                    ledger.give_up(ledger.jobs[job_id], cancelled_at=None)
+            assert lazy.moments() == eager.moments()
+            assert sorted(lazy.take_started()) == sorted(eager.take_started())
+            if rng.random() < 0.1:
+                assert _view(lazy) == _view(eager)
+            _view(eager)
+        assert _view(lazy) == _view(eager)
+        assert [s.lease for s in lazy.settlements(None, "how")] == [
+            s.lease for s in eager.settlements(None, "how")
+        ]
