@@ -292,14 +292,13 @@ class ChildLedger:
         # The lease runs from the claim (`at`), not from our reading of it.
         rows, first = message.jobs, message.first
         ids = tuple(map(_ID, rows))
-        if not ids:
-            pass
-        elif self._unmade.keys().isdisjoint(ids) and self._jobs.keys().isdisjoint(ids):
+        fresh = self._unmade.keys().isdisjoint(ids) and self._jobs.keys().isdisjoint(ids)
+        if ids and fresh:
             # Kept as it came: no record a job until one is asked for (module doc).
             self._unmade.update(zip(ids, range(first, first + len(ids)), strict=True))
             self._batches.append(_Batch(first, rows, ids, message.at, runtime_for))
             self._reorder_from = min(self._reorder_from, first)
-        else:
+        elif ids:
             # A job claimed anew while still held (another lease): one record each, at
             # once, so the new one replaces the old as it always has.
             self._make_all()
@@ -376,6 +375,7 @@ class ChildLedger:
             # The records among them (few: starts seen, skips), one by one; the rest,
             # jobs of a batch without a record, as one span: FINISHING from here on.
             by_number = self._by_number
+            # Whichever walk is shorter: the numbers passed, or the records held.
             if number - lo <= len(by_number):
                 records = [by_number.get(n) for n in range(lo, number)]
             else:
