@@ -31,6 +31,7 @@ from pgworkerd.job import Job, Lease
 from pgworkerd.storage import queries
 from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, uuid_array
 from pgworkerd.storage.channels import cancel_channel, notify_channel
+from pgworkerd.storage.connections import json_loads
 from pgworkerd.storage.kept_cursor import run_on_kept_cursor, run_on_kept_cursor_async
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
 from pgworkerd.storage.rows import execute, statement_rows, statement_rows_async
@@ -982,7 +983,7 @@ def _job_from_row(row: Any) -> Job:
         row.id,
         row.kind,
         row.queue,
-        row.payload,
+        json_loads(row.payload_json),  # the payload's text (claim_update in queries.sql)
         row.attempt,
         row.max_attempts,
         row.priority,

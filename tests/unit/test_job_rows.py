@@ -15,7 +15,7 @@ from pgworkerd.storage.store import _job_from_row
 # claim_update's RETURNING columns (sql/queries.sql), in its order.
 Row = namedtuple(
     "Row",
-    "id queue kind payload priority attempt max_attempts max_runtime_s run_at created_at "
+    "id queue kind payload_json priority attempt max_attempts max_runtime_s run_at created_at "
     "lease_token queue_ord key trace_context after_ids",
 )
 
@@ -25,7 +25,7 @@ def _row(**overrides: object) -> tuple[object, ...]:
         "id": 7,
         "queue": "q",
         "kind": "k",
-        "payload": {"i": 1},
+        "payload_json": '{"i": 1}',
         "priority": 3,
         "attempt": 2,
         "max_attempts": 9,
