@@ -12,8 +12,8 @@ import psycopg
 
 from pgworkerd import logs
 from pgworkerd.ipc import Done, Finishing, Message, StatusWriter
-from pgworkerd.job import Job, Lease
-from pgworkerd.storage.store import FailedAttempt, JobStore
+from pgworkerd.job import Job
+from pgworkerd.storage.store import Completions, FailedAttempt, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
 from pgworkerd.worker.success_buffer import Success, SuccessBuffer
@@ -48,14 +48,18 @@ class OutcomeWriter:
         if kept is not None:
             self.written(successes, kept)
 
-    def announce(self, successes: list[Success]) -> list[tuple[Lease, str | None]]:
+    def announce(self, successes: list[Success]) -> Completions:
         """Tell the supervisor `successes` are about to be written (`finishing`, said
-        before the write: see _write_at_once), and return what the write takes: each
-        one's lease and result."""
-        if not successes:
-            return []
-        self.status.send(Finishing(tuple(s.job.id for s in successes)))
-        return [(s.job.lease, s.result_json) for s in successes]
+        before the write: see _write_at_once), and return what the write takes: their
+        ids, lease tokens and results, as columns (no Lease made per job)."""
+        ids = tuple([s.job.id for s in successes])
+        if ids:
+            self.status.send(Finishing(ids))
+        return Completions(
+            ids,
+            [s.job.lease_token for s in successes],  # type: ignore[misc]  # claimed: set
+            [s.result_json for s in successes],
+        )
 
     def written(
         self, successes: list[Success], kept: set[int], then: Message | None = None
