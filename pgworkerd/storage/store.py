@@ -26,7 +26,7 @@ from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row, namedtuple_row
+from psycopg.rows import dict_row
 
 from pgworkerd.encoding import clean_error
 from pgworkerd.job import Job, Lease
@@ -36,7 +36,12 @@ from pgworkerd.storage.channels import cancel_channel, notify_channel
 from pgworkerd.storage.connections import json_loads
 from pgworkerd.storage.kept_cursor import run_on_kept_cursor, run_on_kept_cursor_async
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
-from pgworkerd.storage.rows import execute, statement_rows, statement_rows_async
+from pgworkerd.storage.rows import (
+    c_namedtuple_row,
+    execute,
+    statement_rows,
+    statement_rows_async,
+)
 
 DEFAULT_SCHEMA = "pgworkerd"
 
@@ -638,7 +643,7 @@ class JobStore:
         caches cold: bench/results/idle-latency-round6-20261127.md)."""
         cursor = self._claim_cursor
         if cursor is None or cursor.connection is not conn or cursor.closed:
-            cursor = self._claim_cursor = conn.cursor(row_factory=namedtuple_row)
+            cursor = self._claim_cursor = conn.cursor(row_factory=c_namedtuple_row)
         return cursor.execute(query, params, binary=True).fetchall()
 
     def _with_own_earlier_completions(
