@@ -20,7 +20,7 @@ Row = namedtuple(
 )
 
 
-def _row(**overrides: object) -> tuple[object, ...]:
+def _row(**overrides: object) -> Any:
     values: dict[str, object] = {
         "id": 7,
         "queue": "q",
