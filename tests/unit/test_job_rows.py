@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pgworkerd.job import Job
-from pgworkerd.storage.store import _job_from_row
+from pgworkerd.storage.store import _job_from_row, _jobs_in_claim_order
 
 # claim_update's RETURNING columns (sql/queries.sql), in its order.
 Row = namedtuple(
@@ -20,7 +20,7 @@ Row = namedtuple(
 )
 
 
-def _row(**overrides: object) -> tuple[object, ...]:
+def _row(**overrides: object) -> Any:
     values: dict[str, object] = {
         "id": 7,
         "queue": "q",
@@ -80,3 +80,19 @@ def test_no_dependencies_is_an_empty_tuple_and_the_job_stays_frozen() -> None:
     else:
         raise AssertionError("a claimed Job must stay frozen")
     assert job == Job(**_as_dict(job))
+
+
+def test_a_claims_jobs_run_by_queue_then_highest_priority_then_run_at_then_id() -> None:
+    """_jobs_in_claim_order: by queue order, priority (highest first), run_at and id,
+    whatever the rows' order, with ties on every key but the id."""
+    at = [datetime(2026, 11, 28, 1, 0, s, tzinfo=UTC) for s in (0, 1)]
+    rows = [
+        _row(id=i, queue_ord=qo, priority=pr, run_at=ra)
+        for i, (qo, pr, ra) in enumerate(
+            (qo, pr, ra) for qo in (2, 1) for pr in (0, 5, -1) for ra in (at[1], at[0])
+        )
+    ]
+    rows += [_row(id=100 + i, queue_ord=1, priority=5, run_at=at[0]) for i in (3, 1, 2)]
+    expected = sorted(rows, key=lambda r: (r.queue_ord, -r.priority, r.run_at, r.id))
+    for shuffled in (rows, rows[::-1], rows[1::2] + rows[::2]):
+        assert [j.id for j in _jobs_in_claim_order(shuffled)] == [r.id for r in expected]
