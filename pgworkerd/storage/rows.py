@@ -8,14 +8,15 @@ AsyncConnection alike (the producer's inserts, the waits)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import psycopg
 from psycopg.abc import Params
 from psycopg.pq import ExecStatus
-from psycopg.rows import TupleRow, tuple_row
+from psycopg.rows import RowMaker, TupleRow, namedtuple_row, tuple_row
 
 CursorT = TypeVar("CursorT", psycopg.Cursor[Any], psycopg.AsyncCursor[Any])
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -104,3 +105,15 @@ class Statement(Generic[T]):
 
     async def run_async(self, aconn: psycopg.AsyncConnection[Any]) -> T:
         return self.decode(await statement_rows_async(await aconn.execute(self.query, self.params)))
+
+
+def c_namedtuple_row(cursor: psycopg.Cursor[Any]) -> RowMaker[NamedTuple]:
+    """psycopg's `namedtuple_row` (the same class per set of column names, the same
+    rows), each row made by `tuple.__new__` of the class, a C call, not by its
+    `_make`, a Python one per row (the claim's rows: one per claimed job). A result
+    without rows keeps psycopg's maker."""
+    maker = namedtuple_row(cursor)
+    row_class = getattr(maker, "__self__", None)  # `_make` is bound to its class
+    if not isinstance(row_class, type):
+        return maker
+    return functools.partial(tuple.__new__, row_class)

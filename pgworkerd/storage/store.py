@@ -16,26 +16,29 @@ only enqueues loads without this module.
 from __future__ import annotations
 
 import functools
+import operator
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
 import psycopg
-from psycopg.rows import dict_row, namedtuple_row
+from psycopg.rows import dict_row
 
 from pgworkerd.encoding import clean_error
 from pgworkerd.job import Job, Lease
 from pgworkerd.storage import queries
 from pgworkerd.storage.arrays import int_array, text_array, timestamptz_array, uuid_array
 from pgworkerd.storage.channels import cancel_channel, notify_channel
+from pgworkerd.storage.connections import json_loads
 
 # Defined with the producer's statements (an enqueue loads that module alone); named here
 # too, where the daemon's side and the client's other calls have always found it.
 from pgworkerd.storage.inserts import DEFAULT_SCHEMA as DEFAULT_SCHEMA
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params, limited_queues
-from pgworkerd.storage.rows import execute
+from pgworkerd.storage.rows import c_namedtuple_row, execute
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,32 @@ class FailedAttempt:
     state: str  # 'queued' (to run again at run_at) or 'dead'
     run_at: datetime
     attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Completions:
+    """Successes to write (`complete`, `complete_and_claim`) as the statement's three
+    columns: the jobs' ids, their lease tokens, their JSON results (None: no result).
+    A worker builds them from its successes' jobs as they are, with no `Lease` and no
+    pair per job (bench/results/worker-round14-20261128.md); `of` takes the pairs."""
+
+    ids: Sequence[int]
+    tokens: Sequence[uuid.UUID]
+    results: Sequence[str | None]
+
+    @classmethod
+    def of(cls, done: Iterable[tuple[Lease, str | None]] | Completions) -> Completions:
+        if isinstance(done, Completions):
+            return done
+        pairs = list(done)
+        return cls(
+            [lease.job_id for lease, _ in pairs],
+            [lease.token for lease, _ in pairs],
+            [result for _, result in pairs],
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 # Levels remembered beyond those a sweep finds, before the ones it did not find go.
@@ -293,7 +322,7 @@ class JobStore:
         queues = list(dict.fromkeys(queues_named))  # a queue named twice is claimed once
         params = self._claim_params(queues, limit, lease_ttl_s, worker, max_attempts)
         if limited_queues(queues, self.limits):
-            jobs = self._claim_limited(conn, [], queues, limit, params)[1]
+            jobs = self._claim_limited(conn, Completions.of(()), queues, limit, params)[1]
             return jobs, len(jobs) == limit
         sweep = self._prepare_levels(conn, queues)
         literals = self.positions.literals(queues, sweep=sweep)
@@ -313,11 +342,14 @@ class JobStore:
         return jobs, more
 
     def complete(
-        self, conn: psycopg.Connection[Any], done: Iterable[tuple[Lease, str | None]]
+        self,
+        conn: psycopg.Connection[Any],
+        done: Iterable[tuple[Lease, str | None]] | Completions,
     ) -> set[int]:
-        """End jobs `succeeded` with their JSON result text (or None); returns the ids
-        whose lease still held. One statement for the whole batch."""
-        done = list(done)
+        """End jobs `succeeded` with their JSON result text (or None), given as (lease,
+        result) pairs or as Completions; returns the ids whose lease still held. One
+        statement for the whole batch."""
+        done = Completions.of(done)
         if not done:
             return set()
         params = _complete_params(done)
@@ -327,7 +359,7 @@ class JobStore:
     def complete_and_claim(
         self,
         conn: psycopg.Connection[Any],
-        done: Iterable[tuple[Lease, str | None]],
+        done: Iterable[tuple[Lease, str | None]] | Completions,
         *,
         queues: Sequence[str],
         limit: int,
@@ -338,7 +370,7 @@ class JobStore:
         """`complete` a batch of successes and `claim` the next batch in one statement:
         one round trip and one commit per batch of jobs, not two of each. If it fails,
         neither happened (the successes are still to be written)."""
-        done = list(done)
+        done = Completions.of(done)
         if not done:
             return set(), self.claim(
                 conn,
@@ -371,7 +403,7 @@ class JobStore:
     def _claim_limited(
         self,
         conn: psycopg.Connection[Any],
-        done: Sequence[tuple[Lease, str | None]],
+        done: Completions,
         queues: list[str],
         limit: int,
         claim_params: dict[str, Any],
@@ -488,13 +520,13 @@ class JobStore:
         caches cold: bench/results/idle-latency-round6-20261127.md)."""
         cursor = self._claim_cursor
         if cursor is None or cursor.connection is not conn or cursor.closed:
-            cursor = self._claim_cursor = conn.cursor(row_factory=namedtuple_row)
+            cursor = self._claim_cursor = conn.cursor(row_factory=c_namedtuple_row)
         return cursor.execute(query, params, binary=True).fetchall()
 
     def _with_own_earlier_completions(
         self,
         conn: psycopg.Connection[Any],
-        done: Sequence[tuple[Lease, str | None]],
+        done: Completions,
         params: dict[str, Any],
         kept: set[int],
     ) -> set[int]:
@@ -626,7 +658,7 @@ class JobStore:
             conn.cursor().execute(self._sql[name], params, prepare=True, binary=binary)
 
         no_levels = ClaimPositions().literals(queues, sweep=True)  # it knows no level
-        no_successes = _complete_params([])
+        no_successes = _complete_params(Completions.of(()))
         prepare("jobs_levels", {"queues": queues})
         prepare("jobs_next_run_at", {"queues": queues, **no_levels})
         prepare("jobs_complete", no_successes)
@@ -793,44 +825,76 @@ def _claim_params(
     }
 
 
-def _complete_params(done: Sequence[tuple[Lease, str | None]]) -> dict[str, Any]:
+def _complete_params(done: Completions) -> dict[str, Any]:
     """The completion's parameters, the arrays as literals (arrays.py). Results that are
     all None (handlers that return nothing) go as one NULL: the statement then looks up
     no row's place in the id list (complete_update's subscript of a NULL array is NULL
     without evaluating its subscript)."""
-    results = [result for _, result in done]
+    results = done.results
     return {
-        "ids": int_array([lease.job_id for lease, _ in done]),
-        "tokens": uuid_array([lease.token for lease, _ in done]),
+        "ids": int_array(done.ids),
+        "tokens": uuid_array(done.tokens),
         "results": None if results.count(None) == len(results) else text_array(results),
     }
 
 
+_by_run_at_and_id = operator.attrgetter("run_at", "id")
+_by_priority = operator.attrgetter("priority")
+_by_queue_order = operator.attrgetter("queue_order")
+
+
 def _jobs_in_claim_order(rows: Sequence[Any]) -> list[Job]:
+    """The jobs of a claim's rows by queue (as listed), priority (highest first), run_at
+    and id: three stable sorts by keys made in C (attrgetter), least significant first
+    (a stable sort with reverse=True keeps the order of equal keys), not one sort with a
+    Python lambda called per job."""
     jobs = [_job_from_row(row) for row in rows]
-    jobs.sort(key=lambda j: (j.queue_order, -j.priority, j.run_at, j.id))
+    jobs.sort(key=_by_run_at_and_id)
+    jobs.sort(key=_by_priority, reverse=True)
+    jobs.sort(key=_by_queue_order)
     return jobs
 
 
+def _slot_setter(name: str) -> Callable[[Job, Any], None]:
+    """The setter of Job's slot `name` (its member descriptor's `__set__`, a C call)."""
+    setter: Callable[[Job, Any], None] = getattr(Job, name).__set__
+    return setter
+
+
+# A claimed Job is made by setting its slots straight: the frozen dataclass's __init__
+# goes through object.__setattr__ for each of its fifteen fields, twice the cost, on
+# every claimed job (bench/results/worker-round14-20261128.md). The Job is the same
+# (frozen to a handler all the same: only these setters skip its __setattr__).
+_new_job = functools.partial(object.__new__, Job)
+_set_id, _set_kind, _set_queue, _set_payload, _set_attempt = map(
+    _slot_setter, ("id", "kind", "queue", "payload", "attempt")
+)
+_set_max_attempts, _set_priority, _set_max_runtime_s, _set_run_at, _set_created_at = map(
+    _slot_setter, ("max_attempts", "priority", "max_runtime_s", "run_at", "created_at")
+)
+_set_key, _set_lease_token, _set_queue_order, _set_trace_context, _set_after = map(
+    _slot_setter, ("key", "lease_token", "queue_order", "trace_context", "after")
+)
+
+
 def _job_from_row(row: Any) -> Job:
-    """A claimed job of a claim's row (claim_update's RETURNING, a named tuple).
-    Positional, in Job's field order: matching fifteen keywords cost ~2.4 µs a job more,
-    on every claimed job (bench/results/noop-round6-20261127.md);
-    tests/unit/test_job_rows.py pins each field to its column."""
-    return Job(
-        row.id,
-        row.kind,
-        row.queue,
-        row.payload,
-        row.attempt,
-        row.max_attempts,
-        row.priority,
-        row.max_runtime_s,
-        row.run_at,
-        row.created_at,
-        row.key,
-        row.lease_token,
-        row.queue_ord,
-        row.trace_context,
-        tuple(row.after_ids or ()),
-    )
+    """A claimed job of a claim's row (claim_update's RETURNING, a named tuple), every
+    one of Job's fields set (tests/unit/test_job_rows.py pins each to its column, and
+    fails on a field left unset)."""
+    job = _new_job()
+    _set_id(job, row.id)
+    _set_kind(job, row.kind)
+    _set_queue(job, row.queue)
+    _set_payload(job, json_loads(row.payload_json))  # its text (claim_update in queries.sql)
+    _set_attempt(job, row.attempt)
+    _set_max_attempts(job, row.max_attempts)
+    _set_priority(job, row.priority)
+    _set_max_runtime_s(job, row.max_runtime_s)
+    _set_run_at(job, row.run_at)
+    _set_created_at(job, row.created_at)
+    _set_key(job, row.key)
+    _set_lease_token(job, row.lease_token)
+    _set_queue_order(job, row.queue_ord)
+    _set_trace_context(job, row.trace_context)
+    _set_after(job, tuple(row.after_ids or ()))
+    return job

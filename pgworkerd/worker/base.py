@@ -40,10 +40,10 @@ from pgworkerd.ipc import (
     Stopping,
     claimed_job,
 )
-from pgworkerd.job import Job, Lease
+from pgworkerd.job import Job
 from pgworkerd.progress import ProgressWriter
 from pgworkerd.storage import connections
-from pgworkerd.storage.store import JobStore
+from pgworkerd.storage.store import Completions, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
 from pgworkerd.worker.outcome_writer import OutcomeWriter
@@ -196,7 +196,7 @@ class BaseWorker:
         return ClaimRequest(successes, limit, claimed_at, call)
 
     def _complete_and_claim(
-        self, conn: psycopg.Connection[Any], done: list[tuple[Lease, str | None]], limit: int
+        self, conn: psycopg.Connection[Any], done: Completions, limit: int
     ) -> tuple[set[int], list[Job], bool]:
         kept, batch = self.store.complete_and_claim(conn, done, limit=limit, **self._claim_of)
         return kept, batch, len(batch) == limit

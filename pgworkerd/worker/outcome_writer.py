@@ -12,8 +12,8 @@ import psycopg
 
 from pgworkerd import logs
 from pgworkerd.ipc import Done, Finishing, Message, StatusWriter
-from pgworkerd.job import Job, Lease
-from pgworkerd.storage.store import FailedAttempt, JobStore
+from pgworkerd.job import Job
+from pgworkerd.storage.store import Completions, FailedAttempt, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
 from pgworkerd.worker.success_buffer import Success, SuccessBuffer
@@ -48,14 +48,18 @@ class OutcomeWriter:
         if kept is not None:
             self.written(successes, kept)
 
-    def announce(self, successes: list[Success]) -> list[tuple[Lease, str | None]]:
+    def announce(self, successes: list[Success]) -> Completions:
         """Tell the supervisor `successes` are about to be written (`finishing`, said
-        before the write: see _write_at_once), and return what the write takes: each
-        one's lease and result."""
-        if not successes:
-            return []
-        self.status.send(Finishing(tuple(s.job.id for s in successes)))
-        return [(s.job.lease, s.result_json) for s in successes]
+        before the write: see _write_at_once), and return what the write takes: their
+        ids, lease tokens and results, as columns (no Lease made per job)."""
+        ids = tuple([s.job.id for s in successes])
+        if ids:
+            self.status.send(Finishing(ids))
+        return Completions(
+            ids,
+            [s.job.lease_token for s in successes],  # type: ignore[misc]  # claimed: set
+            [s.result_json for s in successes],
+        )
 
     def written(
         self, successes: list[Success], kept: set[int], then: Message | None = None
@@ -67,37 +71,44 @@ class OutcomeWriter:
             if then is not None:
                 self.status.send(then)
             return
-        # The batch's lines in one write(), not one a line: they are written at once,
-        # before anything else runs (the jobs have ended; their lines are not held back).
+        ids = tuple([s.job.id for s in successes])
+        if len(kept) == len(ids):  # `kept` is of these ids: every lease held
+            if self.log_jobs:
+                logs.events(log, [_succeeded_line(s) for s in successes])
+            # Without a look per job at `kept`: the usual batch, on every batch.
+            ended = tuple([("succeeded", s.duration_ms / 1000) for s in successes])
+        else:
+            self._log_some_lost(successes, kept)
+            ended = tuple(
+                [
+                    ("succeeded" if s.job.id in kept else "lost", s.duration_ms / 1000)
+                    for s in successes
+                ]
+            )
+        done = Done(ids, ended)
+        if then is None:
+            self.status.send(done)
+        else:
+            self.status.send(done, then)
+
+    def _log_some_lost(self, successes: list[Success], kept: set[int]) -> None:
+        """The lines of a batch some of whose leases were lost, in one write(), not one a
+        line: they are written at once, before anything else runs (the jobs have ended;
+        their lines are not held back)."""
         lines: list[logs.Event] = []
         for success in successes:
-            job = success.job
-            if job.id in kept:
+            if success.job.id in kept:
                 if self.log_jobs:
-                    lines.append(
-                        (logging.INFO, "job succeeded", _log_fields(job, success.duration_ms))
-                    )
+                    lines.append(_succeeded_line(success))
             else:
                 lines.append(
                     (
                         logging.WARNING,
                         "job lease lost; outcome discarded",
-                        _log_fields(job, success.duration_ms),
+                        _log_fields(success.job, success.duration_ms),
                     )
                 )
-        if lines:
-            logs.events(log, lines)
-        done = Done(
-            tuple(s.job.id for s in successes),
-            tuple(
-                ("succeeded" if s.job.id in kept else "lost", s.duration_ms / 1000)
-                for s in successes
-            ),
-        )
-        if then is None:
-            self.status.send(done)
-        else:
-            self.status.send(done, then)
+        logs.events(log, lines)
 
     def record(self, job: Job, outcome: Outcome, ran_s: float) -> None:
         """A job's handler ran for `ran_s` seconds: a success waits in the buffer (written
@@ -173,6 +184,10 @@ class OutcomeWriter:
             error=outcome.summary,
         )
         return "failed" if result.state == "queued" else "dead"
+
+
+def _succeeded_line(success: Success) -> logs.Event:
+    return (logging.INFO, "job succeeded", _log_fields(success.job, success.duration_ms))
 
 
 def _log_fields(job: Job, duration_ms: float) -> dict[str, Any]:

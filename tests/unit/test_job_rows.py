@@ -15,7 +15,7 @@ from pgworkerd.storage.store import _job_from_row, _jobs_in_claim_order
 # claim_update's RETURNING columns (sql/queries.sql), in its order.
 Row = namedtuple(
     "Row",
-    "id queue kind payload priority attempt max_attempts max_runtime_s run_at created_at "
+    "id queue kind payload_json priority attempt max_attempts max_runtime_s run_at created_at "
     "lease_token queue_ord key trace_context after_ids",
 )
 
@@ -25,7 +25,7 @@ def _row(**overrides: object) -> Any:
         "id": 7,
         "queue": "q",
         "kind": "k",
-        "payload": {"i": 1},
+        "payload_json": '{"i": 1}',
         "priority": 3,
         "attempt": 2,
         "max_attempts": 9,
@@ -83,8 +83,8 @@ def test_no_dependencies_is_an_empty_tuple_and_the_job_stays_frozen() -> None:
 
 
 def test_a_claims_jobs_run_by_queue_then_highest_priority_then_run_at_then_id() -> None:
-    """_jobs_in_claim_order: by queue order, priority (highest first), run_at and id,
-    whatever the rows' order, with ties on every key but the id."""
+    """_jobs_in_claim_order's three stable sorts give the order of one sort by (queue
+    order, -priority, run_at, id), rows in any order, ties on every key but the id."""
     at = [datetime(2026, 11, 28, 1, 0, s, tzinfo=UTC) for s in (0, 1)]
     rows = [
         _row(id=i, queue_ord=qo, priority=pr, run_at=ra)

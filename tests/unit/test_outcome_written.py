@@ -1,7 +1,7 @@
 """What a worker says once a batch of successes is written (OutcomeWriter.written): the
 `done` of every job of the batch, each `succeeded` or `lost` by whether its lease held,
-and a warning for each lost one (round 14 tried a shorter path for a batch whose leases
-all held: bench/results/worker-round14-20261128.md)."""
+and a warning for each lost one; the whole batch (its usual case) and a batch with some
+leases lost take different paths."""
 
 from __future__ import annotations
 

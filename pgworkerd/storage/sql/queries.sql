@@ -562,7 +562,11 @@ WHERE j.id {picked_ids}
 -- What a Job is made of, nothing more: each column is written out by the server and
 -- read back by the worker, for every claimed job (the lease's expiry is the
 -- supervisor's to track, from the claim's send time: pgworkerd/supervisor/ledger.py).
-RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempt, j.max_attempts,
+-- The payload as its text (jsonb's output, what its binary form carries after a version
+-- byte), decoded by the worker's json_loads: psycopg's jsonb loader is Python called
+-- from C with a buffer per value, ~2 µs more a job (bench/results/worker-round13-20261128.md).
+RETURNING j.id, j.queue, j.kind, j.payload::text AS payload_json, j.priority, j.attempt,
+          j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
           j.created_at, j.lease_token,
           array_position(%(queues)s::text[], j.queue) AS queue_ord, j.key,
