@@ -68,7 +68,7 @@ _SPLICED = {
 def _source_by_name() -> dict[str, str]:
     """Each statement's text as the file has it, comments included (see `_body`)."""
     # Read by the loader that imported this module, as importlib.resources and pkgutil
-    # do (a package in a zip file too), without importing them (~1.3 ms).
+    # do, without importing them (~1.3 ms).
     path = os.path.join(os.path.dirname(__file__), "sql", "queries.sql")
     loader = cast("ResourceLoader", __spec__.loader)
     text = "\n" + loader.get_data(path).decode("utf-8")
