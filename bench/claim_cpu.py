@@ -22,8 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -67,19 +65,12 @@ def one(jobs: int) -> dict[str, float]:
 
 
 def _side(code: Path, jobs: int) -> dict[str, float]:
-    """One measurement in a fresh process that imports `code`'s package (this file run by
-    its path: the other checkout need not have it)."""
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--one", "--jobs", str(jobs), str(code)],
-        env=env,
-        cwd=code,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
-    return result
+    """One measurement in a fresh process that imports `code`'s package."""
+    # Imported here, not at the top: the `--one` process imports this file with the
+    # other checkout's `bench` package first on its path, which may not have it.
+    from bench.fresh_side import measure_in_checkout
+
+    return measure_in_checkout(__file__, code, ["--jobs", str(jobs), str(code)])
 
 
 def main(argv: list[str] | None = None) -> int:

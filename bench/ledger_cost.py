@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 import timeit
 import uuid
@@ -101,17 +99,11 @@ def _housekeeper() -> dict[str, float]:
 
 def _side(code: Path, batches: int) -> dict[str, float]:
     """One measurement in a fresh process that imports `code`'s package."""
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--one", "--batches", str(batches), "-"],
-        env=env,
-        cwd=code,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
-    return result
+    # Imported here, not at the top: the `--one` process imports this file with the
+    # other checkout's `bench` package first on its path, which may not have it.
+    from bench.fresh_side import measure_in_checkout
+
+    return measure_in_checkout(__file__, code, ["--batches", str(batches), "-"])
 
 
 def main(argv: list[str] | None = None) -> int:
