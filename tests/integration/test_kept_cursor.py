@@ -22,7 +22,7 @@ import pytest
 from psycopg.types.string import StrDumper
 
 import pgworkerd
-from pgworkerd.storage import store
+from pgworkerd.storage import inserts
 from pgworkerd.storage.kept_cursor import CURSORS
 
 THREADS, TASKS, CALLS = 2, 8, 300
@@ -39,7 +39,7 @@ def _check_each_id(conn: psycopg.Connection[Any], calls: dict[int, tuple[str, in
 
 
 def _read_when_all_have_executed(read: Any, parties: int) -> Any:
-    """`read` (store._returned_id), run when each of `parties` threads has executed its
+    """`read` (inserts._returned_id), run when each of `parties` threads has executed its
     insert and come to its read: the window where a cursor shared between them would
     hold the last one's result, read by all."""
     executed = threading.Barrier(parties, timeout=30)
@@ -67,9 +67,9 @@ def test_two_threads_on_one_connection_each_get_their_own_ids(db_dsn, conn):
         threads = [threading.Thread(target=enqueue, args=(f"t{i}",)) for i in range(THREADS)]
         switch = sys.getswitchinterval()
         sys.setswitchinterval(1e-6)  # threads switch between any two steps of a call
-        read = _read_when_all_have_executed(store._returned_id, THREADS)
+        read = _read_when_all_have_executed(inserts._returned_id, THREADS)
         try:
-            with mock.patch.object(store, "_returned_id", read):
+            with mock.patch.object(inserts, "_returned_id", read):
                 for thread in threads:
                     thread.start()
                 for thread in threads:
@@ -109,7 +109,7 @@ def test_a_call_between_another_calls_execute_and_its_read_gets_its_own_id(db_ds
     calls: dict[int, tuple[str, int]] = {}
     with psycopg.connect(db_dsn, autocommit=True) as pconn:
         pgworkerd.enqueue(pconn, "warm", {"n": 0})  # this thread's cursor is kept
-        read = store._returned_id
+        read = inserts._returned_id
         inner: list[int] = []
         reads = iter([True])  # the first read (the outer call's) runs the inner call
 
@@ -118,7 +118,7 @@ def test_a_call_between_another_calls_execute_and_its_read_gets_its_own_id(db_ds
                 inner.append(pgworkerd.enqueue(pconn, "inner", {"n": 2}))
             return read(cursor)
 
-        with mock.patch.object(store, "_returned_id", read_after_another_enqueue):
+        with mock.patch.object(inserts, "_returned_id", read_after_another_enqueue):
             outer = pgworkerd.enqueue(pconn, "outer", {"n": 1})
     assert outer != inner[0]
     calls[outer] = ("outer", 1)
