@@ -33,7 +33,8 @@ def test_an_enqueue_wakes_one_idle_worker_not_the_herd(start_daemon, history_con
     daemon.wait_for_workers(4)
     run_one_job(history_conn)  # past start-up, when every idle worker is woken once
     # A worker's title says `idle` from its boot, before it has connected; it tells the
-    # supervisor it is idle only after its first look finds nothing. Wait for every one of them to be there.
+    # supervisor it is idle only after its first look finds nothing. Wait for every one
+    # of them to be there.
     wait_until(
         lambda: workers_at_their_look(history_conn) == 4,
         timeout_s=10,
