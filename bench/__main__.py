@@ -50,6 +50,7 @@ from bench import (
     iobound,
     limits,
     measure,
+    paired,
     peak,
     peers,
     report,
@@ -313,8 +314,10 @@ def main(argv: list[str] | None = None) -> int:
             f"load average {environment['loadavg_start'][0]:.2f}"
         )
         for rep in range(1, args.reps + 1):
-            for name in [*report.OUR_ROWS, *available]:
-                for mode in args.mode_names:
+            # raw back to back with each judged row, which side first swapped every
+            # repetition: the throughput targets are judged on these pairs (bench/paired.py)
+            for mode in args.mode_names:
+                for name in paired.order([*report.OUR_ROWS, *available], rep):
                     record = _one_run(cluster, name, mode, rep, proto, args, logs)
                     if record is not None:
                         records.append(record)
@@ -330,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
 
     table = report.rows(records, [*report.OUR_ROWS, *available])
-    goals = report.targets(table, scale_figures, enqueue_one)
+    paired_figures = paired.figures(records)
+    goals = report.targets(table, scale_figures, enqueue_one, paired_figures)
     title = (
         f"pgworkerd vs peers, {time.strftime('%Y-%m-%d')}: {_machine()}, PostgreSQL "
         f"{settings.get('server_version', '?').split()[0]} durable "
@@ -348,11 +352,15 @@ def main(argv: list[str] | None = None) -> int:
         "Peers: their harnesses from "
         f"`{_shown(args.peers_dir)}`. "
         + (f"Median of {args.reps} runs." if args.reps > 1 else "One run each.")
+        + " The processing targets against raw 2x100 are judged on pairs: raw runs back "
+        "to back with the tuned and the info rows in each repetition, which first swapped "
+        "every repetition, and the figure is the median of the repetitions' ratios "
+        "(listed under the table)."
         + f" Disk fdatasync (pg_test_fsync): {_rate(environment, 'start')} at the start, "
         f"{_rate(environment, 'end')} at the end; load average (1 min) "
         f"{environment['loadavg_start'][0]:.1f} before.",
     ]
-    notes = _notes(records, scale_figures)
+    notes = [*paired.markdown(paired_figures, report.LABELS), *_notes(records, scale_figures)]
     summary = report.markdown(table, goals, header, notes)
     if io_rows:
         harness = (
@@ -375,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             "elapsed_s": round(elapsed, 1),
             "scale": scale_figures,
             "enqueue_one": enqueue_one,
+            "paired": paired.as_json(paired_figures),
             "io": {
                 "setup": asdict(io_setup),
                 "rows": [asdict(r) for r in io_rows],
@@ -404,7 +413,7 @@ def _one_run(
     """One system, one mode, in a fresh database; its record, or None after a note."""
     tag = f"{name}_{mode}_{rep}"
 
-    def run(dsn: str) -> dict[str, Any] | None:
+    def measured(dsn: str) -> dict[str, Any] | None:
         if name in report.OUR_ROWS:
             measured: Callable[..., dict[str, Any]] = getattr(measure, mode)
             extra = {
@@ -414,12 +423,35 @@ def _one_run(
             return measured(dsn, logs, tag, proto, extra)
         return peers.run(peers.PEERS[name], mode, dsn, args.peers_dir, proto, logs / f"{tag}.log")
 
+    def run(dsn: str) -> dict[str, Any] | None:
+        # What moves a commit-bound run besides its code, recorded with it: the disk's
+        # fdatasync rate and the load just before, and the checkpoints during the run.
+        context = {
+            "fdatasync_per_s_before": fdatasync_rate(cluster),
+            "loadavg_before": round(os.getloadavg()[0], 2),
+        }
+        before = _checkpoints(cluster)
+        record = measured(dsn)
+        if record is not None:
+            record.update(context, checkpoints_during=_checkpoints(cluster) - before)
+        return record
+
     t0 = time.monotonic()
     record = in_fresh_database(cluster, f"bench_{name}", logs, tag, run)
     if record is not None:
         record.update(name=name, rep=rep)
         print(f"  {tag:<28} {time.monotonic() - t0:5.1f}s  {_brief(record)}")
     return record
+
+
+def _checkpoints(cluster: EmbeddedCluster) -> int:
+    """Checkpoints the cluster has begun, timed and requested (a DROP DATABASE
+    requests one)."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def _peak(args: argparse.Namespace, out: Path, logs: Path) -> int:
