@@ -76,23 +76,24 @@ class PairedFigure:
 
 def figures(records: list[dict[str, Any]]) -> dict[str, PairedFigure]:
     """Each judged row's ratios to raw, one per repetition in which both finished every
-    job; a row with no such repetition has no figure."""
-    by_rep: dict[tuple[str, int], dict[str, Any]] = {}
-    for record in records:
+    job; a row with no such repetition has no figure. `records` are in the order they
+    ran: which of a pair ran first is read from it."""
+    # (name, rep) -> (position in the run, record): records are in the order they ran
+    by_rep: dict[tuple[str, int], tuple[int, dict[str, Any]]] = {}
+    for position, record in enumerate(records):
         if record["mode"] == "throughput":
-            by_rep[(record["name"], record["rep"])] = record
+            by_rep[(record["name"], record["rep"])] = (position, record)
     out = {}
     for name in JUDGED:
         pairs = []
-        for (row, rep), record in sorted(by_rep.items(), key=lambda item: item[0][1]):
-            raw = by_rep.get((RAW, rep))
-            if row != name or raw is None:
+        for (row, rep), (position, record) in sorted(by_rep.items(), key=lambda i: i[0][1]):
+            if row != name or (RAW, rep) not in by_rep:
                 continue
+            raw_position, raw = by_rep[(RAW, rep)]
             ours_jps, raw_jps = process_figure(record), process_figure(raw)
             if ours_jps is None or not raw_jps:
                 continue
-            ours_first = order([name, RAW], rep).index(name) == 0
-            pairs.append(Pair(rep, ours_first, ours_jps, raw_jps))
+            pairs.append(Pair(rep, position < raw_position, ours_jps, raw_jps))
         if pairs:
             out[name] = PairedFigure(name, pairs)
     return out

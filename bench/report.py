@@ -272,7 +272,7 @@ def markdown(table: list[Row], goals: list[Target], header: list[str], notes: li
             value, ref = getattr(ours, attr), best and getattr(best, attr)
             cell = f"{value / ref:.2f}x" if value is not None and ref else "-"
             if attr == "process" and value is not None and raw and raw.process:
-                cell += f" ({value / raw.process * 100:.0f} % of raw 2x100)"
+                cell += f" ({value / raw.process * 100:.0f} % of raw 2x100's median)"
             cells.append(cell)
         lines.append(f"| *{ours.label} ÷ best peer (per column)* | " + " | ".join(cells) + " |")
     lines += ["", "Targets:", ""]

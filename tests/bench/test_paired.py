@@ -53,7 +53,7 @@ def _record(name: str, rep: int, jps: float, acked_ok: bool = True) -> dict[str,
 def test_the_figure_is_the_median_of_each_repetitions_own_ratio() -> None:
     # Raw's rate moves between repetitions; ours moves with it. The medians of the
     # columns (15,000 / 25,000 = 60 %) are not the median of the ratios (50 %).
-    records = [
+    records = [  # in the order they ran
         _record(report.OURS_TUNED, 1, 15_000),
         _record(report.RAW, 1, 30_000),  # 50 %
         _record(report.RAW, 2, 20_000),
@@ -72,9 +72,9 @@ def test_the_figure_is_the_median_of_each_repetitions_own_ratio() -> None:
 
 
 def test_a_repetition_without_both_finished_makes_no_pair() -> None:
-    records = [
-        _record(report.OURS_INFO, 1, 12_000),
+    records = [  # in the order they ran
         _record(report.RAW, 1, 24_000),
+        _record(report.OURS_INFO, 1, 12_000),
         _record(report.OURS_INFO, 2, 12_000, acked_ok=False),
         _record(report.RAW, 2, 24_000),
         _record(report.OURS_INFO, 3, 12_000),  # raw's run 3 failed: no record
@@ -82,7 +82,7 @@ def test_a_repetition_without_both_finished_makes_no_pair() -> None:
     figures = paired.figures(records)
     assert list(figures) == [report.OURS_INFO]
     assert [p.rep for p in figures[report.OURS_INFO].pairs] == [1]
-    # info is second in odd repetitions (tuned, raw, info)
+    # which ran first is read from the records' order
     assert figures[report.OURS_INFO].pairs[0].ours_first is False
 
 
