@@ -434,6 +434,7 @@ def _one_run(
         record = measured(dsn)
         if record is not None:
             record.update(context, checkpoints_during=_checkpoints(cluster) - before)
+            record.update(_autovacuums(dsn))
         return record
 
     t0 = time.monotonic()
@@ -452,6 +453,19 @@ def _checkpoints(cluster: EmbeddedCluster) -> int:
             "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def _autovacuums(dsn: str) -> dict[str, int]:
+    """Autovacuums and autoanalyzes the run's fresh database saw (its tables'
+    counters, read before the database is dropped): one landing in a run's window
+    costs that run, not its pair."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(autovacuum_count), 0), coalesce(sum(autoanalyze_count), 0)"
+            " FROM pg_stat_user_tables"
+        ).fetchone()
+    vacuums, analyzes = row if row else (0, 0)
+    return {"autovacuums_during": int(vacuums), "autoanalyzes_during": int(analyzes)}
 
 
 def _peak(args: argparse.Namespace, out: Path, logs: Path) -> int:
