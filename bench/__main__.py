@@ -12,11 +12,13 @@ pgworkerd runs as users run it (YAML config, `pgworkerd migrate`, `pgworkerd run
 each peer runs through its own harness from the peers' directory (`--peers-dir`; the
 peers' harnesses are not part of this repository); both follow the protocol of the
 peers' common.py (see bench/measure.py). Prints one markdown table and
-the targets' verdicts, then an I/O-bound section (bench/iobound.py: 2,000 jobs x 50 ms,
-pgworkerd with threads, plain and coroutine handlers, beside PgQueuer through the peers'
-io harness `<peers-dir>/../io/io_bound.py` when a PgQueuer peer is selected; about half a
-minute, `--no-io` skips it), and writes bench/results/<timestamp>/ (summary.md, records.jsonl,
-run.json, chart.png, logs/) plus bench/results/latest.png and latest.md.
+the targets' verdicts (processing against raw 2x100 on pairs run back to back in each
+repetition, the median of their ratios: bench/paired.py), then an I/O-bound section
+(bench/iobound.py: 2,000 jobs x 50 ms, pgworkerd with threads, plain and coroutine
+handlers, beside PgQueuer through the peers' io harness `<peers-dir>/../io/io_bound.py`
+when a PgQueuer peer is selected; about half a minute, `--no-io` skips it), and writes
+bench/results/<timestamp>/ (summary.md, records.jsonl, run.json, chart.png, logs/) plus
+bench/results/latest.png and latest.md.
 
 `--peak` runs only the full-system peak (bench/peak.py: a producer and the daemon at
 once, 1 ms jobs, depth held at 2,000; jobs/s and the CPU split), `--held-snapshot`
