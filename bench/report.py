@@ -146,14 +146,12 @@ def targets(
         den: float | None,
         limit: float,
         at_least: bool,
-        unit: str = "x",
     ) -> None:
         if num is None or not den:
             out.append(Target(text, "not measured", None))
             return
         value = num / den
-        shown = f"{value * 100:.0f} %" if unit == "%" else f"{value:.2f}x"
-        out.append(Target(text, shown, value >= limit if at_least else value <= limit))
+        out.append(Target(text, f"{value:.2f}x", value >= limit if at_least else value <= limit))
 
     ratio_target(
         f"processing ≥ 5x best peer ({best.label if best else '-'})",
