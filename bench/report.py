@@ -11,10 +11,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.peers import PEERS
 from bench.stats import median
+
+if TYPE_CHECKING:
+    from bench.paired import PairedFigure
 
 OURS = "pgworkerd"
 # pgworkerd at its best setting for no-op jobs, as the peers are run at theirs: big
@@ -75,6 +78,16 @@ COLUMNS: list[tuple[str, str, bool, str]] = [
 ]
 
 
+def process_figure(record: dict[str, Any]) -> float | None:
+    """A throughput run's processing jobs/s, or None when it did not finish every job;
+    pgworkerd's from its READY=1: the peers' harnesses import before their clocks start
+    (the figure from the spawn is in the notes)."""
+    if not record.get("acked_ok"):
+        return None
+    figure: float | None = record.get("process_after_imports_jps") or record.get("process_jps")
+    return figure
+
+
 def rows(records: list[dict[str, Any]], order: list[str]) -> list[Row]:
     out = []
     for name in order:
@@ -92,12 +105,7 @@ def rows(records: list[dict[str, Any]], order: list[str]) -> list[Row]:
                 setting=str(first.get("concurrency", "")),
                 enqueue_single=median(r.get("enqueue_single_jps") for r in th),
                 enqueue_bulk=median(r.get("enqueue_batch_jps") for r in th),
-                # a run that did not finish every job has no processing figure
-                # pgworkerd's from its READY=1: the peers' harnesses import before their
-                # clocks start (the figure from the spawn is in the notes)
-                process=median(
-                    r.get("process_after_imports_jps") or r.get("process_jps") for r in ok
-                ),
+                process=median(process_figure(r) for r in ok),
                 lat_p50=median(r.get("lat_p50_ms") for r in la),
                 lat_p99=median(r.get("lat_p99_ms") for r in la),
                 cpu_per_10k=median(_cpu_per_10k(r) for r in ok),
@@ -122,7 +130,10 @@ def judged_row(table: list[Row]) -> Row | None:
 
 
 def targets(
-    table: list[Row], scale: dict[str, Any] | None, enqueue_one: dict[str, Any] | None = None
+    table: list[Row],
+    scale: dict[str, Any] | None,
+    enqueue_one: dict[str, Any] | None = None,
+    paired: dict[str, PairedFigure] | None = None,
 ) -> list[Target]:
     ours = judged_row(table)
     raw = next((r for r in table if r.name == RAW), None)
@@ -135,14 +146,12 @@ def targets(
         den: float | None,
         limit: float,
         at_least: bool,
-        unit: str = "x",
     ) -> None:
         if num is None or not den:
             out.append(Target(text, "not measured", None))
             return
         value = num / den
-        shown = f"{value * 100:.0f} %" if unit == "%" else f"{value:.2f}x"
-        out.append(Target(text, shown, value >= limit if at_least else value <= limit))
+        out.append(Target(text, f"{value:.2f}x", value >= limit if at_least else value <= limit))
 
     ratio_target(
         f"processing ≥ 5x best peer ({best.label if best else '-'})",
@@ -151,14 +160,18 @@ def targets(
         5.0,
         True,
     )
-    ratio_target(
-        "processing ≥ 60 % of raw 2x100",
-        ours and ours.process,
-        raw and raw.process,
-        0.60,
-        True,
-        "%",
-    )
+    # Judged on the pairs run back to back in each repetition (bench/paired.py), not on
+    # the column: a row's median and raw's are taken minutes apart.
+    paired = paired or {}
+    for name, text, limit in (
+        (OURS_TUNED, "processing ≥ 60 % of raw 2x100", 0.60),
+        (OURS_INFO, "processing at info logs ≥ 40 % of raw 2x100", 0.40),
+    ):
+        figure = paired.get(name)
+        if figure is None:
+            out.append(Target(f"{text} (paired)", "not measured", None))
+        else:
+            out.append(Target(f"{text} (paired)", figure.shown(), figure.median >= limit))
     ratio_target(
         "idle latency p50 ≤ 1.25x raw 2x100's",
         ours and ours.lat_p50,
@@ -257,7 +270,7 @@ def markdown(table: list[Row], goals: list[Target], header: list[str], notes: li
             value, ref = getattr(ours, attr), best and getattr(best, attr)
             cell = f"{value / ref:.2f}x" if value is not None and ref else "-"
             if attr == "process" and value is not None and raw and raw.process:
-                cell += f" ({value / raw.process * 100:.0f} % of raw 2x100)"
+                cell += f" ({value / raw.process * 100:.0f} % of raw 2x100's median)"
             cells.append(cell)
         lines.append(f"| *{ours.label} ÷ best peer (per column)* | " + " | ".join(cells) + " |")
     lines += ["", "Targets:", ""]
