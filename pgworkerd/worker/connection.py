@@ -15,12 +15,13 @@ import psycopg
 
 from pgworkerd import logs
 from pgworkerd.storage import connections
+from pgworkerd.storage.store import JobStore
 from pgworkerd.worker.spec import WorkerSpec
 
 log = logging.getLogger("pgworkerd.worker")
 
 RECONNECT_MAX_S = 10.0
-# The worker's statements (psycopg prepares each at its sixth run) have plans
+# The worker's statements (prepared on each new connection: JobStore.warm) have plans
 # that do not depend on their parameters' values (tests/integration/test_claim_plan.py
 # asserts the generic ones). Left to choose, PostgreSQL kept planning the claim afresh
 # for every run: half a millisecond of each claim, and of an idle worker's pick-up of a
@@ -34,8 +35,11 @@ CONNECTION_FAULTS = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransac
 
 
 class WorkerConnection:
-    def __init__(self, spec: WorkerSpec, wake_fd: int, stopping: Callable[[], bool]) -> None:
+    def __init__(
+        self, spec: WorkerSpec, wake_fd: int, stopping: Callable[[], bool], store: JobStore
+    ) -> None:
         self.spec = spec
+        self.store = store  # its statements are prepared on every new connection
         self.wake_fd = wake_fd  # signals wake a sleep between attempts
         self.stopping = stopping
         self.conn: psycopg.Connection[Any] | None = None
@@ -61,6 +65,9 @@ class WorkerConnection:
                     tcp_user_timeout=int(min(30.0, self.spec.lease_ttl_s) * 1000),
                     options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}",
                 )
+                # Before the first claim: the first jobs after a start or a reconnect
+                # would otherwise each wait for a parse and a plan (JobStore.warm).
+                self.store.warm(self.conn, limit=self.spec.batch_size, **self.spec.claim_scope())
                 self.epoch += 1
                 return self.conn
             except CONNECTION_FAULTS as exc:

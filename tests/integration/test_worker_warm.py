@@ -1,0 +1,103 @@
+"""A worker's connection has its hot statements prepared before its first claim, on
+every new connection (JobStore.warm, called by WorkerConnection.get), and its claims,
+completions and looks then run those prepared statements."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+import pgworkerd
+from pgworkerd.storage.store import Backoff, JobStore
+from pgworkerd.worker.connection import WorkerConnection
+from pgworkerd.worker.spec import WorkerSpec
+
+
+@contextlib.contextmanager
+def worker_connection(dsn: str, store: JobStore) -> Iterator[WorkerConnection]:
+    spec = WorkerSpec(
+        pool="default",
+        index=1,
+        queues=("default",),
+        queue_max_attempts=(5,),
+        batch_size=10,
+        lease_ttl_s=30.0,
+        poll_interval_s=1.0,
+        database_url=dsn,
+        schema="pgworkerd",
+        backoff=Backoff(),
+        registry={},
+        max_jobs=None,
+        max_memory_bytes=None,
+        log_format="text",
+        log_level="warning",
+        supervisor_pid=os.getpid(),
+        worker_id="test-host:1/default#1",
+    )
+    connection = WorkerConnection(spec, wake_fd=-1, stopping=lambda: False, store=store)
+    try:
+        yield connection
+    finally:
+        connection.lost(psycopg.OperationalError("test over"))  # closes it
+
+
+def prepared(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int]]:
+    """The statements prepared on `conn` (its own session): (generic, custom) plans used."""
+    rows = conn.execute(
+        "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+    ).fetchall()
+    return {statement: (generic, custom) for statement, generic, custom in rows}
+
+
+def test_a_new_connection_is_warmed_before_its_first_claim_and_its_runs_reuse_it(conn, db_dsn):
+    [job_id] = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}])
+    store = JobStore()
+    with worker_connection(db_dsn, store) as connection:
+        worker_conn = connection.get()
+        check_warmed_and_reused(conn, store, worker_conn, job_id)
+
+
+def check_warmed_and_reused(
+    conn: psycopg.Connection[Any],
+    store: JobStore,
+    worker_conn: psycopg.Connection[Any],
+    job_id: int,
+) -> None:
+
+    warmed = prepared(worker_conn)
+    # Levels, next run, complete, claim one, claim, complete and claim: each run once,
+    # on the generic plan that the worker's plan_cache_mode asks for.
+    assert len(warmed) == 6
+    assert set(warmed.values()) == {(1, 0)}
+    # Warming claimed nothing, changed nothing.
+    assert conn.execute(
+        "SELECT state, attempt, lease_token FROM pgworkerd.jobs WHERE id = %s", (job_id,)
+    ).fetchone() == ("queued", 0, None)
+
+    # A worker's first look, woken claim, batch claims and completion: all on the
+    # statements prepared, none planned or prepared anew.
+    scope: dict[str, Any] = {"queues": ["default"], "lease_ttl_s": 30.0, "worker": "w"}
+    assert store.next_run_in(worker_conn, ["default"]) is not None
+    [job], _ = store.claim_one(worker_conn, limit=10, **scope)
+    assert job.id == job_id
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}])
+    _, [second] = store.complete_and_claim(worker_conn, [(job.lease, None)], limit=10, **scope)
+    assert store.claim(worker_conn, limit=10, **scope) == []
+    assert store.complete(worker_conn, [(second.lease, None)]) == {second.id}
+    after = prepared(worker_conn)
+    assert after.keys() == warmed.keys()
+    assert all(generic >= 2 and custom == 0 for generic, custom in after.values())
+
+
+def test_a_reconnect_warms_the_new_connection(db_dsn):
+    with worker_connection(db_dsn, JobStore()) as connection:
+        first = connection.get()
+        connection.lost(psycopg.OperationalError("gone"))
+        assert first.closed
+        second = connection.get()
+        assert second is not first and connection.epoch == 2
+        assert len(prepared(second)) == 6
