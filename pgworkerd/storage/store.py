@@ -649,7 +649,10 @@ class JobStore:
         row, write nothing (no transaction id, no WAL), and count as no claim (no
         position moves, nothing is announced). The reads (the levels, the next run) read
         what they would read. The plans are the generic ones the worker's connection
-        asks for (plan_cache_mode), made without looking at these values. A queue list
+        asks for (plan_cache_mode), made without looking at these values, and kept
+        until the table's statistics change: a connection that warms them must not
+        allow seq scans (worker.connection.WORKER_OPTIONS), or a plan made on an empty
+        table updates the rows by id by a seq scan of jobs. A queue list
         with limited queues claims by a transaction of locks (jobs_claim_limited): its
         claims are not warmed, its completions and looks are."""
         queues = list(dict.fromkeys(scope["queues"]))

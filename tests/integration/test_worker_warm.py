@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 import pgworkerd
 from pgworkerd.storage.store import Backoff, JobStore
@@ -101,3 +102,62 @@ def test_a_reconnect_warms_the_new_connection(db_dsn):
         second = connection.get()
         assert second is not first and connection.epoch == 2
         assert len(prepared(second)) == 6
+
+
+def generic_plans(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
+    """The plan cached for each statement prepared on `conn` (its own session), by the
+    statement's text: force_generic_plan shows the generic plan whatever the values, so
+    each is explained with NULLs."""
+    rows = conn.execute(
+        "SELECT name, statement, cardinality(parameter_types) FROM pg_prepared_statements"
+    ).fetchall()
+    plans = {}
+    for name, statement, arity in rows:
+        nulls = sql.SQL(", ").join([sql.NULL] * arity)
+        explain = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE {} ({})").format(
+            sql.Identifier(name), nulls
+        )
+        plans[statement] = conn.execute(explain).fetchone()[0][0]["Plan"]
+    return plans
+
+
+def jobs_reads(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(node type, index name) of each node of `plan` that reads the jobs table, a
+    bitmap heap scan named by its bitmap's index."""
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    return [
+        (
+            node["Node Type"],
+            node.get("Index Name")
+            or next((c.get("Index Name") for c in nodes(node) if c.get("Index Name")), None),
+        )
+        for node in nodes(plan)
+        if node.get("Relation Name") == "jobs" and node["Node Type"] != "ModifyTable"
+    ]
+
+
+def test_the_plans_warmed_on_an_empty_table_read_jobs_by_its_indexes(db_dsn):
+    """Warmed at connect on a new, empty jobs table (never analyzed: no statistics), as
+    a fresh install's workers warm them. The plans are kept until the table's statistics
+    change, and a seq scan of jobs there reads every dead version while a snapshot is
+    held (tests/process/test_held_snapshot_daemon.py). The worker's connection has no
+    seq scans (WORKER_OPTIONS): the claims read jobs_claim_idx, the updates by id the
+    primary key, as on a big table (tests/integration/test_claim_plan.py)."""
+    with worker_connection(db_dsn, JobStore()) as connection:
+        worker_conn = connection.get()
+        assert worker_conn.execute(
+            "SELECT relpages, reltuples FROM pg_class WHERE oid = 'pgworkerd.jobs'::regclass"
+        ).fetchone() == (0, -1)
+        plans = generic_plans(worker_conn)
+    assert len(plans) == 6
+    for statement, plan in plans.items():
+        reads = jobs_reads(plan)
+        assert reads, statement
+        assert all(index is not None for _, index in reads), (statement[:40], reads)
+        if statement.startswith("WITH RECURSIVE completed"):  # complete and claim
+            assert {index for _, index in reads} == {"jobs_pkey", "jobs_claim_idx"}, reads
