@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 import psycopg
 from psycopg.rows import dict_row
@@ -632,6 +632,52 @@ class JobStore:
             rate_in = min(rate_wakes) - time.monotonic()
             next_in = rate_in if next_in is None else min(next_in, rate_in)
         return next_in
+
+    def warm(
+        self, conn: psycopg.Connection[Any], *, limit: int, **scope: Unpack[ClaimScope]
+    ) -> None:
+        """Prepare on `conn` (server-side, as psycopg prepares a statement at its sixth
+        run) the statements of a worker's claims, completions and idle looks, before it
+        runs any of them: otherwise each of its first five runs of each statement is
+        parsed and planned, on the path from an enqueue to its handler (the first jobs
+        after a start or a reconnect: bench/results/idle-tail-round13-20261128.md).
+
+        Each is run once with `prepare=True` and the parameters of the worker's own runs,
+        of the same types (psycopg knows a prepared statement by its text and its
+        parameters' types, and the claims go in binary as `_claim_rows` sends them), but
+        with no level to claim from and no job to complete: they match no row, lock no
+        row, write nothing (no transaction id, no WAL), and count as no claim (no
+        position moves, nothing is announced). The reads (the levels, the next run) read
+        what they would read. The plans are the generic ones the worker's connection
+        asks for (plan_cache_mode), made without looking at these values, and kept
+        until the table's statistics change: a connection that warms them must not
+        allow seq scans (worker.connection.WORKER_OPTIONS), or a plan made on an empty
+        table updates the rows by id by a seq scan of jobs. A queue list
+        with limited queues claims by a transaction of locks (jobs_claim_limited): its
+        claims are not warmed, its completions and looks are."""
+        queues = list(dict.fromkeys(scope["queues"]))
+
+        def prepare(name: str, params: Mapping[str, Any], *, binary: bool = False) -> None:
+            conn.cursor().execute(self._sql[name], params, prepare=True, binary=binary)
+
+        no_levels = ClaimPositions().literals(queues, sweep=True)  # it knows no level
+        no_successes = _complete_params(Completions.of(()))
+        prepare("jobs_levels", {"queues": queues})
+        prepare("jobs_next_run_at", {"queues": queues, **no_levels})
+        prepare("jobs_complete", no_successes)
+        if limited_queues(queues, self.limits):
+            return
+        claim = {
+            **self._claim_params(
+                queues, limit, scope["lease_ttl_s"], scope["worker"], scope["max_attempts"]
+            ),
+            **no_levels,
+        }
+        prepare("jobs_claim_one", claim, binary=True)
+        prepare("jobs_claim", claim, binary=True)
+        prepare("jobs_complete_and_claim", {**no_successes, **claim}, binary=True)
+
+    # -- operator actions -----------------------------------------------------------------
 
     def cancel(self, conn: psycopg.Connection[Any], ids: Sequence[int]) -> list[int]:
         """Cancel queued or running jobs (their holders notified); returns their ids."""

@@ -9,11 +9,11 @@ import dataclasses
 
 from pgworkerd.ipc import BootError, ControlReader, ExitCode, StartBoard, StatusWriter
 from pgworkerd.worker.base import BaseWorker
-from pgworkerd.worker.connection import WORKER_PLAN_CACHE_MODE
+from pgworkerd.worker.connection import WORKER_OPTIONS, WORKER_PLAN_CACHE_MODE
 from pgworkerd.worker.loop import Worker
 from pgworkerd.worker.spec import WorkerSpec
 
-__all__ = ["WORKER_PLAN_CACHE_MODE", "WorkerSpec", "child_main"]
+__all__ = ["WORKER_OPTIONS", "WORKER_PLAN_CACHE_MODE", "WorkerSpec", "child_main"]
 
 
 def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBoard) -> int:

@@ -99,7 +99,7 @@ class BaseWorker:
         self._claim_number: dict[int, int] = {}  # job id -> its number, current batch
         self.store = JobStore(spec.schema, backoff=spec.backoff, limits=spec.limits)
         self._wake_r, self._wake_w = os.pipe()
-        self.connection = WorkerConnection(spec, self._wake_r, lambda: self.stopping)
+        self.connection = WorkerConnection(spec, self._wake_r, lambda: self.stopping, self.store)
         self.outcomes = OutcomeWriter(
             self.store, self.connection, status, SuccessBuffer(spec.batch_size)
         )

@@ -15,17 +15,28 @@ import psycopg
 
 from pgworkerd import logs
 from pgworkerd.storage import connections
+from pgworkerd.storage.store import JobStore
 from pgworkerd.worker.spec import WorkerSpec
 
 log = logging.getLogger("pgworkerd.worker")
 
 RECONNECT_MAX_S = 10.0
-# The worker's statements (psycopg prepares each at its sixth run) have plans
+# The worker's statements (prepared on each new connection: JobStore.warm) have plans
 # that do not depend on their parameters' values (tests/integration/test_claim_plan.py
 # asserts the generic ones). Left to choose, PostgreSQL kept planning the claim afresh
 # for every run: half a millisecond of each claim, and of an idle worker's pick-up of a
 # new job.
 WORKER_PLAN_CACHE_MODE = "force_generic_plan"
+# A generic plan is made at a statement's first run on the connection (JobStore.warm
+# runs each at connect), from the size the table has then, and kept until its
+# statistics change (an ANALYZE or a VACUUM of jobs, up to a minute later). Made on an
+# empty or small jobs table, the completions' and the claims' updates by id were a seq
+# scan of the whole table, which under a held snapshot reads every dead version
+# (docs/design.md, "The idle wake-up path"). Without seq scans the planner takes the
+# indexes whatever size it sees, so a plan made at any moment is the one made on a big
+# table (tests/integration/test_worker_warm.py). JIT off: a seq scan with no other path
+# costs disable_cost (1e10), far past jit_above_cost, for statements of a millisecond.
+WORKER_OPTIONS = f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE} -c enable_seqscan=off -c jit=off"
 # Errors that end a connection's use. A server that cannot write any more (a failover
 # left us on a read-only node, or a standby) is one: the job is not at fault, nothing
 # is charged, we reconnect (with backoff) until a writable server answers
@@ -34,8 +45,11 @@ CONNECTION_FAULTS = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransac
 
 
 class WorkerConnection:
-    def __init__(self, spec: WorkerSpec, wake_fd: int, stopping: Callable[[], bool]) -> None:
+    def __init__(
+        self, spec: WorkerSpec, wake_fd: int, stopping: Callable[[], bool], store: JobStore
+    ) -> None:
         self.spec = spec
+        self.store = store  # its statements are prepared on every new connection
         self.wake_fd = wake_fd  # signals wake a sleep between attempts
         self.stopping = stopping
         self.conn: psycopg.Connection[Any] | None = None
@@ -59,8 +73,11 @@ class WorkerConnection:
                     self.spec.database_url,
                     application_name=f"pgworkerd worker {self.spec.pool} #{self.spec.index}",
                     tcp_user_timeout=int(min(30.0, self.spec.lease_ttl_s) * 1000),
-                    options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}",
+                    options=WORKER_OPTIONS,
                 )
+                # Before the first claim: the first jobs after a start or a reconnect
+                # would otherwise each wait for a parse and a plan (JobStore.warm).
+                self.store.warm(self.conn, limit=self.spec.batch_size, **self.spec.claim_scope())
                 self.epoch += 1
                 return self.conn
             except CONNECTION_FAULTS as exc:

@@ -42,7 +42,8 @@ class WorkerSpec:
         return f"{self.pool}#{self.index}"
 
     def claim_scope(self) -> ClaimScope:
-        """What every claim of this worker names (the spec is fixed for its life)."""
+        """What every claim of this worker names (the spec is fixed for its life): its
+        claims' and its connection's warm-up of them (JobStore.warm)."""
         return ClaimScope(
             queues=self.queues,
             lease_ttl_s=self.lease_ttl_s,

@@ -14,7 +14,7 @@ from psycopg import sql
 import pgworkerd
 from pgworkerd.storage import queries
 from pgworkerd.storage.store import JobStore
-from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
+from pgworkerd.worker import WORKER_OPTIONS, WORKER_PLAN_CACHE_MODE
 
 # The levels and positions as JobStore's ClaimPositions passes them: here as a sweep
 # does, every level from its start (the most a claim may walk).
@@ -196,3 +196,30 @@ def test_a_paused_queue_costs_the_claim_nothing_however_many_jobs_wait_in_it(con
         conn, queues=["other", "default"], limit=10, lease_ttl_s=30, worker="w"
     )
     assert {job.queue for job in claimed} == {"default"}
+
+
+def test_a_workers_plans_made_on_an_empty_table_read_jobs_by_its_indexes(db_dsn):
+    """The generic plans of the worker's hot statements, made on a new jobs table (no
+    rows, never analyzed), as a worker's connection makes them (WORKER_OPTIONS) when it
+    prepares them at connect (JobStore.warm). A plan is kept until the table's statistics
+    change; one made on an empty table with seq scans allowed updated the claimed and
+    the completed rows by a seq scan of jobs, which a held snapshot makes read every
+    dead version (tests/process/test_held_snapshot_daemon.py)."""
+    ids = {"ids": [1, 2], "tokens": [None, None], "results": [None, None]}
+    statements = {
+        "jobs_claim": CLAIM_PARAMS,
+        "jobs_claim_one": CLAIM_PARAMS,
+        "jobs_complete_and_claim": {**CLAIM_PARAMS, **ids},
+        "jobs_complete": ids,
+        "jobs_completed_by_leases": ids,
+        "jobs_next_run_at": {**LEVELS, "queues": ["default", "other"]},
+        "jobs_levels": {"queues": ["default", "other"]},
+    }
+    with psycopg.connect(db_dsn, autocommit=True, options=WORKER_OPTIONS) as conn:
+        assert conn.execute(
+            "SELECT relpages, reltuples FROM pg_class WHERE oid = 'pgworkerd.jobs'::regclass"
+        ).fetchone() == (0, -1)
+        for name, params in statements.items():
+            plan = explain(conn, name, params, plan_cache_mode=WORKER_PLAN_CACHE_MODE)
+            scans = jobs_scans(plan)
+            assert scans and ("Seq Scan", None) not in scans, (name, scans)

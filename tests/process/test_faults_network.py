@@ -120,8 +120,8 @@ def test_s6_an_outcome_commits_but_its_reply_is_lost(daemons, proxy, db_dsn, rec
     the outcome again and sees its own (the token stays on the finished row): no rerun,
     attempt 1, one start."""
     # A batch's successes are written with the next claim (jobs_complete_and_claim), a
-    # statement psycopg prepares at its sixth run: its text is not always sent, its
-    # parameters are. The reply lost is the one to the message that carries
+    # statement the worker prepared on connecting (JobStore.warm): its text is not sent
+    # again, its parameters are. The reply lost is the one to the message that carries
     # this job's result (`record` returns {"pid": ...}) in the results array literal.
     proxy.lose_reply_to(b'{"{\\"pid\\": ')
     done = pgworkerd.enqueue(recorder, "record", {})

@@ -32,9 +32,9 @@ def test_an_enqueue_wakes_one_idle_worker_not_the_herd(start_daemon, history_con
     daemon = start_daemon(workers=[{"queues": ["default"], "concurrency": 4}], **SLOW_POLL)
     daemon.wait_for_workers(4)
     run_one_job(history_conn)  # past start-up, when every idle worker is woken once
-    # A worker's title says `idle` from its boot, before it has connected; it tells the
-    # supervisor it is idle only after its first look finds nothing. Wait for every one
-    # of them to be there.
+    # A worker's title says `idle` from its boot, before it has connected and prepared
+    # its statements (JobStore.warm); it tells the supervisor it is idle only after its
+    # first look finds nothing. Wait for every one of them to be there.
     wait_until(
         lambda: workers_at_their_look(history_conn) == 4,
         timeout_s=10,
@@ -44,7 +44,7 @@ def test_an_enqueue_wakes_one_idle_worker_not_the_herd(start_daemon, history_con
     since = utc_now_text()
     run_one_job(history_conn, timeout_s=10, what="the job to run long before the 60 s poll")
     # What the supervisor did with this job's notification (and any still arriving from
-    # start-up): each woke one worker, with others idle. A wake-up held over from
+    # the warm-up): each woke one worker, with others idle. A wake-up held over from
     # start-up may also reach a worker now: the supervisor never drops one, so it is not
     # counted against the herd.
     lines = notifications_since(daemon, since)
