@@ -122,13 +122,16 @@ def _window(
         row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
         return int(row[0]) if row else 0
 
-    d0, w0 = done(), wal()
+    # Each count comes just before its CPU sample, at both ends: the jobs' span and the
+    # CPU's are of one length.
+    w0, d0 = wal(), done()
     server = ServerCpu(data_dir, exclude=(own,))
     c0, t0 = client_cpu(), time.monotonic()
     time.sleep(window_s)
+    d1 = done()
     c1, t1 = client_cpu(), time.monotonic()
     server_s = server.since_start()
-    d1, w1 = done(), wal()
+    w1 = wal()
     jobs = max(1, d1 - d0)
     statements = _statements(conn, jobs)
     if perf is not None:
