@@ -40,6 +40,7 @@ import psycopg
 
 from bench.cluster import PEER_SETTINGS, throwaway_cluster
 from bench.daemon import REPO, command, daemon_env, fill_noop_jobs, migrate, write_config
+from bench.server_cpu import ServerCpu
 
 JOBS = 60_000
 STARTUP_S = 3.0  # after both workers are forked: their imports and first claims
@@ -95,7 +96,15 @@ def one_run(
                         start_new_session=True,
                     )
                 try:
-                    return _window(conn, psutil.Process(daemon.pid), tag, window_s, spy, statements)
+                    return _window(
+                        conn,
+                        psutil.Process(daemon.pid),
+                        tag,
+                        window_s,
+                        spy,
+                        statements,
+                        cluster.data_dir,
+                    )
                 finally:
                     daemon.terminate()
                     daemon.wait(60)
@@ -110,6 +119,7 @@ def _window(
     window_s: float,
     spy: Path | None,
     statements: Path | None = None,
+    data_dir: Path | None = None,
 ) -> dict[str, float]:
     deadline = time.monotonic() + 60
     while len(supervisor.children()) < 2:  # both workers forked
@@ -146,9 +156,21 @@ def _window(
     if statements is not None:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         conn.execute("SELECT pg_stat_statements_reset()")
-    d0, c0, t0 = done(), cpu(), time.monotonic()
+
+    def wal() -> int:
+        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+        return int(row[0]) if row else 0
+
+    # Each count (~70 ms on 200,000 rows) comes just before its CPU sample, at both
+    # ends: the jobs' span and the CPU's are of one length.
+    w0, d0 = wal(), done()
+    server = ServerCpu(data_dir, exclude=(conn.info.backend_pid,)) if data_dir else None
+    c0, t0 = cpu(), time.monotonic()
     time.sleep(window_s)
-    d1, c1, t1 = done(), cpu(), time.monotonic()
+    d1 = done()
+    c1, t1 = cpu(), time.monotonic()
+    server_s = server.since_start() if server else {"total": 0.0}
+    w1 = wal()
     if statements is not None:
         _write_statements(conn, statements / f"{tag}_statements.txt")
     for sampler in samplers:
@@ -160,6 +182,9 @@ def _window(
         "workers_s_per_10k": (c1[1] - c0[1]) / jobs * 1e4,
         "tree_s_per_10k": (c1[0] - c0[0] + c1[1] - c0[1]) / jobs * 1e4,
         "supervisor_wakeups_per_100": (c1[2] - c0[2]) / jobs * 100,
+        # PostgreSQL's processes (the measuring connection's backend left out), by kind
+        **{f"server_{kind}_s_per_10k": s / jobs * 1e4 for kind, s in server_s.items()},
+        "wal_bytes_per_job": (w1 - w0) / jobs,
         "load": os.getloadavg()[0],
     }
 
@@ -212,6 +237,7 @@ def main() -> int:
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
     tree: dict[str, list[float]] = {"A": [], "B": []}
+    server: dict[str, list[float]] = {"A": [], "B": []}
     rate: dict[str, list[float]] = {"A": [], "B": []}
     sides: list[tuple[str, Path | None]] = [("A", args.other.resolve()), ("B", None)]
     for pair in range(1, args.pairs + 1):
@@ -219,12 +245,18 @@ def main() -> int:
             tag = f"{side}{pair}"
             r = one_run(code, tag, args.window, args.spy, args.config, args.statements, args.jobs)
             tree[side].append(r["tree_s_per_10k"])
+            server[side].append(r["server_total_s_per_10k"])
             rate[side].append(r["jobs_per_s"])
             print(
                 f"{tag}: {r['jobs_per_s']:,.0f} jobs/s; CPU s per 10k jobs: supervisor "
                 f"{r['supervisor_s_per_10k']:.3f}, workers {r['workers_s_per_10k']:.3f}, "
                 f"tree {r['tree_s_per_10k']:.3f}; supervisor wake-ups per 100 jobs "
-                f"{r['supervisor_wakeups_per_100']:.2f}; load {r['load']:.1f}",
+                f"{r['supervisor_wakeups_per_100']:.2f}; server {r['server_total_s_per_10k']:.3f}"
+                f" (backends {r['server_backends_s_per_10k']:.3f}, walwriter"
+                f" {r['server_walwriter_s_per_10k']:.3f}, autovacuum"
+                f" {r['server_autovacuum_s_per_10k']:.3f}, checkpointer"
+                f" {r['server_checkpointer_s_per_10k']:.3f}); WAL B/job"
+                f" {r['wal_bytes_per_job']:.0f}; load {r['load']:.1f}",
                 flush=True,
             )
     for side in ("A", "B"):
@@ -232,7 +264,9 @@ def main() -> int:
         print(
             f"{side}: tree CPU s per 10k jobs, median {statistics.median(values):.3f} "
             f"({min(values):.3f}-{max(values):.3f}); jobs/s, median "
-            f"{statistics.median(rate[side]):,.0f}"
+            f"{statistics.median(rate[side]):,.0f}; server CPU s per 10k jobs, median"
+            f" {statistics.median(server[side]):.3f}"
+            f" ({min(server[side]):.3f}-{max(server[side]):.3f})"
         )
     ratios = [b / a for a, b in zip(rate["A"], rate["B"], strict=True)]
     ahead = sum(r > 1 for r in ratios)
@@ -240,6 +274,8 @@ def main() -> int:
         f"rate B/A per pair, median {statistics.median(ratios):.3f};"
         f" B ahead in {ahead} of {len(ratios)}"
     )
+    server_lower = sum(b < a for a, b in zip(server["A"], server["B"], strict=True))
+    print(f"server CPU per job: B lower in {server_lower} of {len(ratios)} pairs")
     return 0
 
 
