@@ -11,10 +11,13 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pgworkerd"
-# What would let a commit return before its WAL is on disk, or keep a table out of it.
+# What would let a commit return before its WAL is on disk, or keep a table out of it:
+# one of these settings given a value (`name = x`, `SET name TO x`, `-c name=x`,
+# set_config('name', ...), a dict's `"name": ...`), or UNLOGGED (the keyword). A comment
+# that names a setting without setting it is left alone.
+_SETTINGS = r"(synchronous_commit|fsync|full_page_writes|commit_delay|wal_writer_delay)"
 UNSAFE = re.compile(
-    r"synchronous_commit|\bfsync\b|full_page_writes|commit_delay|wal_writer_delay"
-    r"|\bunlogged\b|SET\s+UNLOGGED",
+    rf"\b{_SETTINGS}\s*(=|\bTO\b)|\b{_SETTINGS}['\"]\s*[:,]|(?-i:\bUNLOGGED\b)",
     re.IGNORECASE,
 )
 # The test clusters' settings: a throwaway cluster, where durability is worth nothing.
