@@ -171,7 +171,7 @@ def targets(
         if figure is None:
             out.append(Target(f"{text} (paired)", "not measured", None))
         else:
-            out.append(Target(f"{text} (paired)", figure.shown(), figure.median >= limit))
+            out.append(Target(f"{text} (paired)", figure.shown(), figure.value >= limit))
     ratio_target(
         "idle latency p50 ≤ 1.25x raw 2x100's",
         ours and ours.lat_p50,
