@@ -13,7 +13,7 @@ each peer runs through its own harness from the peers' directory (`--peers-dir`;
 peers' harnesses are not part of this repository); both follow the protocol of the
 peers' common.py (see bench/measure.py). Prints one markdown table and
 the targets' verdicts (processing against raw 2x100 on pairs run back to back in each
-repetition, the median of their ratios: bench/paired.py), then an I/O-bound section
+repetition, both orders weighed alike: bench/paired.py), then an I/O-bound section
 (bench/iobound.py: 2,000 jobs x 50 ms, pgworkerd with threads, plain and coroutine
 handlers, beside PgQueuer through the peers' io harness `<peers-dir>/../io/io_bound.py`
 when a PgQueuer peer is selected; about half a minute, `--no-io` skips it), and writes
@@ -356,8 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         + (f"Median of {args.reps} runs." if args.reps > 1 else "One run each.")
         + " The processing targets against raw 2x100 are judged on pairs: raw runs back "
         "to back with the tuned and the info rows in each repetition, which first swapped "
-        "every repetition, and the figure is the median of the repetitions' ratios "
-        "(listed under the table)."
+        "every repetition, and the figure is the geometric mean of the median ratios of "
+        "the two orders (listed under the table)."
         + f" Disk fdatasync (pg_test_fsync): {_rate(environment, 'start')} at the start, "
         f"{_rate(environment, 'end')} at the end; load average (1 min) "
         f"{environment['loadavg_start'][0]:.1f} before.",
