@@ -26,14 +26,14 @@ from bench.stats import percentile
 from pgworkerd.storage import migrations
 from pgworkerd.storage.embedded import EmbeddedCluster
 from pgworkerd.storage.store import JobStore
-from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
+from pgworkerd.worker import WORKER_OPTIONS
 
 JOBS, WORKERS, BATCH = 20_000, 4, 10
 
 
 def drain(dsn: str, calls: list[float]) -> None:
     store = JobStore()
-    options = f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}"
+    options = WORKER_OPTIONS
     with psycopg.connect(dsn, autocommit=True, options=options) as conn:
         pending: list[Any] = []
         while True:

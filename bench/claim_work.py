@@ -29,7 +29,7 @@ import pgworkerd
 from bench.cluster import PEER_SETTINGS, fresh_database, throwaway_cluster
 from pgworkerd.storage.migrations import migrate
 from pgworkerd.storage.store import JobStore
-from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
+from pgworkerd.worker import WORKER_OPTIONS
 
 CHUNK = 1_000
 STATS_SETTINGS = {**PEER_SETTINGS, "shared_preload_libraries": "pg_stat_statements"}
@@ -68,9 +68,7 @@ def run(dsn: str, jobs: int, batch: int, hold: bool) -> list[tuple[int, float, f
     figures = []
     store = JobStore()
     with (
-        psycopg.connect(
-            dsn, autocommit=True, options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}"
-        ) as conn,
+        psycopg.connect(dsn, autocommit=True, options=WORKER_OPTIONS) as conn,
         psycopg.connect(dsn, autocommit=False) as holder,
     ):
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")

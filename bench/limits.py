@@ -34,7 +34,7 @@ from pgworkerd.job import Lease
 from pgworkerd.storage import migrations, queries
 from pgworkerd.storage.limits import QueueLimits, claim_limit_params
 from pgworkerd.storage.store import JobStore, _claim_params
-from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
+from pgworkerd.worker import WORKER_OPTIONS
 
 ROWS: list[tuple[str, QueueLimits | None, int]] = [
     ("unlimited", None, 0),
@@ -70,9 +70,7 @@ def drain(dsn: str, limits: QueueLimits | None, workers: int, batch: int) -> dic
         store = JobStore(limits={"default": limits} if limits else None)
         own: list[float] = []
         finished = 0
-        with psycopg.connect(
-            dsn, autocommit=True, options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}"
-        ) as conn:
+        with psycopg.connect(dsn, autocommit=True, options=WORKER_OPTIONS) as conn:
             pending: list[tuple[Lease, str | None]] = []
             while True:
                 began = time.perf_counter()

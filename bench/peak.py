@@ -43,6 +43,7 @@ import psutil
 import psycopg
 
 from bench.daemon import QUEUE, REPO, Daemon, daemon_env, migrate, write_config
+from bench.server_cpu import postmaster
 
 DEPTH = 2_000
 PAYLOAD_BYTES = 256
@@ -121,10 +122,6 @@ def parse_layouts(text: str) -> list[Layout]:
 
 
 # -- the measured side ----------------------------------------------------------------
-
-
-def postmaster(data_dir: Path) -> psutil.Process:
-    return psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
 
 
 def tree_cpu(proc: psutil.Process) -> float:

@@ -28,7 +28,7 @@ import pytest
 
 import pgworkerd
 from pgworkerd.storage.store import JobStore
-from pgworkerd.worker import WORKER_PLAN_CACHE_MODE
+from pgworkerd.worker import WORKER_OPTIONS
 
 JOBS = 100_000
 CHUNK = 1_000  # enqueued at once, then drained
@@ -48,13 +48,11 @@ WHERE query LIKE '%FOR UPDATE SKIP LOCKED%'
 
 @contextlib.contextmanager
 def beside_a_held_snapshot(dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    """An autocommit connection that plans as a worker's does (generic plans, kept for
-    its life), while another connection holds an xid and its snapshot, so that the
-    horizon cannot pass it, until the block ends."""
+    """An autocommit connection that plans as a worker's does (WORKER_OPTIONS: generic
+    plans without seq scans, kept for its life), while another connection holds an xid
+    and its snapshot, so that the horizon cannot pass it, until the block ends."""
     with (
-        psycopg.connect(
-            dsn, autocommit=True, options=f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE}"
-        ) as conn,
+        psycopg.connect(dsn, autocommit=True, options=WORKER_OPTIONS) as conn,
         psycopg.connect(dsn) as holder,
     ):
         holder.execute("SELECT txid_current()")
