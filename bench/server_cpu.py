@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import psutil
+import psycopg
 
 KINDS = ("backends", "walwriter", "autovacuum", "checkpointer", "other", "ended")
 
@@ -71,3 +73,10 @@ class ServerCpu:
             by_kind[kind] += seconds - (before[1] if before else 0.0)
         by_kind["total"] = sum(by_kind[k] for k in KINDS)
         return by_kind
+
+
+def wal_position(conn: psycopg.Connection[Any]) -> int:
+    """The cluster's WAL insert position in bytes: two readings' difference is the WAL
+    written between them."""
+    row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    return int(row[0]) if row else 0

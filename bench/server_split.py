@@ -33,7 +33,7 @@ import psycopg
 
 from bench.cluster import PEER_SETTINGS, throwaway_cluster
 from bench.daemon import REPO, command, daemon_env, fill_noop_jobs, migrate, write_config
-from bench.server_cpu import ServerCpu
+from bench.server_cpu import ServerCpu, wal_position
 
 TUNED = {"defaults": {"batch_size": 100}, "log_level": "warning"}
 STARTUP_S = 3.0
@@ -118,20 +118,16 @@ def _window(
         row = conn.execute(done_sql).fetchone()
         return int(row[0]) if row else 0
 
-    def wal() -> int:
-        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
-        return int(row[0]) if row else 0
-
     # Each count comes just before its CPU sample, at both ends: the jobs' span and the
     # CPU's are of one length.
-    w0, d0 = wal(), done()
+    w0, d0 = wal_position(conn), done()
     server = ServerCpu(data_dir, exclude=(own,))
     c0, t0 = client_cpu(), time.monotonic()
     time.sleep(window_s)
     d1 = done()
     c1, t1 = client_cpu(), time.monotonic()
     server_s = server.since_start()
-    w1 = wal()
+    w1 = wal_position(conn)
     jobs = max(1, d1 - d0)
     statements = _statements(conn, jobs)
     if perf is not None:

@@ -40,7 +40,7 @@ import psycopg
 
 from bench.cluster import PEER_SETTINGS, throwaway_cluster
 from bench.daemon import REPO, command, daemon_env, fill_noop_jobs, migrate, write_config
-from bench.server_cpu import ServerCpu
+from bench.server_cpu import ServerCpu, wal_position
 
 JOBS = 60_000
 STARTUP_S = 3.0  # after both workers are forked: their imports and first claims
@@ -157,20 +157,16 @@ def _window(
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         conn.execute("SELECT pg_stat_statements_reset()")
 
-    def wal() -> int:
-        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
-        return int(row[0]) if row else 0
-
     # Each count (~70 ms on 200,000 rows) comes just before its CPU sample, at both
     # ends: the jobs' span and the CPU's are of one length.
-    w0, d0 = wal(), done()
+    w0, d0 = wal_position(conn), done()
     server = ServerCpu(data_dir, exclude=(conn.info.backend_pid,)) if data_dir else None
     c0, t0 = cpu(), time.monotonic()
     time.sleep(window_s)
     d1 = done()
     c1, t1 = cpu(), time.monotonic()
     server_s = server.since_start() if server else {"total": 0.0}
-    w1 = wal()
+    w1 = wal_position(conn)
     if statements is not None:
         _write_statements(conn, statements / f"{tag}_statements.txt")
     for sampler in samplers:
