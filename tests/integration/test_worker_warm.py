@@ -16,6 +16,7 @@ import pgworkerd
 from pgworkerd.storage.store import Backoff, JobStore
 from pgworkerd.worker.connection import WorkerConnection
 from pgworkerd.worker.spec import WorkerSpec
+from tests.integration.test_claim_plan import plan_nodes
 
 
 @contextlib.contextmanager
@@ -124,19 +125,13 @@ def generic_plans(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
 def jobs_reads(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
     """(node type, index name) of each node of `plan` that reads the jobs table, a
     bitmap heap scan named by its bitmap's index."""
-
-    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        yield node
-        for child in node.get("Plans", []):
-            yield from nodes(child)
-
     return [
         (
             node["Node Type"],
             node.get("Index Name")
-            or next((c.get("Index Name") for c in nodes(node) if c.get("Index Name")), None),
+            or next((c.get("Index Name") for c in plan_nodes(node) if c.get("Index Name")), None),
         )
-        for node in nodes(plan)
+        for node in plan_nodes(plan)
         if node.get("Relation Name") == "jobs" and node["Node Type"] != "ModifyTable"
     ]
 
