@@ -22,6 +22,7 @@ import psycopg
 
 import pgworkerd
 from bench.cluster import fresh_database, throwaway_cluster
+from bench.server_cpu import postmaster
 from bench.stats import percentile
 from pgworkerd.storage import migrations
 from pgworkerd.storage.embedded import EmbeddedCluster
@@ -50,7 +51,7 @@ def drain(dsn: str, calls: list[float]) -> None:
 def server_cpu_s(cluster: EmbeddedCluster) -> float:
     """CPU seconds of the cluster so far: the postmaster's own and its reaped children's
     (every backend that has exited), plus its live children's (their stat files)."""
-    pid = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
+    pid = postmaster(cluster.data_dir).pid
     ticks = os.sysconf("SC_CLK_TCK")
 
     def fields(proc: str) -> list[str]:
