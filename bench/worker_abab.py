@@ -19,6 +19,9 @@ e.g. the tuned row's
 defaults). `--statements DIR`: the cluster loads pg_stat_statements, reset at the
 window's start; at its end each statement's calls, mean execution and planning time,
 and shared buffers hit and dirtied per call are written to DIR/<run>_statements.txt.
+A run whose jobs all succeeded before its window ended measured idle workers: the
+script says so on one line and exits 2 (`--jobs` must cover the start-up pause and the
+window at the rate of the row: ~18,000 jobs/s for the tuned one).
 """
 
 from __future__ import annotations
@@ -44,6 +47,21 @@ from bench.server_cpu import ServerCpu, wal_position
 
 JOBS = 60_000
 STARTUP_S = 3.0  # after both workers are forked: their imports and first claims
+
+
+class RanOut(Exception):
+    """The daemon ran out of jobs before the window ended: its rate is not measured."""
+
+
+def check_supply(succeeded_at_end: int, inserted: int, window_s: float) -> None:
+    """Raise RanOut when every inserted job had succeeded by the window's end: the
+    workers idled for part of the window, so jobs per second (and CPU per job, which
+    then counts idle loops) would be read off a run that was not kept busy."""
+    if succeeded_at_end >= inserted:
+        raise RanOut(
+            f"all {inserted:,} jobs were done before the {window_s:g} s window ended:"
+            " give --jobs more (at least the rate times the start-up pause plus the window)"
+        )
 
 
 def _py_spy(py_spy: str, pid: int, out: Path) -> list[str]:
@@ -104,6 +122,7 @@ def one_run(
                         spy,
                         statements,
                         cluster.data_dir,
+                        jobs,
                     )
                 finally:
                     daemon.terminate()
@@ -120,6 +139,7 @@ def _window(
     spy: Path | None,
     statements: Path | None = None,
     data_dir: Path | None = None,
+    inserted: int = JOBS,
 ) -> dict[str, float]:
     deadline = time.monotonic() + 60
     while len(supervisor.children()) < 2:  # both workers forked
@@ -165,6 +185,7 @@ def _window(
     time.sleep(window_s)
     d1 = done()
     c1, t1 = cpu(), time.monotonic()
+    check_supply(d1, inserted, window_s)
     server_s = server.since_start() if server else {"total": 0.0}
     w1 = wal_position(conn)
     if statements is not None:
@@ -206,7 +227,7 @@ def _write_statements(conn: psycopg.Connection[Any], out: Path) -> None:
     out.write_text("\n".join(lines) + "\n")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("other", type=Path, help="the other checkout (A)")
     parser.add_argument("--pairs", type=int, default=3)
@@ -228,7 +249,7 @@ def main() -> int:
         help="jobs inserted: enough for the start-up pause and the window (the tuned row"
         " runs ~15,000 a second)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for directory in (args.spy, args.statements):
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -239,7 +260,13 @@ def main() -> int:
     for pair in range(1, args.pairs + 1):
         for side, code in sides if pair % 2 else sides[::-1]:
             tag = f"{side}{pair}"
-            r = one_run(code, tag, args.window, args.spy, args.config, args.statements, args.jobs)
+            try:
+                r = one_run(
+                    code, tag, args.window, args.spy, args.config, args.statements, args.jobs
+                )
+            except RanOut as error:
+                print(f"{tag}: {error}", file=sys.stderr)
+                return 2
             tree[side].append(r["tree_s_per_10k"])
             server[side].append(r["server_total_s_per_10k"])
             rate[side].append(r["jobs_per_s"])
