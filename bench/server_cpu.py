@@ -3,7 +3,8 @@
 From /proc (psutil): the postmaster and each of its children, named by their process
 title (`postgres: walwriter`, `postgres: autovacuum worker`, a backend's
 `postgres: user db host ...`); the children that ended in between (autovacuum workers,
-or a backend whose client left) are in the postmaster's children_* times, as "ended".
+or a backend whose client left) are in the postmaster's children_* times, as "ended",
+each by its share after the first sample only.
 One connection's backend (the measuring one) can be left out.
 """
 
@@ -65,12 +66,20 @@ class ServerCpu:
 
     def since_start(self) -> dict[str, float]:
         """CPU seconds by kind (KINDS) and their "total" since the object was made: a
-        process that started meanwhile counts from zero."""
+        process that started meanwhile counts from zero; one that was there at the start
+        and has ended since counts, under "ended", only what it spent after the start."""
         now = self.sample()
         by_kind = dict.fromkeys(KINDS, 0.0)
         for key, (kind, seconds) in now.items():
             before = self.start.get(key)
             by_kind[kind] += seconds - (before[1] if before else 0.0)
+        # The postmaster's children_* times grow by an ended child's whole lifetime; the
+        # part it had spent by the start sample was before the window: take it off, so
+        # that it is counted once, in its share of the window, and still under "ended"
+        # (its kind is kept apart from the live processes': a window should have none).
+        for key, (_, seconds) in self.start.items():
+            if isinstance(key, int) and key not in now:
+                by_kind["ended"] -= seconds
         by_kind["total"] = sum(by_kind[k] for k in KINDS)
         return by_kind
 

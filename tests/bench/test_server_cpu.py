@@ -43,3 +43,22 @@ def test_a_backend_that_exits_in_between_counts_as_ended(own_cluster: EmbeddedCl
         spent = server.since_start()
     assert spent["ended"] >= 0.05
     assert spent["backends"] < 0.03  # no longer a live backend's
+
+
+def test_a_backend_that_worked_before_the_start_and_exits_after_counts_only_its_share(
+    own_cluster: EmbeddedCluster,
+) -> None:
+    client = psycopg.connect(own_cluster.dsn(), autocommit=True)
+    client.execute(BURN)  # before the start sample: not the window's
+    backend = client.info.backend_pid
+    server = ServerCpu(own_cluster.data_dir)
+    assert server.start[backend][1] >= 0.05
+    client.close()
+    # Once reaped, its whole lifetime is in the postmaster's children_* times.
+    deadline = time.monotonic() + 10
+    while backend in server.sample() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert backend not in server.sample()
+    spent = server.since_start()
+    assert spent["ended"] < 0.03
+    assert spent["backends"] < 0.03
