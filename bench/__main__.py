@@ -318,13 +318,12 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(1, args.reps + 1):
             # raw back to back with each judged row, which side first swapped every
             # repetition: the throughput targets are judged on these pairs (bench/paired.py)
-            for mode in args.mode_names:
-                for name in paired.order([*report.OUR_ROWS, *available], rep):
-                    record = _one_run(cluster, name, mode, rep, proto, args, logs)
-                    if record is not None:
-                        records.append(record)
-                        with (out / "records.jsonl").open("a") as fh:
-                            fh.write(json.dumps(record, sort_keys=True) + "\n")
+            for mode, name in paired.schedule(args.mode_names, [*report.OUR_ROWS, *available], rep):
+                record = _one_run(cluster, name, mode, rep, proto, args, logs)
+                if record is not None:
+                    records.append(record)
+                    with (out / "records.jsonl").open("a") as fh:
+                        fh.write(json.dumps(record, sort_keys=True) + "\n")
         if args.enqueue_blocks and "throughput" in args.mode_names:
             enqueue_one = _enqueue_one(cluster, args.enqueue_blocks, args.enqueue_block)
         if args.io:

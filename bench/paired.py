@@ -39,6 +39,14 @@ def order(names: Iterable[str], rep: int) -> list[str]:
     return [name for name in names if name not in block] + block
 
 
+def schedule(modes: Iterable[str], names: Iterable[str], rep: int) -> list[tuple[str, str]]:
+    """Repetition `rep`'s runs as (mode, row): the modes in turn, and within each mode
+    the rows in `order`, so that a judged row and raw run back to back in one mode
+    (rows outer, modes inner, would put the other modes' runs between the two)."""
+    rows = order(names, rep)
+    return [(mode, name) for mode in modes for name in rows]
+
+
 @dataclass
 class Pair:
     rep: int

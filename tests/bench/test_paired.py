@@ -34,6 +34,23 @@ def test_raw_runs_back_to_back_with_each_judged_row_and_the_first_swaps_each_rep
     assert paired.order(NAMES, 3) == odd
 
 
+def test_the_schedule_runs_each_mode_in_turn_with_the_reps_row_order_inside_it() -> None:
+    rows = [report.OURS, report.OURS_TUNED, report.RAW]
+    schedule = paired.schedule(["throughput", "latency"], rows, 1)
+    assert schedule == [
+        ("throughput", report.OURS),
+        ("throughput", report.OURS_TUNED),
+        ("throughput", report.RAW),
+        ("latency", report.OURS),
+        ("latency", report.OURS_TUNED),
+        ("latency", report.RAW),
+    ]
+    # the row order within a mode is the repetition's: reversed block next repetition
+    assert [name for mode, name in paired.schedule(["throughput"], rows, 2)] == (
+        paired.order(rows, 2)
+    )
+
+
 def test_without_raw_the_order_is_the_rows_with_the_judged_ones_last() -> None:
     names = [report.OURS, report.OURS_INFO, report.OURS_TUNED]
     assert paired.order(names, 1) == [report.OURS, report.OURS_TUNED, report.OURS_INFO]
