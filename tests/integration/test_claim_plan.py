@@ -49,6 +49,21 @@ def jobs_scans(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
     ]
 
 
+def unbounded_jobs_reads(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(node type, index name) of each node of `plan` that reads the jobs table with no
+    condition on an index: a seq scan, or an index scan without an Index Cond (a walk
+    of the whole index, as slow as a seq scan on a big table). A bitmap heap scan's
+    condition is its Recheck Cond."""
+    return [
+        (n["Node Type"], n.get("Index Name"))
+        for n in plan_nodes(plan)
+        if n.get("Relation Name") == "jobs"
+        and n["Node Type"] != "ModifyTable"
+        and "Index Cond" not in n
+        and "Recheck Cond" not in n
+    ]
+
+
 # Workers run their statements with generic plans (worker.WORKER_PLAN_CACHE_MODE): each
 # plan is checked both ways, planned for the parameters' values and planned blind.
 PLAN_MODES = ("auto", WORKER_PLAN_CACHE_MODE)
@@ -111,6 +126,7 @@ def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(
         plan = explain(conn, "jobs_claim", CLAIM_PARAMS, plan_cache_mode=mode)
         scans = jobs_scans(plan)
         assert ("Seq Scan", None) not in scans, (mode, scans)
+        assert not unbounded_jobs_reads(plan), (mode, unbounded_jobs_reads(plan))
         assert any(index == "jobs_claim_idx" for _, index in scans), (mode, scans)
         assert plan["Actual Rows"] == 11  # and claim_meta's row
         # Buffers, not time: the claim touches a few pages, not the millions of rows.
@@ -129,6 +145,7 @@ def test_claim_uses_the_partial_index_with_a_million_finished_and_future_rows(
         plan = explain(conn, name, params, plan_cache_mode=mode)
         scans = jobs_scans(plan)
         assert ("Seq Scan", None) not in scans, (name, mode, scans)
+        assert not unbounded_jobs_reads(plan), (name, mode, unbounded_jobs_reads(plan))
         assert pages_touched(plan) < 300, (name, mode, pages_touched(plan))
 
 
@@ -162,6 +179,7 @@ def test_completing_a_batch_does_not_read_the_finished_rows(conn):
             if n.get("Relation Name") == "jobs" and n["Node Type"] != "ModifyTable"
         }
         assert scans == {"jobs_pkey"}, (name, mode, scans)
+        assert not unbounded_jobs_reads(plan), (name, mode, unbounded_jobs_reads(plan))
         assert pages_touched(plan) < 2000, (name, mode, pages_touched(plan))
 
 
@@ -188,6 +206,7 @@ def test_a_paused_queue_costs_the_claim_nothing_however_many_jobs_wait_in_it(con
         plan = explain(conn, name, statement_params, plan_cache_mode=mode)
         scans = jobs_scans(plan)
         assert ("Seq Scan", None) not in scans, (name, mode, scans)
+        assert not unbounded_jobs_reads(plan), (name, mode, unbounded_jobs_reads(plan))
         assert any(index == "jobs_claim_idx" for _, index in scans), (name, mode, scans)
         assert pages_touched(plan) < 300, (name, mode, pages_touched(plan))
         if name == "jobs_claim":
@@ -223,3 +242,22 @@ def test_a_workers_plans_made_on_an_empty_table_read_jobs_by_its_indexes(db_dsn)
             plan = explain(conn, name, params, plan_cache_mode=WORKER_PLAN_CACHE_MODE)
             scans = jobs_scans(plan)
             assert scans and ("Seq Scan", None) not in scans, (name, scans)
+            assert not unbounded_jobs_reads(plan), (name, unbounded_jobs_reads(plan))
+
+
+def test_an_index_scan_without_a_condition_counts_as_unbounded() -> None:
+    """A plan as PostgreSQL shapes one that walks a whole index (no Index Cond): the
+    check above must reject it, where "on an index" alone let it pass."""
+    walk = {"Node Type": "Index Scan", "Relation Name": "jobs", "Index Name": "jobs_pkey"}
+    bounded = {**walk, "Index Cond": "(jobs.id = ANY ($1))"}
+    bitmap = {
+        "Node Type": "Bitmap Heap Scan",
+        "Relation Name": "jobs",
+        "Recheck Cond": "(jobs.id = ANY ($1))",
+        "Plans": [{"Node Type": "Bitmap Index Scan", "Index Name": "jobs_pkey"}],
+    }
+    update = {"Node Type": "ModifyTable", "Relation Name": "jobs"}
+    assert unbounded_jobs_reads({**update, "Plans": [walk]}) == [("Index Scan", "jobs_pkey")]
+    assert unbounded_jobs_reads({**update, "Plans": [bounded, bitmap]}) == []
+    seq = {"Node Type": "Seq Scan", "Relation Name": "jobs"}
+    assert unbounded_jobs_reads(seq) == [("Seq Scan", None)]

@@ -16,7 +16,7 @@ import pgworkerd
 from pgworkerd.storage.store import Backoff, JobStore
 from pgworkerd.worker.connection import WorkerConnection
 from pgworkerd.worker.spec import WorkerSpec
-from tests.integration.test_claim_plan import plan_nodes
+from tests.integration.test_claim_plan import plan_nodes, unbounded_jobs_reads
 
 
 @contextlib.contextmanager
@@ -154,5 +154,7 @@ def test_the_plans_warmed_on_an_empty_table_read_jobs_by_its_indexes(db_dsn):
         reads = jobs_reads(plan)
         assert reads, statement
         assert all(index is not None for _, index in reads), (statement[:40], reads)
+        # On an index and bounded by a condition on it: not a walk of the whole index.
+        assert not unbounded_jobs_reads(plan), (statement[:40], unbounded_jobs_reads(plan))
         if statement.startswith("WITH RECURSIVE completed"):  # complete and claim
             assert {index for _, index in reads} == {"jobs_pkey", "jobs_claim_idx"}, reads
