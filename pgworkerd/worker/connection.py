@@ -57,6 +57,9 @@ class WorkerConnection:
         # back rather than run, since its leases may have lapsed while we were away.
         self.epoch = 0
         self._read_only_delay_s = 0.0  # backoff between read-only faults in a row
+        # Set when a connect was refused for a read-only server, cleared by one that
+        # went through: the cause is told once a fault, not at every retry of it.
+        self._told_read_only = False
 
     def get(self, *, for_outcome: bool = False) -> psycopg.Connection[Any]:
         """The open connection, or a new one after jittered backoff. Gives up (raises)
@@ -79,20 +82,35 @@ class WorkerConnection:
                 # would otherwise each wait for a parse and a plan (JobStore.warm).
                 self.store.warm(self.conn, limit=self.spec.batch_size, **self.spec.claim_scope())
                 self.epoch += 1
+                self._told_read_only = False
                 return self.conn
             except CONNECTION_FAULTS as exc:
                 self._close()
-                logs.event(
-                    log,
-                    logging.WARNING,
-                    "database unreachable; retrying",
-                    error=connections.describe_error(exc, self.spec.database_url),
-                    retry_in_s=round(delay, 2),
-                )
+                self._log_connect_fault(exc, delay)
                 if self.orphaned() or (self.stopping() and not for_outcome):
                     raise
                 sleep_interruptibly(self.wake_fd, delay)
                 delay = min(RECONNECT_MAX_S, delay * 2) * random.uniform(0.5, 1.0) + 0.05
+
+    def _log_connect_fault(self, exc: BaseException, retry_in_s: float) -> None:
+        """A connect that failed. A read-only server (a standby, a node a failover left
+        us on, default_transaction_read_only) accepts the connection and refuses the
+        warm-up's first write: named as such, at its first refusal, and its retries
+        below warning, where "unreachable" would send one looking for a network fault."""
+        read_only = isinstance(exc, psycopg.errors.ReadOnlySqlTransaction)
+        if read_only:
+            message = "database is read-only (it accepts connections, refuses writes); retrying"
+            level = logging.DEBUG if self._told_read_only else logging.WARNING
+        else:
+            message, level = "database unreachable; retrying", logging.WARNING
+        self._told_read_only = read_only  # another fault between: told again after it
+        logs.event(
+            log,
+            level,
+            message,
+            error=connections.describe_error(exc, self.spec.database_url),
+            retry_in_s=round(retry_in_s, 2),
+        )
 
     def succeeded(self) -> None:
         """A write went through: the next read-only fault starts its backoff afresh."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -20,7 +20,13 @@ from tests.integration.test_claim_plan import plan_nodes, unbounded_jobs_reads
 
 
 @contextlib.contextmanager
-def worker_connection(dsn: str, store: JobStore) -> Iterator[WorkerConnection]:
+def worker_connection(
+    dsn: str,
+    store: JobStore,
+    *,
+    wake_fd: int = -1,
+    stopping: Callable[[], bool] = lambda: False,
+) -> Iterator[WorkerConnection]:
     spec = WorkerSpec(
         pool="default",
         index=1,
@@ -37,10 +43,10 @@ def worker_connection(dsn: str, store: JobStore) -> Iterator[WorkerConnection]:
         max_memory_bytes=None,
         log_format="text",
         log_level="warning",
-        supervisor_pid=os.getpid(),
+        supervisor_pid=os.getppid(),  # this process stands for a worker: not orphaned
         worker_id="test-host:1/default#1",
     )
-    connection = WorkerConnection(spec, wake_fd=-1, stopping=lambda: False, store=store)
+    connection = WorkerConnection(spec, wake_fd=wake_fd, stopping=stopping, store=store)
     try:
         yield connection
     finally:
