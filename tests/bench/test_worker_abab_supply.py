@@ -33,3 +33,22 @@ def test_main_says_so_on_one_line_and_exits_2(
     assert out.out == ""
     assert out.err.count("\n") == 1
     assert out.err.startswith("A1: all 60,000 jobs were done")
+
+
+def test_the_default_backlog_lasts_the_pause_and_the_window_at_the_fastest_rate(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The fixed default of 60,000 ran out inside an 8 s window even for the defaults row."""
+    inserted: list[int] = []
+
+    def run(*args: Any, jobs: int, **kwargs: Any) -> dict[str, float]:
+        inserted.append(jobs)
+        raise worker_abab.RanOut("stop here")
+
+    monkeypatch.setattr(worker_abab, "one_run", run)
+    worker_abab.main([str(tmp_path), "--pairs", "1", "--window", "8"])
+    worker_abab.main([str(tmp_path), "--pairs", "1", "--window", "8", "--jobs", "1000"])
+    pause_and_window_s = worker_abab.STARTUP_S + 8
+    assert inserted[0] >= 18_000 * pause_and_window_s  # round 15's tuned row, and more
+    assert inserted[0] == worker_abab.default_jobs(8)
+    assert inserted[1] == 1000
