@@ -94,16 +94,31 @@ class Housekeeper:
             self.pruning,
             self.tidying,
         )
+        self._interval_due: float | None = None  # _interval_due_at's; None: to work out
 
     # -- periodic work --------------------------------------------------------------------
 
     def next_due_at(self) -> float:
         """The earliest moment (monotonic) a duty is due; -inf: now."""
-        return min(duty.next_at() for duty in self.duties)
+        due = self._interval_due_at()
+        return min(due, self.periodic.next_at()) if self.periodic.tracked else due
+
+    def _interval_due_at(self) -> float:
+        """The earliest next_at of the duties timed by the monotonic clock (all but the
+        periodic one, whose slots are wall times): asked on every turn of the loop, and
+        worked out again only once one of them ran, followed a config or took queues
+        (nothing else moves their schedules)."""
+        due = self._interval_due
+        if due is None:
+            due = self._interval_due = min(
+                duty.next_at() for duty in self.duties if duty is not self.periodic
+            )
+        return due
 
     def sample_queues(self, queues: Sequence[str]) -> None:
         """Sample these queues for the metrics from now on (none: stop)."""
         self.sampling.queues = list(queues)
+        self._interval_due = None
 
     @property
     def last_renewal_at(self) -> float | None:
@@ -124,11 +139,19 @@ class Housekeeper:
             self._configured = config
             for duty in self.duties:
                 duty.follow(config)
+            self._interval_due = None
+        if (
+            now < self._interval_due_at()
+            and not (self.periodic.tracked and self.periodic.due(now))
+            and not self.settlements
+        ):
+            return None  # the loop's usual turn: nothing due, nothing to settle
         round_ = Round(now, self.session, self.store, leases, info)
         renewed = False
         for duty in self.duties:
             if duty.due(now):
                 duty.perform(round_)
+                self._interval_due = None
                 renewed = renewed or duty is self.renewal
         self.flush_settlements()
         return self.renewal.answered if renewed else None

@@ -13,6 +13,7 @@ from pgworkerd.ipc.messages import Message, decode, encode
 # Signals whose Python handlers in the child also write to the pipe: held off while a
 # message is half-written, so lines never interleave.
 _HELD_SIGNALS = {signal.SIGTERM, signal.SIGUSR1}
+_READ_SIZE = 65536  # a Linux pipe's default capacity: one read takes all it holds
 
 
 class StatusWriter:
@@ -52,7 +53,7 @@ class StatusReader:
         """Every complete message available now; sets `closed` at end of file."""
         while True:
             try:
-                chunk = os.read(self.fd, 65536)
+                chunk = os.read(self.fd, _READ_SIZE)
             except BlockingIOError:
                 break
             except OSError as exc:
@@ -63,6 +64,11 @@ class StatusReader:
                 self.closed = True
                 break
             self._buffer += chunk
+            if len(chunk) < _READ_SIZE:
+                # The pipe is empty now: a read to hear so would be a system call and a
+                # BlockingIOError a turn. What comes later, end of file too, wakes the
+                # selector again.
+                break
         *lines, self._buffer = self._buffer.split(b"\n")
         for line in lines:
             if line.strip():

@@ -270,3 +270,23 @@ def test_queried_since_drain_follows_the_session(
     assert not session.queried_since_drain
     run(keeper, calls, T0 + 1, Loop([]))
     assert not keeper.queried_since_drain, "no duty due: no query"
+
+
+def test_a_turn_with_nothing_due_still_writes_a_pending_settlement(
+    keeper: Housekeeper, calls: list[str], session: FakeSession
+) -> None:
+    loop = Loop([lease(1)])
+    run(keeper, calls, T0, loop)
+    session.down = True
+    keeper.settle([Settlement(lease(7), None)])  # not written: the database is down
+    session.down = False
+    assert run(keeper, calls, T0 + 1, loop) is None
+    assert calls == ["release 7"], "no duty due, the settlement written"
+    assert keeper.pending == 0
+
+
+def test_queues_to_sample_make_the_sampling_due_at_once(keeper: Housekeeper) -> None:
+    run(keeper, [], T0, Loop([]))
+    assert keeper.next_due_at() == T0 + 5
+    keeper.sample_queues(["default"])
+    assert keeper.next_due_at() == -math.inf

@@ -127,6 +127,31 @@ def test_status_reader_yields_complete_lines_and_keeps_a_partial_one(pipe: tuple
     assert list(reader.read()) == [] and reader.closed
 
 
+def test_status_reader_reads_a_pipe_it_empties_once_and_sees_its_end_later(
+    pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read shorter than asked for emptied the pipe: no second read (a system call and
+    # a BlockingIOError a turn of the supervisor) to hear so.
+    r, w = pipe
+    reader, writer = StatusReader(r), StatusWriter(w)
+    reads = []
+
+    def counted_read(fd: int, size: int) -> bytes:
+        reads.append(fd)
+        return real_read(fd, size)
+
+    real_read = os.read
+    monkeypatch.setattr(os, "read", counted_read)  # the module status_pipe reads with
+    writer.send(Idle(), Done((1, 2)))
+    assert list(reader.read()) == [Idle(), Done((1, 2))]
+    assert reads == [r]
+    writer.send(Idle())
+    os.close(w)
+    assert list(reader.read()) == [Idle()]
+    # The end of file is heard on the next read: the selector reports it readable.
+    assert list(reader.read()) == [] and reader.closed
+
+
 def test_start_board_holds_one_record_per_slot() -> None:
     board = StartBoard(slots=3)
     assert board.records() == [] and board.starts_posted() == 0
