@@ -22,11 +22,15 @@ import pytest
 
 import pgworkerd
 from tests import invariants
-from tests.daemon import BASE_CONFIG, Daemon, job, states, wait_until
+from tests.daemon import BASE_CONFIG, Daemon, history, job, states, wait_until
 from tests.note_handlers import load, read
 
 Conn = psycopg.Connection[Any]
-HANDLERS = {"note": "tests.note_handlers:note"}
+HANDLERS = {
+    "note": "tests.note_handlers:note",
+    "sleep": "tests.handlers:sleep",
+    "spin": "tests.handlers:spin",
+}
 BATCH = 20
 ONE_SLOT = [{"queues": ["default"], "concurrency": 1}]
 
@@ -37,10 +41,9 @@ def _start(
     """A daemon whose handler is `note`, writing to a notes file of its own."""
     notes = tmp_path / "notes"
     daemon = start_daemon(
-        handlers=HANDLERS,
         env={"PGWORKERD_TEST_NOTES": str(notes)},
         defaults={**BASE_CONFIG["defaults"], "batch_size": batch_size},
-        **{"workers": ONE_SLOT, **config},
+        **{"workers": ONE_SLOT, "handlers": HANDLERS, **config},
     )
     return daemon, notes
 
@@ -288,3 +291,58 @@ def test_a_worker_of_slow_jobs_holds_no_more_than_a_batch_while_its_sibling_can_
     assert len(ran) == 2 and min(ran.values()) >= 10, f"starts by process: {dict(ran)}"
     invariants.assert_holds(recorder, ids, max_runtime_s=30, lease_ttl_s=3)
     print(f"held at once: {dict(held)}; starts by process: {dict(ran)}")
+
+
+# -- the successes' deadline ------------------------------------------------------------------
+
+
+def test_the_successes_of_quick_jobs_are_written_before_a_job_of_an_unknown_kind_starts(
+    start_daemon: Any, recorder: Conn, tmp_path: Path
+) -> None:
+    """success_buffer.py: a job not known to be quick may run for minutes; what
+    finished before it is written before it starts, not held behind it."""
+    quick = _enqueue(recorder, 30)
+    slow = pgworkerd.enqueue(recorder, "sleep", {"seconds": 2})
+    daemon, _ = _start(start_daemon, tmp_path)
+    daemon.worker_running(slow, started_in=recorder)
+    assert {job(recorder, i)["state"] for i in quick} == {"succeeded"}, states(recorder)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(timeout_s=20) == 0
+    assert job(recorder, slow)["state"] == "succeeded"
+
+
+# -- a soft timeout (USR1) amid a stream of short jobs ------------------------------------
+
+
+@pytest.mark.parametrize("position", [0, 1, 11, 20, 21])
+def test_a_soft_timeout_amid_short_jobs_reaches_its_own_handler_and_no_other_job(
+    start_daemon: Any, recorder: Conn, tmp_path: Path, position: int
+) -> None:
+    """USR1 raises JobTimeout in the handler, which runs in the worker's main thread,
+    whatever else the worker is doing then (a claim under way included). `position`:
+    where the job stands among the short ones (the first claim of a woken worker
+    takes one job, the later ones a batch)."""
+    before = _enqueue(recorder, position)
+    (late,) = pgworkerd.enqueue_many(
+        recorder,
+        [{"kind": "spin", "payload": {}, "max_runtime": 1, "max_attempts": 1}],
+    )
+    after = _enqueue(recorder, 60)
+    daemon, notes = _start(start_daemon, tmp_path)
+    wait_until(lambda: job(recorder, late)["state"] == "dead", what="the late job to time out")
+    quick = [*before, *after]
+    wait_until(
+        lambda: {job(recorder, i)["state"] for i in quick} == {"succeeded"},
+        what="the short jobs to succeed",
+    )
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(timeout_s=20) == 0
+    row = job(recorder, late)
+    assert "passed its max runtime" in row["errors"][0]["error"], row["errors"]
+    events = [event for _, _, event, _, _ in history(recorder, late)]
+    assert events == ["start", "soft_timeout"], events
+    assert "killing worker" not in daemon.log(), "JobTimeout did not end the handler"
+    load(recorder, notes)
+    for job_id in quick:
+        assert job(recorder, job_id)["attempt"] == 1
+    invariants.assert_holds(recorder, [*quick, late], max_runtime_s=1, lease_ttl_s=3)
