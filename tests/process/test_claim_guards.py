@@ -346,3 +346,36 @@ def test_a_soft_timeout_amid_short_jobs_reaches_its_own_handler_and_no_other_job
     for job_id in quick:
         assert job(recorder, job_id)["attempt"] == 1
     invariants.assert_holds(recorder, [*quick, late], max_runtime_s=1, lease_ttl_s=3)
+
+
+# -- no success left unwritten while the child idles ------------------------------------------
+
+
+def test_no_success_waits_unwritten_while_the_child_idles(
+    start_daemon: Any, recorder: Conn, tmp_path: Path
+) -> None:
+    """A child that runs out of work writes what its jobs did before it sleeps: a job
+    whose handler returned is `succeeded` (and `pgworkerd.wait` hears of it) within
+    the successes' deadline, not at the next poll (30 s here) or the next wake-up.
+    Rounds of a woken claim (one job) then full batches, the last claim finding the
+    queue just drained, or not."""
+    daemon, notes = _start(start_daemon, tmp_path, poll_interval="30s")
+    daemon.wait_for_workers(1)
+    ended = 0
+    for count in (1 + 2 * BATCH, 1 + 3 * BATCH, 2 * BATCH, 1 + 5 * BATCH, 5 * BATCH + 7):
+        ids = _enqueue(recorder, count)
+        ended += count
+        wait_until(
+            lambda ended=ended: sum(1 for n in read(notes) if n[3] == "end") == ended,
+            what=f"the {count} jobs' handlers to return",
+        )
+        wait_until(
+            lambda ids=ids: (
+                {row["state"] for row in _rows(recorder, ids).values()} == {"succeeded"}
+            ),
+            timeout_s=2.0,
+            what=f"the successes of a round of {count} written though the child idles"
+            f" ({states(recorder)})",
+        )
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(timeout_s=20) == 0
