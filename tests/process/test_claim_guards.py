@@ -260,12 +260,14 @@ def test_a_success_whose_lease_was_taken_before_its_job_started_is_not_written(
 # -- slow jobs and an idle sibling --------------------------------------------------------------
 
 
+@pytest.mark.parametrize("mixed", [False, True], ids=["all-slow", "quick-and-slow"])
 def test_a_worker_of_slow_jobs_holds_no_more_than_a_batch_while_its_sibling_can_run_them(
-    start_daemon: Any, recorder: Conn, tmp_path: Path
+    start_daemon: Any, recorder: Conn, tmp_path: Path, mixed: bool
 ) -> None:
-    """Two one-slot children; 30 jobs of 0.3 s, a batch of 5: each child holds at most
-    a batch (running, or claimed and waiting for its turn) at any moment, so the work
-    is shared between the two, not held by one behind a slow job."""
+    """Two one-slot children; 30 jobs of 0.3 s (or, `mixed`, no-op and 0.3 s jobs
+    in turn: 15 s of work all the same), a batch of 5: each child holds at most a
+    batch (running, or claimed and waiting for its turn) at any moment, so the work is
+    shared between the two, not held by one behind a slow job."""
     batch = 5
     daemon, notes = _start(
         start_daemon,
@@ -274,15 +276,19 @@ def test_a_worker_of_slow_jobs_holds_no_more_than_a_batch_while_its_sibling_can_
         workers=[{"queues": ["default"], "concurrency": 2}],
     )
     daemon.wait_for_workers(2)
-    ids = _enqueue(recorder, 30, 300)
+    count = 60 if mixed else 30
+    ids = pgworkerd.enqueue_many(
+        recorder,
+        [{"kind": "note", "payload": {"ms": 0 if mixed and i % 2 else 300}} for i in range(count)],
+    )
     held: Counter[str] = Counter()  # worker -> the most jobs it held at one moment
     deadline = time.monotonic() + 30
-    while states(recorder) != {"succeeded": 30}:
+    while states(recorder) != {"succeeded": count}:
         assert time.monotonic() < deadline, f"not done in 30s: {states(recorder)}"
-        for worker, count in recorder.execute(
+        for worker, running in recorder.execute(
             "SELECT worker, count(*) FROM pgworkerd.jobs WHERE state = 'running' GROUP BY 1"
         ):
-            held[worker] = max(held[worker], count)
+            held[worker] = max(held[worker], running)
         time.sleep(0.02)  # the sampling's pace; the loop's condition is what is waited for
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(timeout_s=20) == 0
