@@ -144,6 +144,7 @@ def test_a_worker_killed_mid_stream_has_its_jobs_settled_and_each_rerun_only_if_
             )
         worker.kill()
         victims.append(worker.pid)
+        worker.wait(timeout=10)  # reaped: the next look finds the child started after it
     wait_until(
         lambda: states(recorder) == {"succeeded": KILL_JOBS},
         timeout_s=60,
