@@ -12,7 +12,6 @@ from /proc), over the drain only.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -22,10 +21,9 @@ import psycopg
 
 import pgworkerd
 from bench.cluster import fresh_database, throwaway_cluster
-from bench.server_cpu import postmaster
+from bench.server_cpu import ServerCpu
 from bench.stats import percentile
 from pgworkerd.storage import migrations
-from pgworkerd.storage.embedded import EmbeddedCluster
 from pgworkerd.storage.store import JobStore
 from pgworkerd.worker import WORKER_OPTIONS
 
@@ -48,29 +46,6 @@ def drain(dsn: str, calls: list[float]) -> None:
                 return
 
 
-def server_cpu_s(cluster: EmbeddedCluster) -> float:
-    """CPU seconds of the cluster so far: the postmaster's own and its reaped children's
-    (every backend that has exited), plus its live children's (their stat files)."""
-    pid = postmaster(cluster.data_dir).pid
-    ticks = os.sysconf("SC_CLK_TCK")
-
-    def fields(proc: str) -> list[str]:
-        with open(f"/proc/{proc}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()
-
-    own = fields(str(pid))  # fields after the name: state ppid ... utime(11) stime(12) ...
-    total = sum(int(own[i]) for i in (11, 12, 13, 14))
-    for proc in os.listdir("/proc"):
-        if proc.isdigit():
-            try:
-                child = fields(proc)
-            except OSError:
-                continue
-            if child[1] == str(pid):
-                total += int(child[11]) + int(child[12])
-    return total / ticks
-
-
 def main(name: str) -> None:
     with throwaway_cluster() as cluster:
         dsn = fresh_database(cluster, "abab")
@@ -82,7 +57,8 @@ def main(name: str) -> None:
         calls: list[float] = []
         threads = [threading.Thread(target=drain, args=(dsn, calls)) for _ in range(WORKERS)]
         time.sleep(0.5)  # the setup's backend reaped
-        server_before, client_before = server_cpu_s(cluster), time.process_time()
+        # Every process of the cluster, reaped backends included (bench/server_cpu.py).
+        server_cpu, client_before = ServerCpu(cluster.data_dir), time.process_time()
         began = time.perf_counter()
         for t in threads:
             t.start()
@@ -91,7 +67,7 @@ def main(name: str) -> None:
         wall = time.perf_counter() - began
         client = time.process_time() - client_before
         time.sleep(0.5)  # the claimers' backends reaped
-        server = server_cpu_s(cluster) - server_before
+        server = server_cpu.since_start()["total"]
     p50, p99 = percentile(calls, 50) * 1000, percentile(calls, 99) * 1000
     print(
         f"{name}: {JOBS / wall:,.0f} jobs/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms,"
