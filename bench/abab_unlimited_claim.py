@@ -4,7 +4,8 @@ PYTHONPATH; run it from each checkout in turn:
 
     PYTHONPATH=<checkout> python bench/abab_unlimited_claim.py NAME
 
-Only APIs older than the limits, so the commit before them runs it too. Besides jobs/s
+It imports `WORKER_OPTIONS` and bench/server_cpu, so it runs on checkouts from round 16
+on (an older checkout needs the script from its own time). Besides jobs/s
 and the call's p50/p99, the CPU per job: this process's (the 4 claimers' Python and
 psycopg) and the server's (every process of the cluster, reaped backends included,
 from /proc), over the drain only.
