@@ -4,7 +4,7 @@
         [--config JSON] [--jobs N] [--statements DIR]
 
 Each run: a throwaway cluster, no-op jobs inserted (`--jobs`; by default enough for the
-start-up pause and the window at 25,000 jobs/s), `pgworkerd run` with two
+start-up pause and the window at RATE_CEILING_PER_S), `pgworkerd run` with two
 processes and everything else at its defaults (batch_size 10, info logs); after a
 start-up pause, the supervisor's and its workers' CPU (psutil) over a window, divided
 by the jobs the database shows succeeded in it, and the supervisor's wake-ups (its
