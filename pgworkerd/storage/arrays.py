@@ -31,10 +31,17 @@ def int_array(values: Iterable[int | None]) -> str:
     return "{" + ",".join(["NULL" if v is None else str(int(v)) for v in values]) + "}"
 
 
+# A UUID's 32 hex digits from its 128-bit int, UUID.hex's own formula without its
+# property call or str()'s hyphens: `HEX_DIGITS % token.int`. The printf form: it runs
+# in about half the time of format(token.int, "032x") (a builtin looked up and called
+# with a format spec parsed each time), on every claimed job, twice (its `claimed`
+# message and its completion).
+HEX_DIGITS = "%032x"
+
+
 def uuid_array(values: Iterable[uuid.UUID]) -> str:
-    """`uuid[]`, each as its 32 hex digits (uuid_in reads them without hyphens):
-    UUID.hex's own formula, without its property call or str()'s hyphens."""
-    return "{" + ",".join([format(v.int, "032x") for v in values]) + "}"
+    """`uuid[]`, each as its 32 hex digits (uuid_in reads them without hyphens)."""
+    return "{" + ",".join([HEX_DIGITS % v.int for v in values]) + "}"
 
 
 def timestamptz_array(values: Iterable[datetime | None]) -> str:

@@ -17,7 +17,6 @@ import contextlib
 import enum
 import functools
 import logging
-import operator
 import os
 import signal
 import time
@@ -43,6 +42,7 @@ from pgworkerd.ipc import (
 from pgworkerd.job import Job
 from pgworkerd.progress import ProgressWriter
 from pgworkerd.storage import connections
+from pgworkerd.storage.arrays import HEX_DIGITS
 from pgworkerd.storage.store import Completions, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
@@ -51,11 +51,6 @@ from pgworkerd.worker.spec import WorkerSpec
 from pgworkerd.worker.success_buffer import Success, SuccessBuffer
 
 log = logging.getLogger("pgworkerd.worker")
-
-# The lease token's 128 bits, for UUID.hex's own formula without its Python-level
-# property. Every claimed job has a token (the field is optional in Job for the
-# handlers' sake): attrgetter does not ask.
-_token_int = operator.attrgetter("int")
 
 MEMORY_CHECK_INTERVAL_S = 1.0  # reading our RSS costs a /proc read: not before every job
 
@@ -224,14 +219,16 @@ class BaseWorker:
             first = self._claimed_count + 1
             self._claimed_count += len(batch)
             self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
-            # The token as its hex digits, not str(): a fraction of the cost, on every
-            # job. The tuples are made in C (ipc.claimed_job).
+            # The token as its hex digits (storage.arrays.HEX_DIGITS), not str(): a
+            # fraction of the cost, on every job. Every claimed job has a token (the
+            # field is optional in Job for the handlers' sake). The tuples are made in
+            # C (ipc.claimed_job).
             jobs = tuple(
                 [
                     claimed_job(
                         (
                             j.id,
-                            format(_token_int(j.lease_token), "032x"),
+                            HEX_DIGITS % j.lease_token.int,  # type: ignore[union-attr]
                             j.kind,
                             j.queue,
                             j.max_runtime_s,

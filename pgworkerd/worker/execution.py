@@ -87,10 +87,21 @@ class Executor:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def run(self, handler: Callable[..., Any], job: Job) -> Outcome:
+        # The handler is called here, not through a helper of its own: a frame a job.
+        self.in_handler = True
         try:
-            value = self._call(handler, job)
+            value = handler(job)
+            # None first: most handlers return it, and isawaitable() is three isinstance
+            # checks (two against ABCs) on every job.
+            if value is not None and inspect.isawaitable(value):
+                value = self._event_loop().run_until_complete(value)
         except BaseException as exc:
+            self.in_handler = False
+            # A coroutine interrupted by JobTimeout can leave the loop unusable.
+            if self._loop is not None and inspect.iscoroutinefunction(handler):
+                self.close()
             return outcome_of_exception(exc)
+        self.in_handler = False
         if value is None:  # most handlers return None: one outcome, frozen, for them all
             return _SUCCEEDED_WITHOUT_RESULT
         return outcome_of_value(value)
@@ -99,23 +110,6 @@ class Executor:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
-
-    def _call(self, handler: Callable[..., Any], job: Job) -> Any:
-        self.in_handler = True
-        try:
-            value = handler(job)
-            # None first: most handlers return it, and isawaitable() is three isinstance
-            # checks (two against ABCs) on every job.
-            if value is not None and inspect.isawaitable(value):
-                value = self._event_loop().run_until_complete(value)
-            return value
-        except BaseException:
-            # A coroutine interrupted by JobTimeout can leave the loop unusable.
-            if self._loop is not None and inspect.iscoroutinefunction(handler):
-                self.close()
-            raise
-        finally:
-            self.in_handler = False
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None or self._loop.is_closed():

@@ -82,10 +82,15 @@ class Worker(BaseWorker):
         return ExitCode.RECYCLED
 
     def _run_batch(self, batch: list[Job]) -> None:
-        epoch = self.connection.epoch
+        connection = self.connection
+        epoch = connection.epoch
+        should_recycle = self._should_recycle
         position = 0
 
         def give_up() -> bool:  # one per batch, reading `position` as it moves on
+            # _given_back's test, written out: it is asked before every job start.
+            if connection.epoch == epoch and not should_recycle():
+                return False
             return self._given_back(batch, position, epoch)
 
         successes = self.outcomes.successes
@@ -115,7 +120,10 @@ class Worker(BaseWorker):
         return True
 
     def _run_one(self, job: Job) -> None:
-        handler = self._handler_of(job)
+        outcomes = self.outcomes
+        # The handler straight from the registry unless its start is logged: a call a job.
+        registry = self.spec.registry
+        handler = self._handler_of(job) if outcomes.log_jobs else registry.get(job.kind)
         setproctitle(f"{self.title} job {job.id} {job.kind}")
         started = time.monotonic()
         if handler is None:
@@ -131,7 +139,8 @@ class Worker(BaseWorker):
         if control.cancels or control.timeouts:  # came as the handler returned: moot now
             control.cancels.discard(job.id)
             control.timeouts.discard(job.id)
-        self._finished(job, outcome, ran_s)
+        outcomes.record(job, outcome, ran_s)  # BaseWorker._finished, written out
+        self.jobs_done += 1
 
     # -- waiting --------------------------------------------------------------------------
 

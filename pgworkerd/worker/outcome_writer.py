@@ -114,11 +114,11 @@ class OutcomeWriter:
         """A job's handler ran for `ran_s` seconds: a success waits in the buffer (written
         with the next claim, or sooner: see success_buffer.py), any other outcome is
         written at once."""
-        self.successes.ran(job, ran_s)
         duration_ms = round(ran_s * 1000, 1)
         if outcome.kind == "succeeded":
-            self.successes.add(Success(job, outcome.result_json, duration_ms))
+            self.successes.succeeded(job, ran_s, Success(job, outcome.result_json, duration_ms))
         else:
+            self.successes.ran(job, ran_s)
             self._write_at_once(job, outcome, duration_ms)
 
     def _write_at_once(self, job: Job, outcome: Outcome, duration_ms: float) -> None:

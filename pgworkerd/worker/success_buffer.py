@@ -55,6 +55,15 @@ class SuccessBuffer:
         """Note how long a job's handler took, whatever its outcome."""
         self._last_run_s[job.kind] = seconds
 
+    def succeeded(self, job: Job, seconds: float, success: Success) -> None:
+        """`ran(job, seconds)` and `add(success)` in one call: a success's usual path,
+        on every job."""
+        self._last_run_s[job.kind] = seconds
+        pending = self._pending
+        if not pending:
+            self._oldest_at = self._clock()
+        pending.append(success)
+
     def add(self, success: Success) -> None:
         if not self._pending:
             self._oldest_at = self._clock()
@@ -75,11 +84,19 @@ class SuccessBuffer:
         return max(0.0, self._oldest_at + self.max_wait_s - self._clock())
 
     def due_before(self, job: Job) -> bool:
-        """Whether to write what is pending before `job` starts."""
-        if not self._pending:
+        """Whether to write what is pending before `job` starts: `due()`, or `job` is of
+        a kind not known to be quick. Asked before every job start: `due()`'s test is
+        written out here, not called (a call a job)."""
+        pending = self._pending
+        if not pending:
             return False
         last = self._last_run_s.get(job.kind)
-        return last is None or last >= QUICK_JOB_S or self.due()
+        return (
+            last is None
+            or last >= QUICK_JOB_S
+            or len(pending) >= self.limit
+            or self._clock() - self._oldest_at >= self.max_wait_s
+        )
 
     def take(self) -> list[Success]:
         taken, self._pending = self._pending, []
