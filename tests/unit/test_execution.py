@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import pgworkerd
-from pgworkerd.job import Job
+from pgworkerd.job import Job, JobTimeout
 from pgworkerd.worker.execution import Executor, Outcome
 
 JOB = Job(id=1, kind="k", queue="q", payload={}, attempt=1, max_attempts=3)
@@ -54,3 +54,52 @@ def test_each_way_out_of_a_handler() -> None:
     assert (run(retry).kind, run(retry).delay_s) == ("retry", 5.0)
     failed = run(fail)
     assert failed.kind == "failed" and failed.summary == "KeyError: 'missing'"
+
+
+def test_in_handler_is_true_exactly_while_the_handler_runs() -> None:
+    # SIGUSR1 raises JobTimeout/JobCancelled only while it is true (loop.py).
+    executor = Executor()
+    seen: list[bool] = []
+
+    def returns(job: Job) -> None:
+        seen.append(executor.in_handler)
+
+    def raises(job: Job) -> None:
+        seen.append(executor.in_handler)
+        raise ValueError("no")
+
+    async def awaits(job: Job) -> int:
+        seen.append(executor.in_handler)
+        return 1
+
+    def interrupted(job: Job) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        for handler in (returns, raises, awaits):
+            executor.run(handler, JOB)
+            assert not executor.in_handler
+        with pytest.raises(KeyboardInterrupt):
+            executor.run(interrupted, JOB)
+        assert not executor.in_handler
+    finally:
+        executor.close()
+    assert seen == [True, True, True]
+
+
+def test_a_coroutine_that_raised_leaves_a_fresh_event_loop_for_the_next() -> None:
+    executor = Executor()
+
+    async def timed_out(job: Job) -> None:
+        raise JobTimeout("passed its max runtime")
+
+    async def returns(job: Job) -> int:
+        return 7
+
+    try:
+        assert executor.run(returns, JOB).result_json == "7"
+        assert executor.run(timed_out, JOB).kind == "timed_out"
+        assert executor._loop is None  # closed: it may be unusable
+        assert executor.run(returns, JOB).result_json == "7"
+    finally:
+        executor.close()

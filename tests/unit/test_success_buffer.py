@@ -185,3 +185,33 @@ def test_put_back_of_nothing_changes_nothing(clock: Clock) -> None:
     clock.now += 0.375
     buffer.put_back([])
     assert buffer.due_in_s() == 0.125
+
+
+def test_succeeded_notes_the_run_and_adds_the_success_starting_the_wait_once(
+    clock: Clock,
+) -> None:
+    buffer = buffer_of(clock, limit=3)
+    buffer.succeeded(job(1, "quick"), QUICK_JOB_S / 2, success(1, "quick"))
+    assert not buffer.due_before(job(2, "quick"))  # its kind is now known to be quick
+    clock.now += MAX_WAIT_S / 2
+    buffer.succeeded(job(2, "quick"), QUICK_JOB_S / 2, success(2, "quick"))
+    assert buffer.due_in_s() == MAX_WAIT_S / 2  # the first success started the wait
+    buffer.succeeded(job(3, "slow"), QUICK_JOB_S, success(3, "slow"))
+    assert buffer.due_before(job(4, "slow"))
+    assert [s.job.id for s in buffer.take()] == [1, 2, 3]
+
+
+def test_due_before_a_quick_job_follows_due_the_limit_and_the_wait(clock: Clock) -> None:
+    buffer = buffer_of(clock, limit=3)
+    buffer.ran(job(1, "quick"), 0.0)
+    buffer.add(success(1, "quick"))
+    buffer.add(success(2, "quick"))
+    assert not buffer.due_before(job(3, "quick"))
+    buffer.add(success(3, "quick"))  # the limit
+    assert buffer.due_before(job(4, "quick"))
+    buffer.take()
+    buffer.add(success(4, "quick"))
+    clock.now += MAX_WAIT_S - 0.25
+    assert not buffer.due_before(job(5, "quick"))
+    clock.now += 0.25  # the longest wait, exactly
+    assert buffer.due_before(job(5, "quick"))
