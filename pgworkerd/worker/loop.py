@@ -88,10 +88,15 @@ class Worker(BaseWorker):
         position = 0
 
         def give_up() -> bool:  # one per batch, reading `position` as it moves on
-            # _given_back's test, written out: it is asked before every job start.
+            """Whether the batch from `position` on is given back: it was claimed on a
+            connection since lost (its leases may have lapsed while we were away), or
+            this child is to recycle. Asked before every job start, so the test is here,
+            and `_should_recycle` asked once (it logs its reason, and its memory check
+            answers once a second)."""
             if connection.epoch == epoch and not should_recycle():
                 return False
-            return self._given_back(batch, position, epoch)
+            self._release(batch[position:])
+            return True
 
         successes = self.outcomes.successes
         try:
@@ -109,15 +114,6 @@ class Worker(BaseWorker):
             # Once a batch, not after every job: between two jobs of a batch the title
             # would say `idle` for microseconds, at the cost of a call per job.
             setproctitle(f"{self.title} idle")
-
-    def _given_back(self, batch: list[Job], position: int, epoch: int) -> bool:
-        """Whether the batch from `position` on was given back: it was claimed on a
-        connection since lost (its leases may have lapsed while we were away), or this
-        child is to recycle."""
-        if self.connection.epoch == epoch and not self._should_recycle():
-            return False
-        self._release(batch[position:])
-        return True
 
     def _run_one(self, job: Job) -> None:
         outcomes = self.outcomes
