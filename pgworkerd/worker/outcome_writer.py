@@ -116,7 +116,7 @@ class OutcomeWriter:
         written at once."""
         duration_ms = round(ran_s * 1000, 1)
         if outcome.kind == "succeeded":
-            self.successes.succeeded(job, ran_s, Success(job, outcome.result_json, duration_ms))
+            self.successes.succeeded(Success(job, outcome.result_json, duration_ms), ran_s)
         else:
             self.successes.ran(job, ran_s)
             self._write_at_once(job, outcome, duration_ms)

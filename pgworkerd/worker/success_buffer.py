@@ -55,10 +55,10 @@ class SuccessBuffer:
         """Note how long a job's handler took, whatever its outcome."""
         self._last_run_s[job.kind] = seconds
 
-    def succeeded(self, job: Job, seconds: float, success: Success) -> None:
-        """`ran(job, seconds)` and `add(success)` in one call: a success's usual path,
-        on every job."""
-        self._last_run_s[job.kind] = seconds
+    def succeeded(self, success: Success, seconds: float) -> None:
+        """`ran(success.job, seconds)` and `add(success)` in one call: a success's usual
+        path, on every job."""
+        self._last_run_s[success.job.kind] = seconds
         pending = self._pending
         if not pending:
             self._oldest_at = self._clock()

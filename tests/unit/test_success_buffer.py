@@ -191,12 +191,12 @@ def test_succeeded_notes_the_run_and_adds_the_success_starting_the_wait_once(
     clock: Clock,
 ) -> None:
     buffer = buffer_of(clock, limit=3)
-    buffer.succeeded(job(1, "quick"), QUICK_JOB_S / 2, success(1, "quick"))
+    buffer.succeeded(success(1, "quick"), QUICK_JOB_S / 2)
     assert not buffer.due_before(job(2, "quick"))  # its kind is now known to be quick
     clock.now += MAX_WAIT_S / 2
-    buffer.succeeded(job(2, "quick"), QUICK_JOB_S / 2, success(2, "quick"))
+    buffer.succeeded(success(2, "quick"), QUICK_JOB_S / 2)
     assert buffer.due_in_s() == MAX_WAIT_S / 2  # the first success started the wait
-    buffer.succeeded(job(3, "slow"), QUICK_JOB_S, success(3, "slow"))
+    buffer.succeeded(success(3, "slow"), QUICK_JOB_S)
     assert buffer.due_before(job(4, "slow"))
     assert [s.job.id for s in buffer.take()] == [1, 2, 3]
 
