@@ -36,6 +36,7 @@ BASE_CONFIG: dict[str, Any] = {
         "noop": "tests.handlers:noop",
         "environment_variable": "tests.handlers:environment_variable",
         "public_names_not_loaded": "tests.handlers:public_names_not_loaded",
+        "modules_loaded": "tests.handlers:modules_loaded",
         "record": "tests.handlers:record",
         "record_async": "tests.handlers:record_async",
         "fail": "tests.handlers:fail",

@@ -12,6 +12,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -50,6 +51,12 @@ def public_names_not_loaded(job: pgworkerd.Job) -> list[str]:
     """The public names (pgworkerd.result, cancel, ...) this worker would load itself on
     first use: none, if the supervisor loaded them all before its fork."""
     return [name for name in pgworkerd.__all__ if name not in vars(pgworkerd)]
+
+
+def modules_loaded(job: pgworkerd.Job) -> list[str]:
+    """Which of the modules payload["names"] this worker has imported (inherited from
+    the supervisor's imports before the fork, or its own since)."""
+    return [name for name in job.payload["names"] if name in sys.modules]
 
 
 def record(job: pgworkerd.Job) -> dict[str, Any]:

@@ -27,8 +27,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
-
 Missed = Literal["latest", "all", "none"]
 
 # `missed: none`: a slot is on time (not missed) when found at most this late.
@@ -70,7 +68,9 @@ class EverySchedule:
 
 class CronSchedule:
     """Five cron fields read in `timezone` (croniter does the parsing and the
-    arithmetic; only the repeated-hour rule above is ours)."""
+    arithmetic; only the repeated-hour rule above is ours). croniter, and the dateutil
+    it brings, are imported by the first cron entry, not with the config: a daemon
+    without one does not carry them, nor do the children it forks."""
 
     __slots__ = ("expression", "hour_wild", "timezone", "zone")
 
@@ -78,6 +78,8 @@ class CronSchedule:
         fields = expression.split()
         if len(fields) != 5:
             raise ValueError(f"cron must have five fields, not {len(fields)}: {expression!r}")
+        from croniter import croniter
+
         if not croniter.is_valid(expression):
             raise ValueError(f"not a valid cron expression: {expression!r}")
         self.expression = expression
@@ -99,6 +101,8 @@ class CronSchedule:
         return f"{self.expression} {self.timezone}"
 
     def _step(self, start: datetime, *, forwards: bool) -> datetime:
+        from croniter import croniter  # in sys.modules since __init__: a dict look-up
+
         it = croniter(self.expression, start)
         while True:
             slot = it.get_next(datetime) if forwards else it.get_prev(datetime)

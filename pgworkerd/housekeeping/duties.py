@@ -174,7 +174,7 @@ class RenewalDuty(IntervalDuty):
             sent_at=round_.now,
         )
         if self.answered is None:
-            METRICS.renewals_failed.inc()
+            METRICS.renewal_failed()
         else:
             self.last_answered_at = round_.now
 

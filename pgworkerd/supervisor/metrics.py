@@ -5,17 +5,24 @@ exposed by pgworkerd/supervisor/http.py with prometheus-client's `generate_lates
 Only the supervisor's loop touches these objects (one thread): no multiprocess mode,
 no collector threads. The gauges that are a view of the ledgers (children alive, slots
 busy and free) are computed at scrape time by a callback, not kept up to date.
+
+Nothing is counted, and prometheus-client is not even imported, until the HTTP listener
+starts (`start`, from supervisor/operating.py, before any child is forked): a daemon
+without `http.listen` serves no metrics, so it pays neither the counting nor the
+library, and neither do the children it forks, which inherit every module the
+supervisor imported (the library and its imports were ~2 MB of each worker's RSS).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from typing import TYPE_CHECKING, Any
 
 from pgworkerd.ipc import Claimed, Done
 from pgworkerd.storage.reads import Horizon
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Histogram
 
 # Outcome kinds a child reports in `Done` (see pgworkerd/ipc/messages.py).
 SUCCEEDED, FAILED, DEAD, CANCELLED, LOST = "succeeded", "failed", "dead", "cancelled", "lost"
@@ -28,6 +35,16 @@ Labelled = tuple[str, str]  # (queue, kind)
 
 class SupervisorMetrics:
     def __init__(self) -> None:
+        self._children: dict[tuple[object, str, str], Any] = {}
+        self._view: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)
+        # Only a daemon that serves /metrics counts (a few label lookups a job in the
+        # supervisor's one thread, and the library in memory); set by `start`.
+        self.counting = False
+
+    def start(self) -> None:
+        """Make the registry and count from now on: the HTTP listener serves it."""
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
         self.registry = CollectorRegistry(auto_describe=True)
         r, qk = self.registry, ("queue", "kind")
         self.started = Counter("pgworkerd_jobs_started", "Jobs started", qk, registry=r)
@@ -114,13 +131,9 @@ class SupervisorMetrics:
             DEAD: self.dead,
             CANCELLED: self.cancelled,
         }
-        # (metric, queue, kind) -> its labelled child: .labels() costs a lock and a
-        # tuple per call, paid per job otherwise.
-        self._children: dict[tuple[object, str, str], Any] = {}
-        self._view: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)
-        # Only a daemon that serves /metrics pays the per-job counting (a few label
-        # lookups a job in the supervisor's one thread); set when its listener starts.
-        self.counting = False
+        # (metric, queue, kind) -> its labelled child (`_labelled`): .labels() costs a
+        # lock and a tuple per call, paid per job otherwise.
+        self.counting = True
 
     # -- fed by the loop ----------------------------------------------------------------
 
@@ -148,13 +161,27 @@ class SupervisorMetrics:
             self._labelled(self.duration, labels).observe(duration_s)
 
     def jobs_killed(self, jobs: Iterable[Labelled]) -> None:
+        if not self.counting:
+            return
         for labels in jobs:
             self._labelled(self.killed, labels).inc()
 
     def jobs_cancelled(self, jobs: Iterable[Labelled]) -> None:
         """Cancelled jobs whose handlers did not end in the grace (no `done` for them)."""
+        if not self.counting:
+            return
         for labels in jobs:
             self._labelled(self.cancelled, labels).inc()
+
+    def restarted(self) -> None:
+        """A worker child was respawned."""
+        if self.counting:
+            self.restarts.inc()
+
+    def renewal_failed(self) -> None:
+        """A lease renewal got no answer."""
+        if self.counting:
+            self.renewals_failed.inc()
 
     def _labelled(self, metric: Counter | Histogram, labels: Labelled) -> Any:
         key = (metric, *labels)
@@ -165,6 +192,8 @@ class SupervisorMetrics:
 
     def queues_sampled(self, rows: Iterable[tuple[str, int, float | None]]) -> None:
         """(queue, ready jobs, age of the oldest in seconds) for each queue."""
+        if not self.counting:
+            return
         self.queue_depth.clear()
         self.oldest_ready_age.clear()
         for queue, depth, age_s in rows:
@@ -174,18 +203,24 @@ class SupervisorMetrics:
     def key_pauses_sampled(self, queues: Iterable[str], held: dict[str, int]) -> None:
         """Ready jobs held back by a key pause, for each of the sampled `queues` (0 for
         a queue with none, so a pause that ended shows as a drop, not a gap)."""
+        if not self.counting:
+            return
         self.held_by_key_pause.clear()
         for queue in queues:
             self.held_by_key_pause.labels(queue).set(held.get(queue, 0))
 
     def limits_sampled(self, rows: Iterable[tuple[str, int]]) -> None:
         """(queue, ready jobs a limit holds back) for each limited queue."""
+        if not self.counting:
+            return
         self.held_back.clear()
         for queue, held in rows:
             self.held_back.labels(queue).set(held)
 
     def waiting_sampled(self, rows: Iterable[tuple[str, int]]) -> None:
         """(queue, waiting jobs) for each queue."""
+        if not self.counting:
+            return
         self.waiting.clear()
         for queue, count in rows:
             self.waiting.labels(queue).set(count)
@@ -193,6 +228,8 @@ class SupervisorMetrics:
     def database_sampled(self, horizon: Horizon | None, table: dict[str, Any] | None) -> None:
         """The holder of the xmin horizon (none: the gauges are empty) and the jobs
         table's row versions, as `pgworkerd status` shows them."""
+        if not self.counting:
+            return
         self.horizon_age.clear()
         self.horizon_xids.clear()
         if horizon is not None:
@@ -210,6 +247,8 @@ class SupervisorMetrics:
     # -- read by the HTTP listener ------------------------------------------------------
 
     def exposition(self) -> bytes:
+        from prometheus_client import generate_latest  # imported by `start` already
+
         alive, busy, free = self._view()
         self.children_alive.set(alive)
         self.slots_busy.set(busy)

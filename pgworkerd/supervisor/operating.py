@@ -14,8 +14,6 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST
-
 from pgworkerd import logs
 from pgworkerd.config import ConfigError, host_port
 from pgworkerd.housekeeping import duties
@@ -37,7 +35,9 @@ def start(supervisor: Supervisor) -> HttpListener | None:
     METRICS.view(lambda: _view(supervisor))
     http = supervisor.config.http
     if http is None:
-        return None
+        return None  # and nothing counted: METRICS stays off (see metrics.py)
+    from prometheus_client import CONTENT_TYPE_LATEST
+
     listener = HttpListener(
         supervisor.selector,
         {
@@ -53,7 +53,7 @@ def start(supervisor: Supervisor) -> HttpListener | None:
         raise ConfigError(
             [f"http.listen: cannot listen on {http.listen}: {exc.strerror}"]
         ) from None
-    METRICS.counting = True
+    METRICS.start()
     logs.event(log, logging.INFO, "http listening", listen=http.listen)
     return listener
 

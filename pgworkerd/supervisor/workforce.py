@@ -98,7 +98,7 @@ class Workforce:
             if seat.due(now):
                 child = spawn(self.spec_for(seat))
                 if seat.spawned:
-                    METRICS.restarts.inc()
+                    METRICS.restarted()
                 seat.spawned += 1
                 seat.child = child
                 self.children[child.pid] = child
