@@ -11,12 +11,19 @@ their defaults) on a throwaway cluster; its RSS idle, after the first 1,000 no-o
 then every few seconds until all 100,000 are finished (target: ≤ 60 MB at the end; the
 1,000-job figure shows growth or its absence).
 
+The daemon's memory is measured with pgworkerd's modules compiled first (`compileall`, as
+pip does on install): from source, with PYTHONDONTWRITEBYTECODE set (as on the
+development machines), the supervisor compiles every module before its fork, and the
+compiler's leftovers in its heap added ~0.8 MB to each worker's RSS
+(bench/results/issue23-round19-20261129.md).
+
 Timings are printed, never asserted: tests/integration/test_claim_plan.py asserts the plan.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,7 +36,7 @@ import psycopg
 import pgworkerd
 from bench import stats
 from bench.cluster import fresh_database, throwaway_cluster
-from bench.daemon import QUEUE, Daemon, migrate, write_config
+from bench.daemon import QUEUE, REPO, Daemon, migrate, write_config
 from pgworkerd.storage.migrations import migrate as migrate_schema
 from pgworkerd.storage.store import JobStore
 
@@ -172,6 +179,7 @@ def daemon_memory(
     is taken with every job done, before SIGTERM."""
     config = write_config(work / "memory.yaml", dsn, concurrency=concurrency)
     log_path = work / "memory.log"
+    compileall.compile_dir(REPO / "pgworkerd", quiet=1)  # an installed package's state
     migrate(config, log_path)
     with psycopg.connect(dsn, autocommit=True) as conn:
         enqueue_bulk(conn, jobs, queue=QUEUE)
@@ -208,6 +216,7 @@ def threads_memory(
         extra={"workers": [{"queues": [QUEUE], "concurrency": 1, "threads": threads}]},
     )
     log_path = work / "threads_memory.log"
+    compileall.compile_dir(REPO / "pgworkerd", quiet=1)  # as daemon_memory
     migrate(config, log_path)
     with psycopg.connect(dsn, autocommit=True) as conn:
         daemon = Daemon(config, log_path)
