@@ -39,6 +39,7 @@ from bench.cluster import fresh_database, throwaway_cluster
 from bench.daemon import QUEUE, REPO, Daemon, migrate, write_config
 from pgworkerd.storage.migrations import migrate as migrate_schema
 from pgworkerd.storage.store import JobStore
+from pgworkerd.worker.connection import WORKER_OPTIONS
 
 Conn = psycopg.Connection[Any]
 CLAIM_QUEUE = "default"
@@ -76,8 +77,9 @@ def enqueue_bulk(conn: Conn, count: int, chunk: int = 10_000, **options: Any) ->
 
 def claim_times_ms(conn: Conn, samples: int) -> list[float]:
     """Claim one job and complete it, `samples` times, through JobStore as a worker
-    does (autocommit: two commits each); `samples` ready jobs are enqueued first so
-    every claim finds one. Each time is the claim plus the complete."""
+    does (autocommit: two commits each; `conn` should have the worker's session
+    settings, `worker_connection`); `samples` ready jobs are enqueued first so every
+    claim finds one. Each time is the claim plus the complete."""
     enqueue_bulk(conn, samples)
     conn.execute("ANALYZE pgworkerd.jobs")
     store = JobStore()
@@ -89,6 +91,15 @@ def claim_times_ms(conn: Conn, samples: int) -> list[float]:
         latencies.append((time.perf_counter() - started) * 1000)
         assert len(jobs) == 1, "a ready job was not claimed"
     return latencies
+
+
+def worker_connection(dsn: str) -> Conn:
+    """An autocommit connection with a worker's session settings (WORKER_OPTIONS:
+    generic plans, no seq scans, no JIT), as the daemon's workers claim. Without them
+    PostgreSQL plans the claim afresh at every run, and that planning grows with the
+    table's statistics: measured so, the loaded table read 1.9-2.1x the empty one where
+    a worker's claims read 0.9x (bench/results/issue23-round19-20261129.md)."""
+    return psycopg.connect(dsn, autocommit=True, options=WORKER_OPTIONS)
 
 
 def claim_latency(conn: Conn, what: str, samples: int) -> Latency:
@@ -144,7 +155,8 @@ def claim_empty_vs_loaded(
         add_finished(loaded, finished)
         add_scheduled(loaded, scheduled)
         settle(loaded)
-        times: dict[str, list[float]] = {"empty": [], "loaded": []}
+    times: dict[str, list[float]] = {"empty": [], "loaded": []}
+    with worker_connection(empty_dsn) as empty, worker_connection(loaded_dsn) as loaded:
         for _ in range(rounds):
             times["empty"] += claim_times_ms(empty, max(1, samples // rounds))
             times["loaded"] += claim_times_ms(loaded, max(1, samples // rounds))
@@ -320,6 +332,7 @@ def main() -> None:
             rate = enqueue_bulk(conn, args.jobs)
             print(f"enqueue_many of {args.jobs:,} jobs (10,000 a call): {rate:,.0f} jobs/s")
             settle(conn)
+        with worker_connection(dsn) as conn:
             rows.append(claim_latency(conn, f"claim+complete, {args.jobs:,} queued", args.samples))
         rows.extend(
             claim_empty_vs_loaded(
