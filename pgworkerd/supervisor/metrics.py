@@ -35,6 +35,8 @@ Labelled = tuple[str, str]  # (queue, kind)
 
 class SupervisorMetrics:
     def __init__(self) -> None:
+        # (metric, queue, kind) -> its labelled child (`_labelled`): .labels() costs a
+        # lock and a tuple per call, paid per job otherwise.
         self._children: dict[tuple[object, str, str], Any] = {}
         self._view: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)
         # Only a daemon that serves /metrics counts (a few label lookups a job in the
@@ -131,8 +133,6 @@ class SupervisorMetrics:
             DEAD: self.dead,
             CANCELLED: self.cancelled,
         }
-        # (metric, queue, kind) -> its labelled child (`_labelled`): .labels() costs a
-        # lock and a tuple per call, paid per job otherwise.
         self.counting = True
 
     # -- fed by the loop ----------------------------------------------------------------

@@ -3,6 +3,8 @@ the catch-up policies, entry keys, and when the duty wants its next round."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -210,3 +212,16 @@ def test_reconfiguring_keeps_what_an_unchanged_entry_settled() -> None:
     duty.configure(entries("  - {kind: k, every: 1s}\n  - {kind: k, every: 2m, name: n}"))
     assert [t.tried for t in duty.tracked] == [settled, None], "the edited one starts over"
     assert duty.clock_offset_s is None, "a round at once, to register it"
+
+
+def test_croniter_is_imported_by_the_first_cron_entry_not_by_the_config():
+    """A daemon without cron entries (and the workers it forks) does without croniter
+    and the dateutil it brings."""
+    code = (
+        "import sys; import pgworkerd.config.settings; "
+        "from pgworkerd.config.schedules import CronSchedule, EverySchedule; "
+        "EverySchedule(60.0); print('croniter' in sys.modules, end=' '); "
+        "CronSchedule('0 3 * * *'); print('croniter' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

@@ -1,0 +1,39 @@
+"""The supervisor's metrics count nothing, and do not import prometheus-client, until
+`start()` (its HTTP listener's): a daemon without `http.listen` pays neither, and
+neither do the workers it forks (they inherit its modules)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from pgworkerd.supervisor.metrics import SupervisorMetrics
+
+
+def test_nothing_is_counted_before_start_and_everything_after():
+    metrics = SupervisorMetrics()
+    metrics.restarted()
+    metrics.renewal_failed()
+    metrics.jobs_killed([("q", "k")])
+    metrics.queues_sampled([("q", 3, 1.5)])
+    metrics.start()
+    metrics.restarted()
+    metrics.jobs_killed([("q", "k"), ("q", "k")])
+    text = metrics.exposition().decode()
+    assert "pgworkerd_children_restarts_total 1.0" in text
+    assert "pgworkerd_lease_renewals_failed_total 0.0" in text
+    assert 'pgworkerd_jobs_killed_total{kind="k",queue="q"} 2.0' in text
+    assert 'pgworkerd_queue_depth{queue="q"}' not in text  # sampled before start
+    metrics.queues_sampled([("q", 3, 1.5)])
+    assert 'pgworkerd_queue_depth{queue="q"} 3.0' in metrics.exposition().decode()
+
+
+def test_the_supervisor_imports_prometheus_client_only_to_serve_metrics():
+    code = (
+        "import sys; import pgworkerd.supervisor.core; "
+        "from pgworkerd.supervisor.metrics import METRICS; "
+        "print('prometheus_client' in sys.modules, end=' '); "
+        "METRICS.start(); print('prometheus_client' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
