@@ -214,7 +214,7 @@ def test_reconfiguring_keeps_what_an_unchanged_entry_settled() -> None:
     assert duty.clock_offset_s is None, "a round at once, to register it"
 
 
-def test_croniter_is_imported_by_the_first_cron_entry_not_by_the_config():
+def test_croniter_is_imported_by_the_first_cron_entry_not_by_the_config() -> None:
     """A daemon without cron entries (and the workers it forks) does without croniter
     and the dateutil it brings."""
     code = (

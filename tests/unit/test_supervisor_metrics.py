@@ -10,7 +10,7 @@ import sys
 from pgworkerd.supervisor.metrics import SupervisorMetrics
 
 
-def test_nothing_is_counted_before_start_and_everything_after():
+def test_nothing_is_counted_before_start_and_everything_after() -> None:
     metrics = SupervisorMetrics()
     metrics.restarted()
     metrics.renewal_failed()
@@ -28,7 +28,7 @@ def test_nothing_is_counted_before_start_and_everything_after():
     assert 'pgworkerd_queue_depth{queue="q"} 3.0' in metrics.exposition().decode()
 
 
-def test_the_supervisor_imports_prometheus_client_only_to_serve_metrics():
+def test_the_supervisor_imports_prometheus_client_only_to_serve_metrics() -> None:
     code = (
         "import sys; import pgworkerd.supervisor.core; "
         "from pgworkerd.supervisor.metrics import METRICS; "
