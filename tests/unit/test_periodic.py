@@ -3,8 +3,6 @@ the catch-up policies, entry keys, and when the duty wants its next round."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,6 +12,7 @@ from pgworkerd.config import schedules
 from pgworkerd.config.periodic import PeriodicEntry
 from pgworkerd.config.schedules import CronSchedule, EverySchedule, due_slots, upcoming
 from pgworkerd.housekeeping.periodic import CLOCK_REFRESH_S, RETRY_S, PeriodicDuty
+from tests.fresh_python import printed_by_new_python
 
 
 def utc(
@@ -223,5 +222,4 @@ def test_croniter_is_imported_by_the_first_cron_entry_not_by_the_config() -> Non
         "EverySchedule(60.0); print('croniter' in sys.modules, end=' '); "
         "CronSchedule('0 3 * * *'); print('croniter' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert printed_by_new_python(code) == ["False", "True"]

@@ -4,10 +4,8 @@ neither do the workers it forks (they inherit its modules)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from pgworkerd.supervisor.metrics import SupervisorMetrics
+from tests.fresh_python import printed_by_new_python
 
 
 def test_nothing_is_counted_before_start_and_everything_after() -> None:
@@ -35,5 +33,4 @@ def test_the_supervisor_imports_prometheus_client_only_to_serve_metrics() -> Non
         "print('prometheus_client' in sys.modules, end=' '); "
         "METRICS.start(); print('prometheus_client' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert printed_by_new_python(code) == ["False", "True"]
