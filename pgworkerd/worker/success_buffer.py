@@ -56,18 +56,13 @@ class SuccessBuffer:
         self._last_run_s[job.kind] = seconds
 
     def succeeded(self, success: Success, seconds: float) -> None:
-        """`ran(success.job, seconds)` and `add(success)` in one call: a success's usual
-        path, on every job."""
+        """A success to write, whose handler ran `seconds` (as `ran` notes it for any
+        other outcome): pending from now, and the wait starts with the first."""
         self._last_run_s[success.job.kind] = seconds
         pending = self._pending
         if not pending:
             self._oldest_at = self._clock()
         pending.append(success)
-
-    def add(self, success: Success) -> None:
-        if not self._pending:
-            self._oldest_at = self._clock()
-        self._pending.append(success)
 
     def due(self) -> bool:
         """Full, or its oldest success waited long enough."""
