@@ -39,7 +39,7 @@ from bench.cluster import fresh_database, throwaway_cluster
 from bench.daemon import QUEUE, REPO, Daemon, migrate, write_config
 from pgworkerd.storage.migrations import migrate as migrate_schema
 from pgworkerd.storage.store import JobStore
-from pgworkerd.worker.connection import WORKER_OPTIONS
+from pgworkerd.worker import WORKER_OPTIONS
 
 Conn = psycopg.Connection[Any]
 CLAIM_QUEUE = "default"

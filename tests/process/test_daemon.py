@@ -63,9 +63,8 @@ def test_a_worker_carries_no_library_its_daemon_does_not_use(start_daemon, histo
 def test_a_daemon_that_serves_metrics_and_runs_cron_entries_loads_them(start_daemon, history_conn):
     """The other side of the test above: configured, each is loaded before the fork
     (the workers share its pages), and /metrics answers."""
-    import urllib.request
-
     from pgworkerd.storage.embedded import free_port
+    from tests.process.test_http import get
 
     port = free_port()
     probe = pgworkerd.enqueue(history_conn, "modules_loaded", {"names": OPTIONAL_LIBRARIES})
@@ -75,8 +74,8 @@ def test_a_daemon_that_serves_metrics_and_runs_cron_entries_loads_them(start_dae
     )
     wait_until(job_in_state(history_conn, probe, "succeeded"), what="the probe job")
     assert job(history_conn, probe)["result"] == OPTIONAL_LIBRARIES
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        assert b"pgworkerd_jobs_succeeded_total" in answer.read()
+    status, text = get(port, "/metrics")
+    assert status == 200 and "pgworkerd_jobs_succeeded_total" in text, (status, text)
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
 
