@@ -4,6 +4,7 @@ run on one throwaway durable cluster (the peers' settings, bench/cluster.py).
     python -m bench.enqueue_cost [--a /work/main] [--b .] [--n 2000] [--rounds 4]
                                  [--producers 1,8] [--profile DIR]
                                  [--blocks 60 --block 100 [--block-producers 8]]
+                                 [--bulk 1000]
 
 Each round alternates, for every number of concurrent producers (processes, each on its
 own autocommit connection, `n` calls each after a warm-up):
@@ -21,7 +22,12 @@ own autocommit connection, `n` calls each after a warm-up):
                its own code
 
 Every table is emptied before each measurement. Prints jobs/s per variant (median of the
-rounds), each as a ratio to `raw` of the same round, and the client CPU per call.
+rounds), each as a ratio to `raw` of the same round, and the client CPU per job.
+
+`--bulk K`: each call enqueues K jobs in one statement instead: `enqueue_many` of K
+records, and raw's insert of the peers' throughput phase, `INSERT INTO raw_jobs (payload)
+SELECT unnest(%s::jsonb[])` of K payloads (its trigger notifies once per statement);
+raw_notify has no bulk form. The table's "enqueue bulk" column is K = 1,000.
 
 `--profile DIR` then, on a second cluster with pg_stat_statements (track_planning on),
 enqueues `n` jobs with each checkout under cProfile and writes DIR/profile-A.txt... (top
@@ -65,22 +71,32 @@ CREATE TABLE raw_quiet (LIKE raw_jobs INCLUDING ALL);
 
 # What one call of each variant is, in a child process run in the checkout measured.
 CALLS = r"""
-import json, multiprocessing as mp, sys, time
+import json, multiprocessing as mp, os, sys, time
 import psycopg
 
 dsn, variant = sys.argv[1], sys.argv[2]
+bulk = int(os.environ.get("BENCH_BULK", "0"))  # jobs per call; 0: one, by its own call
 if variant == "enqueue":
     import pgworkerd
 
     def make_call(conn):
         payload = {"i": 0}
+        if bulk:
+            jobs = [{"kind": "noop", "payload": payload, "queue": "bench"}] * bulk
+            return lambda: pgworkerd.enqueue_many(conn, jobs)
         return lambda: pgworkerd.enqueue(conn, "noop", payload, queue="bench")
 elif variant in ("raw", "raw_quiet"):
     def make_call(conn):
         table = "raw_quiet" if variant == "raw_quiet" else "raw_jobs"
-        query = f"INSERT INTO {table} (payload) VALUES (%s)"
         payload = json.dumps({"i": 0})
+        if bulk:
+            query = f"INSERT INTO {table} (payload) SELECT unnest(%s::jsonb[])"
+            payloads = [payload] * bulk
+            return lambda: conn.execute(query, (payloads,))
+        query = f"INSERT INTO {table} (payload) VALUES (%s)"
         return lambda: conn.execute(query, (payload,))
+elif bulk:
+    raise SystemExit(f"{variant} has no bulk form")
 else:  # raw_notify
     def make_call(conn):
         payload = json.dumps({"i": 0})
@@ -125,8 +141,8 @@ got = [out.get(timeout=600) for _ in procs]
 for p in procs:
     p.join()
 span = max(g[1] for g in got) - min(g[0] for g in got)
-cpu_us = sum(g[2] for g in got) / (n * producers) * 1e6
-print(json.dumps({"jps": n * producers / span, "cpu_us": cpu_us}))
+jobs = n * producers * max(bulk, 1)
+print(json.dumps({"jps": jobs / span, "cpu_us": sum(g[2] for g in got) / jobs * 1e6}))
 """
 )
 
@@ -191,13 +207,18 @@ ORDER BY total_exec_time DESC LIMIT 6
 """
 
 
-def _python(checkout: Path, code: str, *args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
+def _child_env(checkout: Path, bulk: int = 0) -> dict[str, str]:
+    """A child's environment: `checkout`'s code, the default schema, `bulk` jobs a call."""
+    env = {**os.environ, "PYTHONPATH": str(checkout), "BENCH_BULK": str(bulk)}
     env.pop("PGWORKERD_DATABASE__SCHEMA", None)
+    return env
+
+
+def _python(checkout: Path, code: str, *args: str, bulk: int = 0) -> str:
     # cwd too: `python -c` puts the working directory first on sys.path.
     done = subprocess.run(
         [sys.executable, "-c", code, *args],
-        env=env,
+        env=_child_env(checkout, bulk),
         cwd=checkout,
         capture_output=True,
         text=True,
@@ -258,6 +279,12 @@ def main() -> None:
         " checkout's jobs table (one DO block, no commit, no client): the executor's cost",
     )
     parser.add_argument(
+        "--bulk",
+        type=int,
+        default=0,
+        help="jobs per call, in one statement (enqueue_many; raw's unnest insert)",
+    )
+    parser.add_argument(
         "--async-commit",
         action="store_true",
         help="synchronous_commit off: the commit's flush out of the measure, to see the "
@@ -277,7 +304,9 @@ def main() -> None:
         if args.server_loops:
             server_loops({k: dsns[k] for k in checkouts if k in variants}, args.server_loops)
         if args.blocks:
-            interleaved(checkouts, variants, dsns, args.blocks, args.block, args.block_producers)
+            interleaved(
+                checkouts, variants, dsns, args.blocks, args.block, args.block_producers, args.bulk
+            )
         for round_no in range(args.rounds):
             for count in counts:
                 # the order rotates each round, so no variant always follows the same one
@@ -292,20 +321,30 @@ def main() -> None:
                             "enqueue",
                             str(args.n),
                             str(count),
+                            bulk=args.bulk,
                         )
                     else:
                         _empty(dsns["raw"], "raw_jobs, raw_quiet")
-                        out = _python(REPO, CHILD, dsns["raw"], variant, str(args.n), str(count))
+                        out = _python(
+                            REPO,
+                            CHILD,
+                            dsns["raw"],
+                            variant,
+                            str(args.n),
+                            str(count),
+                            bulk=args.bulk,
+                        )
                     got.setdefault((variant, count), []).append(json.loads(out))
             print(f"round {round_no + 1} of {args.rounds} done", file=sys.stderr)
     if not args.rounds:
         return
     named = ", ".join(f"{name} = {path}" for name, path in checkouts.items())
+    per_call = f"{args.bulk:,} jobs" if args.bulk else "one job"
     print(
-        f"{named}; {args.n} calls per producer, "
+        f"{named}; {args.n} calls per producer ({per_call} a call), "
         f"median of {args.rounds} rounds; ratio = jobs/s / raw's in the same round\n"
     )
-    print("| producers | variant | jobs/s | ÷ raw (median of rounds) | client CPU µs/call |")
+    print("| producers | variant | jobs/s | ÷ raw (median of rounds) | client CPU µs/job |")
     print("|---:|---|---:|---:|---:|")
     for count in counts:
         for variant in variants:
@@ -365,6 +404,7 @@ def interleaved_times(
     blocks: int,
     block: int,
     producers: int = 1,
+    bulk: int = 0,
 ) -> dict[str, list[tuple[float, float]]]:
     """`producers` producers per variant (processes), all connected at once; `blocks`
     rounds in which each variant's producers make `block` calls each, together, in turn
@@ -373,8 +413,7 @@ def interleaved_times(
     children: dict[str, list[subprocess.Popen[str]]] = {}
     for variant in variants:
         checkout = checkouts.get(variant, REPO)
-        env = {**os.environ, "PYTHONPATH": str(checkout)}
-        env.pop("PGWORKERD_DATABASE__SCHEMA", None)
+        env = _child_env(checkout, bulk)
         what = "enqueue" if variant in checkouts else variant
         dsn = dsns[variant if variant in checkouts else "raw"]
         children[variant] = [
@@ -434,27 +473,29 @@ def interleaved(
     blocks: int,
     block: int,
     producers: int = 1,
+    bulk: int = 0,
 ) -> None:
     """interleaved_times, printed as a table. Ratio: raw's time over the variant's in the
     same round (jobs/s ÷ raw's), median of the rounds."""
-    times = interleaved_times(checkouts, variants, dsns, blocks, block, producers)
-    calls = block * blocks * producers
+    times = interleaved_times(checkouts, variants, dsns, blocks, block, producers, bulk)
+    jobs = block * blocks * producers * max(bulk, 1)
     named = ", ".join(f"{name} = {path}" for name, path in checkouts.items())
+    per_call = f"{bulk:,} jobs" if bulk else "one job"
     print(
-        f"{named}; {producers} producer(s) each, {blocks} rounds of {block} calls each,"
-        " interleaved\n"
+        f"{named}; {producers} producer(s) each, {blocks} rounds of {block} calls each"
+        f" ({per_call} a call), interleaved\n"
     )
     print(
         "| variant | jobs/s (all rounds) | ÷ raw (median of rounds) | ÷ raw (all rounds) |"
-        " client CPU µs/call |"
+        " client CPU µs/job |"
     )
     print("|---|---:|---:|---:|---:|")
     raw = times.get("raw")
     for variant in variants:
         walls = [w for w, _ in times[variant]]
-        jps = calls / sum(walls)
+        jps = jobs / sum(walls)
         median, overall = ratio_to_raw(times[variant], raw) if raw else (math.nan, math.nan)
-        cpu = sum(c for _, c in times[variant]) / calls * 1e6
+        cpu = sum(c for _, c in times[variant]) / jobs * 1e6
         print(f"| {variant} | {jps:,.0f} | {median:.3f}x | {overall:.3f}x | {cpu:.0f} |")
     print()
 

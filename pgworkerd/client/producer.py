@@ -169,7 +169,7 @@ class Producer:
             # generators around it, whose cost a call pays several times over once its
             # round trip has cooled the caches (bench/results/enqueue-one-round3-*.md).
             return self._insert_one(record, label_index=False)
-        return self._insert_steps([record], "unique_key" in record, label_index=False)
+        return self._insert_steps([record], label_index=False)
 
     def chain(self, conn: Connectable, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Enqueue `jobs` (as `enqueue_many` items) each to run after the previous one
@@ -189,18 +189,36 @@ class Producer:
             if "after" in record:
                 raise InvalidJob(f"jobs[{index}]: a chain sets after itself")
             if index:
+                if "unique_key" in record:  # as enqueue refuses unique_key with after
+                    raise InvalidJob(
+                        f"jobs[{index}]: only a chain's first job may have a unique_key"
+                        " (the others wait, and a waiting job holds no key)"
+                    )
                 record["after"] = PREVIOUS  # the id drawn for the link before
                 record["after_failure"] = "cancel"
-        return self._insert_steps(records, False, label_index=True)
+        return self._insert_steps(records, label_index=True)
 
     def _many(self, jobs: Iterable[Mapping[str, Any]]) -> Steps:
-        records = self.validated(jobs)
-        unique_keys = any("unique_key" in r for r in records)
-        return self._insert_steps(records, unique_keys, label_index=True)
+        return self._insert_steps(self.validated(jobs), label_index=True)
 
     def validated(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         records = []
         for index, spec in enumerate(jobs):
+            # A bulk list's usual item: a dict of a kind, a payload and maybe a queue,
+            # named as items before it were. Its record is `_job_record`'s for those
+            # three, made without the calls and the option checks (half the client's
+            # time of a 1,000-job call: bench/results/issue23-round20-*.md).
+            if type(spec) is dict and spec.keys() <= _PLAIN_ITEM_KEYS:
+                kind, queue = spec.get("kind"), spec.get("queue", "default")
+                if (
+                    type(kind) is str  # and not unhashable, for the set
+                    and type(queue) is str
+                    and kind in _CHECKED_NAMES
+                    and queue in _CHECKED_NAMES
+                    and "payload" in spec
+                ):
+                    records.append({"kind": kind, "queue": queue, "payload": spec["payload"]})
+                    continue
             if not isinstance(spec, Mapping):
                 raise InvalidJob(f"jobs[{index}] must be a dict, got {type(spec).__name__}")
             unknown = sorted(set(spec) - ENQUEUE_KEYS, key=str)
@@ -217,24 +235,20 @@ class Producer:
             records.append(record)
         return records
 
-    def _insert_steps(
-        self,
-        records: list[dict[str, Any]],
-        unique_keys: bool,
-        *,
-        label_index: bool,
-    ) -> Steps:
+    def _insert_steps(self, records: list[dict[str, Any]], *, label_index: bool) -> Steps:
         """The insert's decisions, without I/O, inside the PRODUCER span of the `otel`
         extra (None without it), which records the trace context with the jobs."""
         if not records:
             return []
+        options = set().union(*records)  # every key of any record, in one pass in C
         span = otel.start_send(records)
         try:
-            if any("after" in r for r in records):
+            if "after" in options:
                 ids = yield from self._insert_each(records, label_index)
-            elif any(_has_mode(r) for r in records):
+            elif "debounce_s" in options or "throttle_s" in options:
                 ids = yield from self._insert_with_modes(records, label_index)
             else:
+                unique_keys = "unique_key" in options
                 ids = yield from self._insert_and_resolve(records, unique_keys, label_index)
         except BaseException as exc:
             otel.end_send(span, error=exc)
@@ -296,13 +310,7 @@ class Producer:
             got = yield from self._insert_and_resolve(subset, unique_keys, label_index)
             for index, job_id in zip(plain, got, strict=True):
                 ids[index] = job_id
-        # In key order (list order within a key: the last payload wins): two lists that
-        # name the same keys lock their slots in the same order, so they cannot deadlock.
-        moded = sorted(
-            (i for i, r in enumerate(records) if _has_mode(r)),
-            key=lambda i: str(records[i]["unique_key"]),
-        )
-        for index in moded:
+        for index in _moded_in_key_order(records):
             ids[index] = yield from self._mode_steps(records[index])
         return ids
 
@@ -324,23 +332,31 @@ class Producer:
         return folded
 
     def _insert_each(self, records: list[dict[str, Any]], label_index: bool) -> Steps:
-        """A list with jobs that run `after` others: one statement per job, in order
-        (an item may name an id inserted just before it, as `chain` does)."""
+        """A list with jobs that run `after` others: one statement per job (an item may
+        name the id drawn for the item before it, as `chain` does). The jobs with a
+        uniqueness mode (never one with `after`) go first, in key order as in
+        `_insert_with_modes`, then the others in list order."""
         for index, record in enumerate(records):  # every payload checked before any SQL
             try:
                 dump_payload(record["payload"], max_bytes=self.max_payload_bytes)
             except InvalidJob as exc:
                 raise InvalidJob(f"jobs[{index}]: {exc}" if label_index else str(exc)) from None
-        ids: list[int] = []
+        ids: list[int] = [0] * len(records)
+        moded = _moded_in_key_order(records)
+        for index in moded:
+            ids[index] = yield from self._mode_steps(records[index])
+        done = set(moded)
         for index, record in enumerate(records):
+            if index in done:
+                continue
             after = record.get("after")
             if after is None:
-                ids += yield from self._insert_and_resolve(
+                (ids[index],) = yield from self._insert_and_resolve(
                     [record], "unique_key" in record, label_index=False
                 )
                 continue
             if after is PREVIOUS:
-                after = ids[-1:]
+                after = ids[index - 1 : index]
             fields = {k: v for k, v in record.items() if k != "after"}
             job_id, missing = yield self.store.insert_after_statement(
                 self._encode([fields], label_index=False)[1:-1], after
@@ -349,7 +365,7 @@ class Producer:
                 where = f"jobs[{index}]: " if label_index else ""
                 names = ", ".join(map(str, missing))
                 raise InvalidJob(f"{where}after names jobs that do not exist: {names}")
-            ids.append(job_id)
+            ids[index] = job_id
         return ids
 
     def _live_or_insert_steps(self, record: dict[str, Any]) -> Generator[Statement[Any], Any, int]:
@@ -467,6 +483,16 @@ def _has_mode(record: dict[str, Any]) -> bool:
     return "debounce_s" in record or "throttle_s" in record
 
 
+def _moded_in_key_order(records: list[dict[str, Any]]) -> list[int]:
+    """The indexes of the records with a uniqueness mode, in key order (list order within
+    a key: the last payload wins). Two lists that name the same keys then lock their
+    slots in the same order, so they cannot deadlock."""
+    return sorted(
+        (i for i, r in enumerate(records) if _has_mode(r)),
+        key=lambda i: str(records[i]["unique_key"]),
+    )
+
+
 def _after_ids(after: Any) -> list[int]:
     """The job ids of `after=`, without repeats, in order; InvalidJob unless a non-empty
     list of ids."""
@@ -489,6 +515,9 @@ def _after_ids(after: Any) -> list[int]:
 # of times. Bounded, so a stream of distinct unique keys cannot grow it without end.
 _CHECKED_NAMES: set[str] = set()
 _CHECKED_NAMES_MAX = 4096
+# The keys of an item `Producer.validated` may take by its fast path: no option to check
+# but the queue's name.
+_PLAIN_ITEM_KEYS = frozenset({"kind", "payload", "queue"})
 
 
 def check_name(what: str, value: Any) -> None:

@@ -1,6 +1,6 @@
 """The two ways of calling the producer that tests/integration/test_producer.py runs
-every case both ways with: on a psycopg Connection (`enqueue`, `enqueue_many`) and on
-an AsyncConnection (`enqueue_async`, `enqueue_many_async`).
+every case both ways with: on a psycopg Connection (`enqueue`, `enqueue_many`, `chain`)
+and on an AsyncConnection (`enqueue_async`, `enqueue_many_async`, `chain_async`).
 
 The async way runs its connections on an event loop in a thread of its own and
 blocks the calling thread on each call, so a test reads the same either way. That
@@ -43,6 +43,9 @@ class SyncWay:
 
     def enqueue_many(self, conn: Any, jobs: Any) -> list[int]:
         return pgworkerd.enqueue_many(conn, jobs)
+
+    def chain(self, conn: Any, jobs: Any) -> list[int]:
+        return pgworkerd.chain(conn, jobs)
 
     def fetch_all(self, conn: Any, query: str) -> list[Any]:
         """`query`'s rows, run on the producer's connection `conn`."""
@@ -109,6 +112,9 @@ class AsyncWay:
 
     def enqueue_many(self, conn: Any, jobs: Any) -> list[int]:
         return self.call(pgworkerd.enqueue_many_async(conn.aconn, jobs))
+
+    def chain(self, conn: Any, jobs: Any) -> list[int]:
+        return self.call(pgworkerd.chain_async(conn.aconn, jobs))
 
     def fetch_all(self, conn: Any, query: str) -> list[Any]:
         async def rows() -> list[Any]:

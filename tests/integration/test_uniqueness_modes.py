@@ -151,6 +151,62 @@ def test_enqueue_many_items_take_the_modes_and_keep_their_order(way, pconn, conn
     assert payloads == {ids[0]: {"n": 3}, ids[1]: {"n": 1}, ids[2]: {"n": 2}, ids[5]: {"n": 5}}
 
 
+def test_a_list_with_dependents_keeps_its_modes(way, pconn, conn):
+    # Such a list goes in one job at a time; its debounced jobs were once inserted as
+    # plain unique keys there, running at once and beside the key's next debounced job.
+    parent = way.enqueue(pconn, "k", {})
+    ids = way.enqueue_many(
+        pconn,
+        [
+            {"kind": "k", "payload": {"n": 0}, "unique_key": "d", "debounce": 60},
+            {"kind": "k", "payload": {"n": 1}, "after": [parent]},
+            {"kind": "k", "payload": {"n": 2}, "unique_key": "t", "throttle": 60},
+            {"kind": "k", "payload": {"n": 3}, "unique_key": "d", "debounce": 60},
+        ],
+    )
+    assert ids[0] == ids[3]
+    assert timedelta(seconds=59) < run_in(conn, ids[0]) <= timedelta(seconds=60)
+    assert way.enqueue(pconn, "k", {"n": 4}, unique_key="d", debounce=60) == ids[0]
+    assert way.enqueue(pconn, "k", {"n": 5}, unique_key="t", throttle=60) == ids[2]
+    expected = [
+        (parent, "queued", {}),
+        (ids[0], "queued", {"n": 4}),
+        (ids[1], "waiting", {"n": 1}),
+        (ids[2], "queued", {"n": 2}),
+    ]
+    assert jobs(conn) == sorted(expected, key=lambda row: row[0])
+
+
+def test_a_chains_first_job_keeps_its_unique_key_and_mode(way, pconn, conn):
+    first, second = way.chain(
+        pconn, [{"kind": "k", "payload": {}, "unique_key": "c"}, {"kind": "k", "payload": {}}]
+    )
+    again, third = way.chain(
+        pconn, [{"kind": "k", "payload": {}, "unique_key": "c"}, {"kind": "k", "payload": {}}]
+    )
+    assert again == first, "the key's live job stands for the first link"
+    after = conn.execute(
+        "SELECT after_ids FROM pgworkerd.jobs WHERE id = ANY(%s) ORDER BY id", [[second, third]]
+    ).fetchall()
+    assert after == [([first],), ([first],)]
+    debounced, _ = way.chain(
+        pconn,
+        [
+            {"kind": "k", "payload": {}, "unique_key": "e", "debounce": 60},
+            {"kind": "k", "payload": {}},
+        ],
+    )
+    assert timedelta(seconds=59) < run_in(conn, debounced) <= timedelta(seconds=60)
+
+
+def test_a_chains_later_job_with_a_unique_key_is_refused(way, pconn, conn):
+    message = r"^jobs\[1\]: only a chain's first job may have a unique_key"
+    for later in ({"unique_key": "u"}, {"unique_key": "u", "debounce": 5}):
+        with pytest.raises(InvalidJob, match=message):
+            way.chain(pconn, [{"kind": "k", "payload": {}}, {"kind": "k", "payload": {}} | later])
+    assert jobs(conn) == []
+
+
 def test_a_job_without_a_mode_costs_the_statements_it_did(way, pconn):
     with way.count_statements() as execute:
         way.enqueue(pconn, "k", {})
