@@ -17,6 +17,8 @@ import math
 import os
 import re
 from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack, cast
 
@@ -31,7 +33,12 @@ from pgworkerd.encoding import (
     dump_trace_context,
 )
 from pgworkerd.errors import InvalidJob
-from pgworkerd.storage.inserts import DEFAULT_SCHEMA, JobInserts
+from pgworkerd.storage.inserts import (
+    DEFAULT_SCHEMA,
+    JobInserts,
+    all_or_nothing,
+    all_or_nothing_async,
+)
 from pgworkerd.storage.rows import Statement
 
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
@@ -43,6 +50,8 @@ AFTER_FAILURE_CHOICES = ("cancel", "run")
 PREVIOUS: list[int] = []
 # Jobs one job may wait for (a batch's callback waits for the whole batch).
 MAX_AFTER_IDS = 100_000
+# The longest delay, max_runtime, debounce or throttle: 100 years of 365.25 days.
+MAX_DURATION_S = 100 * 365.25 * 86_400
 # A record with only these keys (no unique_key, after or mode) goes in by
 # jobs_insert_one alone and needs nothing resolved (_insert_and_resolve's first case).
 _ONE_STATEMENT_KEYS = frozenset(
@@ -91,6 +100,18 @@ ENQUEUE_KEYS = frozenset({"kind", "payload"}) | EnqueueOptions.__optional_keys__
 Steps = Generator[Statement[Any], Any, list[int]]
 # Or, for one job that needs one statement and no span, that statement alone (`_one`).
 OneStatement = Statement[list[int]]
+# The options that make a list go in statement by statement (`_insert_each`,
+# `_insert_with_modes`).
+_OPTIONS_IN_PARTS = frozenset({"after", "debounce_s", "throttle_s"})
+
+
+@dataclass(frozen=True)
+class AllOrNothing:
+    """Steps that may run several statements, each inserting jobs: the drivers run them
+    inside `all_or_nothing` (storage/inserts.py), so a list refused halfway (an `after`
+    id that does not exist) or a statement that fails leaves none of its jobs."""
+
+    steps: Steps
 
 
 # The environment's names ProducerSettings (client/settings.py) reads, as
@@ -137,7 +158,9 @@ class Producer:
         return (await _run_async(await _psycopg_async(aconn), steps))[0]
 
     def enqueue_many(self, conn: Connectable, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Enqueue dicts with `enqueue`'s argument names in one statement; ids in order."""
+        """Enqueue dicts with `enqueue`'s argument names in one statement (a list with
+        jobs `after` others or with uniqueness modes: in a few, all or nothing); ids in
+        order."""
         return _run(_psycopg(conn), self._many(jobs))
 
     async def enqueue_many_async(
@@ -169,7 +192,7 @@ class Producer:
             # generators around it, whose cost a call pays several times over once its
             # round trip has cooled the caches (bench/results/enqueue-one-round3-*.md).
             return self._insert_one(record, label_index=False)
-        return self._insert_steps([record], label_index=False)
+        return self._insert_steps([record], record.keys(), label_index=False)
 
     def chain(self, conn: Connectable, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Enqueue `jobs` (as `enqueue_many` items) each to run after the previous one
@@ -183,11 +206,58 @@ class Producer:
         steps = self._chain(jobs)
         return await _run_async(await _psycopg_async(aconn), steps)
 
-    def _chain(self, jobs: Iterable[Mapping[str, Any]]) -> Steps:
+    def batch(
+        self, conn: Connectable, jobs: Iterable[Mapping[str, Any]], *, then: Mapping[str, Any]
+    ) -> tuple[list[int], int]:
+        """Enqueue `jobs` (as `enqueue_many` items) and `then`, which runs once when every
+        one of them is final, whatever their states; (their ids, then's id). All or
+        nothing: `then` is checked with the jobs, before any statement."""
+        *ids, then_id = _run(_psycopg(conn), self._batch(jobs, then))
+        return ids, then_id
+
+    async def batch_async(
+        self, aconn: AsyncConnectable, jobs: Iterable[Mapping[str, Any]], *, then: Mapping[str, Any]
+    ) -> tuple[list[int], int]:
+        """`batch` in `aconn`'s transaction."""
+        steps = self._batch(jobs, then)
+        *ids, then_id = await _run_async(await _psycopg_async(aconn), steps)
+        return ids, then_id
+
+    def _batch(self, jobs: Iterable[Mapping[str, Any]], then: Any) -> AllOrNothing:
         records = self.validated(jobs)
+        if not records:
+            raise InvalidJob("a batch needs at least one job")
+        if len(records) > MAX_AFTER_IDS:  # then waits for them all
+            raise InvalidJob(f"a batch holds at most {MAX_AFTER_IDS} jobs, got {len(records)}")
+        if not isinstance(then, Mapping):
+            raise InvalidJob(f"then must be a dict, got {type(then).__name__}")
+        if "after" in then or "after_failure" in then:
+            raise InvalidJob("then: a batch sets after itself")
+        try:  # as it will go in, but for its ids, not drawn yet
+            (callback,) = self.validated([{**then, "after": [1], "after_failure": "run"}])
+            self._encode([callback], label_index=False)  # its payload
+        except InvalidJob as exc:
+            raise InvalidJob(f"then: {str(exc).removeprefix('jobs[0]: ')}") from None
+        options = set().union(*records)
+        return AllOrNothing(self._batch_steps(records, options, callback))
+
+    def _batch_steps(
+        self, records: list[dict[str, Any]], options: AbstractSet[str], callback: dict[str, Any]
+    ) -> Steps:
+        ids = yield from self._insert_steps(records, options, label_index=True)
+        # Unique keys may give two jobs one id: the callback waits for each job once.
+        callback["after"] = list(dict.fromkeys(ids))
+        (then_id,) = yield from self._insert_steps([callback], callback.keys(), label_index=False)
+        return [*ids, then_id]
+
+    def _chain(self, jobs: Iterable[Mapping[str, Any]]) -> Steps | AllOrNothing:
+        specs = list(jobs)
+        records = self.validated(specs)
         for index, record in enumerate(records):
             if "after" in record:
                 raise InvalidJob(f"jobs[{index}]: a chain sets after itself")
+            if "after_failure" in specs[index]:  # which _job_record drops without `after`
+                raise InvalidJob(f"jobs[{index}]: a chain sets after_failure itself")
             if index:
                 if "unique_key" in record:  # as enqueue refuses unique_key with after
                     raise InvalidJob(
@@ -196,10 +266,21 @@ class Producer:
                     )
                 record["after"] = PREVIOUS  # the id drawn for the link before
                 record["after_failure"] = "cancel"
-        return self._insert_steps(records, label_index=True)
+        return self._list_steps(records)
 
-    def _many(self, jobs: Iterable[Mapping[str, Any]]) -> Steps:
-        return self._insert_steps(self.validated(jobs), label_index=True)
+    def _many(self, jobs: Iterable[Mapping[str, Any]]) -> Steps | AllOrNothing:
+        return self._list_steps(self.validated(jobs))
+
+    def _list_steps(self, records: list[dict[str, Any]]) -> Steps | AllOrNothing:
+        """The steps of a list, to be run all or nothing when they may run several
+        statements that each insert jobs (a list with jobs `after` others or with a
+        uniqueness mode; not one that only looks up or retries the holders of unique
+        keys after its one insert: each of those statements is a whole enqueue)."""
+        options = set().union(*records)  # every key of any record, in one pass in C
+        steps = self._insert_steps(records, options, label_index=True)
+        if len(records) > 1 and not options.isdisjoint(_OPTIONS_IN_PARTS):
+            return AllOrNothing(steps)
+        return steps
 
     def validated(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         records = []
@@ -235,12 +316,14 @@ class Producer:
             records.append(record)
         return records
 
-    def _insert_steps(self, records: list[dict[str, Any]], *, label_index: bool) -> Steps:
+    def _insert_steps(
+        self, records: list[dict[str, Any]], options: AbstractSet[str], *, label_index: bool
+    ) -> Steps:
         """The insert's decisions, without I/O, inside the PRODUCER span of the `otel`
-        extra (None without it), which records the trace context with the jobs."""
+        extra (None without it), which records the trace context with the jobs.
+        `options`: every key that some record has."""
         if not records:
             return []
-        options = set().union(*records)  # every key of any record, in one pass in C
         span = otel.start_send(records)
         try:
             if "after" in options:
@@ -332,10 +415,12 @@ class Producer:
         return folded
 
     def _insert_each(self, records: list[dict[str, Any]], label_index: bool) -> Steps:
-        """A list with jobs that run `after` others: one statement per job (an item may
-        name the id drawn for the item before it, as `chain` does). The jobs with a
-        uniqueness mode (never one with `after`) go first, in key order as in
-        `_insert_with_modes`, then the others in list order."""
+        """A list with jobs that run `after` others: its jobs with a uniqueness mode
+        (never one with `after`) first, in key order as in `_insert_with_modes`; then
+        those without `after`, in one statement; then those with their `after` given,
+        in one statement (`jobs_insert_after`: a fan-out of thousands is one); then a
+        chain's later links in order, one statement each, each naming the id drawn for
+        the link before it."""
         for index, record in enumerate(records):  # every payload checked before any SQL
             try:
                 dump_payload(record["payload"], max_bytes=self.max_payload_bytes)
@@ -346,26 +431,29 @@ class Producer:
         for index in moded:
             ids[index] = yield from self._mode_steps(records[index])
         done = set(moded)
-        for index, record in enumerate(records):
-            if index in done:
-                continue
-            after = record.get("after")
-            if after is None:
-                (ids[index],) = yield from self._insert_and_resolve(
-                    [record], "unique_key" in record, label_index=False
-                )
-                continue
-            if after is PREVIOUS:
-                after = ids[index - 1 : index]
-            fields = {k: v for k, v in record.items() if k != "after"}
-            job_id, missing = yield self.store.insert_after_statement(
-                self._encode([fields], label_index=False)[1:-1], after
+        plain = [i for i, r in enumerate(records) if i not in done and "after" not in r]
+        if plain:
+            subset = [records[i] for i in plain]
+            unique_keys = any("unique_key" in r for r in subset)
+            got = yield from self._insert_and_resolve(subset, unique_keys, label_index=False)
+            for index, job_id in zip(plain, got, strict=True):
+                ids[index] = job_id
+        given = [i for i, r in enumerate(records) if "after" in r and r["after"] is not PREVIOUS]
+        links = [i for i, r in enumerate(records) if r.get("after") is PREVIOUS]
+        for group in ([given] if given else []) + [[i] for i in links]:
+            batch = [records[i] for i in group]
+            if batch[0]["after"] is PREVIOUS:
+                batch = [{**batch[0], "after": ids[group[0] - 1 : group[0]]}]
+            inserted = yield self.store.insert_after_statement(
+                self._encode(batch, label_index=False)
             )
-            if job_id is None:
+            if inserted.missing_at is not None:
+                index = group[inserted.missing_at]
                 where = f"jobs[{index}]: " if label_index else ""
-                names = ", ".join(map(str, missing))
+                names = ", ".join(map(str, inserted.missing))
                 raise InvalidJob(f"{where}after names jobs that do not exist: {names}")
-            ids[index] = job_id
+            for index, job_id in zip(group, inserted.ids, strict=True):
+                ids[index] = job_id
         return ids
 
     def _live_or_insert_steps(self, record: dict[str, Any]) -> Generator[Statement[Any], Any, int]:
@@ -556,6 +644,15 @@ def _seconds(what: str, value: Any, *, allow_zero: bool) -> float | None:
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise InvalidJob(f"{what} must be a finite number of seconds {bound}, got {value!r}")
+    # PostgreSQL keeps intervals in whole microseconds (a duration that must be > 0 and
+    # rounds to 0 breaks a CHECK), and a run_at past year 9999 is one psycopg cannot read
+    # back (past 294276, one PostgreSQL cannot write): refused here, not by the server,
+    # which would abort the caller's transaction.
+    if not allow_zero and value < 1e-6:
+        raise InvalidJob(f"{what} must be at least a microsecond, got {value!r}")
+    if value > MAX_DURATION_S:
+        limit = f"{MAX_DURATION_S:.0f} s"
+        raise InvalidJob(f"{what} must be at most 100 years ({limit}), got {value!r}")
     return float(value)
 
 
@@ -620,11 +717,19 @@ async def _psycopg_async(aconn: Any) -> psycopg.AsyncConnection[Any]:
 
 # The two drivers of `Producer._insert_steps` (or of the one statement `_one` returns
 # alone): the only producer code written per I/O style. A statement that fails leaves
-# the steps unfinished; nothing else to undo. A failed statement is thrown into the
+# the steps unfinished; steps wrapped in `AllOrNothing` run inside `all_or_nothing`,
+# which takes back the statements run before it. A failed statement is thrown into the
 # steps, so that they see it (the span records it) before it reaches the caller.
-def _run(conn: psycopg.Connection[Any], steps: Steps | OneStatement) -> list[int]:
+def _run(conn: psycopg.Connection[Any], steps: Steps | OneStatement | AllOrNothing) -> list[int]:
     if isinstance(steps, Statement):
         return steps.run(conn)  # no cast(): a call, and a new list[int] alias, per enqueue
+    if isinstance(steps, AllOrNothing):
+        with all_or_nothing(conn):
+            return _drive(conn, steps.steps)
+    return _drive(conn, steps)
+
+
+def _drive(conn: psycopg.Connection[Any], steps: Steps) -> list[int]:
     result = None  # the first send starts the steps
     try:
         while True:
@@ -639,9 +744,18 @@ def _run(conn: psycopg.Connection[Any], steps: Steps | OneStatement) -> list[int
         return ids
 
 
-async def _run_async(aconn: psycopg.AsyncConnection[Any], steps: Steps | OneStatement) -> list[int]:
+async def _run_async(
+    aconn: psycopg.AsyncConnection[Any], steps: Steps | OneStatement | AllOrNothing
+) -> list[int]:
     if isinstance(steps, Statement):
         return await steps.run_async(aconn)
+    if isinstance(steps, AllOrNothing):
+        async with all_or_nothing_async(aconn):
+            return await _drive_async(aconn, steps.steps)
+    return await _drive_async(aconn, steps)
+
+
+async def _drive_async(aconn: psycopg.AsyncConnection[Any], steps: Steps) -> list[int]:
     result = None
     try:
         while True:

@@ -10,8 +10,9 @@ first enqueue (bench/results/first-call-round14-20261128.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -89,18 +90,17 @@ class JobInserts:
         query, params = self._sql["jobs_insert_bare"], (queue, kind, payload_json)
         return await run_on_kept_cursor_async(aconn, query, params, _returned_id)
 
-    def insert_after_statement(
-        self, record_json: str, after: Sequence[int]
-    ) -> Statement[tuple[int | None, list[int]]]:
-        """Insert one job that runs after the jobs `after` (see `jobs_insert_after`):
-        (its id, []) or, when some of `after` do not exist, (None, those ids)."""
+    def insert_after_statement(self, records_json: str) -> Statement[AfterInsert]:
+        """Insert jobs that each run after the jobs of their record's `after` (a JSON
+        array of records, see `jobs_insert_after`), in one statement: their ids in input
+        order, or none and the first job (by position) that names ids which do not
+        exist, with those ids."""
         params = {
             "sequence": self._sequence,
             "channel": self.notify_channel,
-            "job": record_json,
-            "after": list(after),
+            "jobs": records_json,
         }
-        return Statement(self._sql["jobs_insert_after"], params, _id_and_missing)
+        return Statement(self._sql["jobs_insert_after"], params, _after_insert)
 
     def find_live_statement(self, unique_key: str) -> Statement[int | None]:
         """The id of the queued or running job holding `unique_key`, if any."""
@@ -164,9 +164,69 @@ def _id_and_created(rows: list[Any]) -> tuple[int, bool]:
     return rows[0][0], rows[0][1]
 
 
-def _id_and_missing(rows: list[Any]) -> tuple[int | None, list[int]]:
-    job_id, missing = rows[0]
-    return job_id, list(missing)
+class AfterInsert(NamedTuple):
+    """What `jobs_insert_after` did: `ids` in input order, or none when a job names ids
+    that do not exist: then `missing_at`, the first such job's position (from 0), and
+    `missing`, those ids."""
+
+    ids: list[int]
+    missing_at: int | None
+    missing: list[int]
+
+
+def _after_insert(rows: list[Any]) -> AfterInsert:
+    ids, missing_at, missing = rows[0]
+    return AfterInsert(list(ids), None if missing_at is None else missing_at - 1, list(missing))
+
+
+# A producer call that runs several statements (a list with jobs `after` others or with
+# uniqueness modes) runs them all or none: a refused list (ids that do not exist) or a
+# failed statement must leave nothing of the call behind.
+SAVEPOINT = b"SAVEPOINT pgworkerd_enqueue"
+RELEASE = b"RELEASE SAVEPOINT pgworkerd_enqueue"
+ROLLBACK_TO = b"ROLLBACK TO SAVEPOINT pgworkerd_enqueue"
+
+
+@contextmanager
+def all_or_nothing(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The statements run in the `with` take effect together or not at all. On an
+    autocommit connection, one transaction (one commit instead of one per statement). In
+    the caller's transaction (opened now by psycopg's first statement if none is open), a
+    savepoint: a failure takes back this call's statements only and leaves the caller's
+    transaction usable. Not `conn.transaction()` there: on a connection whose transaction
+    has not begun yet (Django's `atomic()` before its first query) it would COMMIT at its
+    end, and the caller's rollback would no longer take the jobs back."""
+    if conn.autocommit:
+        with conn.transaction():
+            yield
+        return
+    conn.execute(SAVEPOINT)
+    try:
+        yield
+    except BaseException:
+        if conn.pgconn.status == psycopg.pq.ConnStatus.OK:  # else there is nothing to undo
+            conn.execute(ROLLBACK_TO)
+            conn.execute(RELEASE)
+        raise
+    conn.execute(RELEASE)
+
+
+@asynccontextmanager
+async def all_or_nothing_async(aconn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """`all_or_nothing` on an AsyncConnection."""
+    if aconn.autocommit:
+        async with aconn.transaction():
+            yield
+        return
+    await aconn.execute(SAVEPOINT)
+    try:
+        yield
+    except BaseException:
+        if aconn.pgconn.status == psycopg.pq.ConnStatus.OK:
+            await aconn.execute(ROLLBACK_TO)
+            await aconn.execute(RELEASE)
+        raise
+    await aconn.execute(RELEASE)
 
 
 def _first_id(rows: list[Any]) -> int | None:

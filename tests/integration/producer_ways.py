@@ -1,6 +1,6 @@
 """The two ways of calling the producer that tests/integration/test_producer.py runs
-every case both ways with: on a psycopg Connection (`enqueue`, `enqueue_many`, `chain`)
-and on an AsyncConnection (`enqueue_async`, `enqueue_many_async`, `chain_async`).
+every case both ways with: on a psycopg Connection (`enqueue`, `enqueue_many`, `chain`,
+`batch`) and on an AsyncConnection (their `_async` twins).
 
 The async way runs its connections on an event loop in a thread of its own and
 blocks the calling thread on each call, so a test reads the same either way. That
@@ -46,6 +46,9 @@ class SyncWay:
 
     def chain(self, conn: Any, jobs: Any) -> list[int]:
         return pgworkerd.chain(conn, jobs)
+
+    def batch(self, conn: Any, jobs: Any, then: Any) -> tuple[list[int], int]:
+        return pgworkerd.batch(conn, jobs, then=then)
 
     def fetch_all(self, conn: Any, query: str) -> list[Any]:
         """`query`'s rows, run on the producer's connection `conn`."""
@@ -115,6 +118,9 @@ class AsyncWay:
 
     def chain(self, conn: Any, jobs: Any) -> list[int]:
         return self.call(pgworkerd.chain_async(conn.aconn, jobs))
+
+    def batch(self, conn: Any, jobs: Any, then: Any) -> tuple[list[int], int]:
+        return self.call(pgworkerd.batch_async(conn.aconn, jobs, then=then))
 
     def fetch_all(self, conn: Any, query: str) -> list[Any]:
         async def rows() -> list[Any]:

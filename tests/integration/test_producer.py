@@ -383,6 +383,10 @@ BAD_ENQUEUES = [
     pytest.param({"max_attempts": 0}, "max_attempts must be an integer from 1", id="attempts-0"),
     pytest.param({"max_attempts": "3"}, "max_attempts must be an integer", id="attempts-str"),
     pytest.param({"max_runtime": 0}, "> 0", id="runtime-0"),
+    pytest.param({"max_runtime": 1e-7}, "at least a microsecond", id="runtime-below-1us"),
+    pytest.param({"max_runtime": 1e15}, "at most 100 years", id="runtime-huge"),
+    pytest.param({"delay": 1e12}, "delay must be at most 100 years", id="delay-huge"),
+    pytest.param({"delay": timedelta.max}, "at most 100 years", id="delay-timedelta-max"),
 ]
 
 

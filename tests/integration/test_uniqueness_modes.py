@@ -239,6 +239,8 @@ def test_the_first_enqueue_of_a_burst_is_one_statement_and_the_next_two(way, pco
         ({"unique_key": "u", "throttle": timedelta(0)}, "throttle must be a finite number"),
         ({"unique_key": "u", "debounce": "5s"}, "debounce must be seconds or a timedelta"),
         ({"unique_key": "u", "debounce": 5, "delay": 1}, "give no delay or run_at"),
+        ({"unique_key": "u", "throttle": 1e13}, "throttle must be at most 100 years"),
+        ({"unique_key": "u", "debounce": 1e-7}, "debounce must be at least a microsecond"),
     ],
 )
 def test_bad_modes_are_refused_before_any_sql(way, pconn, conn, options, message):

@@ -128,38 +128,55 @@ RETURNING id, pg_notify({queue_channel}, queue);
 
 
 -- name: jobs_insert_after
--- Inserts one job that runs `after` other jobs (workflows, 0010_workflows.sql). Used
--- only for such a job: jobs_insert is untouched. The dependencies are locked (in id
--- order; FOR SHARE, or FOR NO KEY UPDATE while they lack has_dependents: LOCK MODE)
--- before their states are read: an outcome of one of them, an UPDATE,
--- waits for this transaction to end, and this statement waits for an outcome in
+-- Inserts jobs that run `after` other jobs (workflows, 0010_workflows.sql), given as one
+-- JSON array of job records, each with its own `after` (ids, none repeated): a fan-out
+-- (thousands of dependents of one job) or a list of pairs is one statement, not one per
+-- job. Used only for such jobs: jobs_insert is untouched. Every dependency any of them
+-- names is locked once, in id order (FOR SHARE, or FOR NO KEY UPDATE while it lacks
+-- has_dependents: LOCK MODE), before its state is read: an outcome of one of them, an
+-- UPDATE, waits for this transaction to end, and this statement waits for an outcome in
 -- progress and then reads the state it committed. So either this insert sees the
--- dependency final (and counts it now), or the outcome's release sees this job's edge
--- (has_dependents, set here, and the job_dependencies row are committed before the
+-- dependency final (and counts it now), or the outcome's release sees the jobs' edges
+-- (has_dependents, set here, and the job_dependencies rows are committed before the
 -- outcome's UPDATE can lock the row): never neither, never both.
--- The job is `cancelled` at once if a dependency already ended dead or cancelled and
--- after_failure is 'cancel'; `queued` if every dependency has already ended; else
--- `waiting` with one edge per dependency not yet final. Nothing is inserted if an id
--- does not exist: `missing` names them.
+-- Each job is `cancelled` at once if one of its dependencies already ended dead or
+-- cancelled and its after_failure is 'cancel'; `queued` if every one of them has already
+-- ended; else `waiting` with one edge per dependency not yet final. Nothing is inserted
+-- if an id does not exist: `missing_at` is then the position (from 1) of the first job
+-- that names one, and `missing` the ids it names that do not exist.
 -- PER ID: every row of jobs is reached by primary key, one id at a time, whatever plan
 -- is cached. A producer may enqueue thousands of dependents in one transaction, and
 -- psycopg prepares a statement run five times (a worker's connection plans every
 -- statement generically): a plan made while the table was small, and blind to how
--- many ids `after` holds (a generic plan guesses 10), scanned `jobs` for
--- `= ANY(after)` and for the join of `marked`, and was kept for the rest of the
--- transaction, so each insert read every job inserted before it (bench/results/
--- workflows-costs-20261124.md; tests/integration/test_workflows_enqueue_cost.py).
--- A LATERAL subquery that locks is never pulled up into a join: it runs once per id,
--- a lookup of one row, which an index wins on any table of ten pages or more (and on
--- one never analysed). On a table analysed while it was smaller, a plan made then may
--- still scan it, until the next analyse replans it.
-WITH deps AS (
+-- many ids there are (a generic plan guesses), scanned `jobs` for the dependencies and
+-- for the join of `marked`, and was kept for the rest of the transaction, so each insert
+-- read every job inserted before it (bench/results/workflows-costs-20261124.md;
+-- tests/integration/test_workflows_enqueue_cost.py). A LATERAL subquery that locks is
+-- never pulled up into a join: it runs once per id, a lookup of one row, which an index
+-- wins on any table of ten pages or more (and on one never analysed). On a table
+-- analysed while it was smaller, a plan made then may still scan it, until the next
+-- analyse replans it. The other joins are between this statement's CTEs.
+WITH input AS MATERIALIZED (
+    -- The function scan yields the records in input order and nextval() numbers them as
+    -- they come, increasing: ordered by id is ordered as given.
+    SELECT nextval(%(sequence)s::regclass) AS id, t.*
+    FROM ROWS FROM (
+             jsonb_to_recordset(%(jobs)s::jsonb)
+             AS (queue text, kind text, payload jsonb, priority int, run_at timestamptz,
+                 delay_s float8, max_attempts int, max_runtime_s float8,
+                 trace_context jsonb, key text, after_failure text, after bigint[])
+         ) WITH ORDINALITY AS t(queue, kind, payload, priority, run_at, delay_s,
+                                max_attempts, max_runtime_s, trace_context, key,
+                                after_failure, after, ord)
+),
+deps AS MATERIALIZED (
     SELECT j.id, j.state IN ('succeeded', 'dead', 'cancelled') AS final,
            j.state IN ('dead', 'cancelled') AS failed,
            (j.state NOT IN ('succeeded', 'dead', 'cancelled') AND NOT j.has_dependents)::int
                AS unmarked
     -- in id order: the nested loop keeps the order of its outer side
-    FROM (SELECT DISTINCT a.id FROM unnest(%(after)s::bigint[]) AS a(id) ORDER BY a.id) AS a
+    FROM (SELECT DISTINCT a.id FROM input AS i CROSS JOIN unnest(i.after) AS a(id)
+          ORDER BY a.id) AS a
     -- LOCK MODE. A dependency that has the flag already is locked FOR SHARE: producers
     -- of its later dependents run side by side, one lookup each. One without it is
     -- locked FOR NO KEY UPDATE from the start, the mode `marked` needs to set it: two
@@ -188,24 +205,31 @@ WITH deps AS (
     ) AS j
     WHERE j.id IS NOT NULL  -- neither: no such job (missing)
 ),
-facts AS (
-    SELECT count(*) AS found,
-           count(*) FILTER (WHERE NOT final)::int AS pending,
-           min(id) FILTER (WHERE failed) AS failed_dependency
-    FROM deps
+-- Each job's dependencies, as found (d.id NULL: no such job).
+named AS MATERIALIZED (
+    SELECT i.id AS job_id, i.ord, a.id AS named_id, d.id, d.final, d.failed, d.unmarked
+    FROM input AS i
+    CROSS JOIN unnest(i.after) AS a(id)
+    LEFT JOIN deps AS d ON d.id = a.id
 ),
-input AS (
-    SELECT nextval(%(sequence)s::regclass) AS id, t.*, f.pending, f.failed_dependency,
-           CASE WHEN f.failed_dependency IS NOT NULL AND t.after_failure = 'cancel'
+facts AS (
+    SELECT n.job_id, count(n.id) FILTER (WHERE NOT n.final)::int AS pending,
+           min(n.id) FILTER (WHERE n.failed) AS failed_dependency
+    FROM named AS n
+    GROUP BY n.job_id
+),
+first_missing AS (
+    SELECT min(n.ord) AS ord FROM named AS n WHERE n.id IS NULL
+),
+rows AS (
+    SELECT i.*, f.pending, f.failed_dependency,
+           CASE WHEN f.failed_dependency IS NOT NULL AND i.after_failure = 'cancel'
                     THEN 'cancelled'
                 WHEN f.pending = 0 THEN 'queued'
                 ELSE 'waiting' END AS state
-    FROM jsonb_to_record(%(job)s::jsonb)
-             AS t(queue text, kind text, payload jsonb, priority int, run_at timestamptz,
-                  delay_s float8, max_attempts int, max_runtime_s float8,
-                  trace_context jsonb, key text, after_failure text)
-    CROSS JOIN facts AS f
-    WHERE f.found = cardinality(%(after)s::bigint[])
+    FROM input AS i
+    JOIN facts AS f ON f.job_id = i.id
+    WHERE (SELECT ord FROM first_missing) IS NULL
 ),
 inserted AS (
     INSERT INTO {schema}.jobs AS j
@@ -219,25 +243,31 @@ inserted AS (
            CASE WHEN state = 'cancelled'
                 THEN format('cancelled: job %%s, which it was to run after, ended dead or '
                             'cancelled', failed_dependency) END,
-           %(after)s::bigint[], after_failure,
+           after, after_failure,
            CASE WHEN state = 'waiting' THEN pending ELSE 0 END
-    FROM input
+    FROM rows
+    ORDER BY id
     RETURNING j.id, j.queue, j.state
+),
+waits AS MATERIALIZED (  -- the edges: each waiting job's dependencies not yet final
+    SELECT n.id AS dependency_id, n.job_id, n.unmarked
+    FROM inserted AS i
+    JOIN named AS n ON n.job_id = i.id
+    WHERE i.state = 'waiting' AND NOT n.final
 ),
 edges AS (
     INSERT INTO {schema}.job_dependencies (dependency_id, job_id)
-    SELECT d.id, i.id FROM deps AS d CROSS JOIN inserted AS i
-    WHERE i.state = 'waiting' AND NOT d.final
+    SELECT dependency_id, job_id FROM waits
 ),
 -- The flag the release trigger's WHEN tests; written once per dependency. PER ID: only
 -- the dependencies that lack it (read under the lock) are joined to jobs: after a job's
--- first dependent there is nothing to join, and a hash join ends at once on an empty
+-- first dependents there is nothing to join, and a hash join ends at once on an empty
 -- side. MATERIALIZED, with the test written as an equality (which the planner takes
--- for a selective one, where it guesses half for a boolean): planned for one row, the
--- join to jobs is a nested loop over the primary key, not a hash of a whole scan.
+-- for a selective one, where it guesses half for a boolean): planned for a few rows,
+-- the join to jobs is a nested loop over the primary key, not a hash of a whole scan.
+-- (`id = ANY` of an array was not: a generic plan made on a small table scanned it.)
 to_mark AS MATERIALIZED (
-    SELECT d.id FROM deps AS d CROSS JOIN inserted AS i
-    WHERE i.state = 'waiting' AND d.unmarked = 1
+    SELECT DISTINCT w.dependency_id AS id FROM waits AS w WHERE w.unmarked = 1
 ),
 marked AS (
     UPDATE {schema}.jobs AS j
@@ -245,13 +275,16 @@ marked AS (
     FROM to_mark AS m
     WHERE j.id = m.id AND NOT j.has_dependents
 ),
-notified AS (  -- as in jobs_insert, for a job queued at once
-    SELECT pg_notify(%(channel)s, i.queue) FROM inserted AS i WHERE i.state = 'queued'
+notified AS (  -- as in jobs_insert, for the jobs queued at once
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT i.queue FROM inserted AS i WHERE i.state = 'queued') AS q
 )
-SELECT (SELECT id FROM inserted) AS id,
-       ARRAY(SELECT a FROM unnest(%(after)s::bigint[]) AS a
-             WHERE a NOT IN (SELECT id FROM deps) ORDER BY a) AS missing
-FROM (SELECT count(*) FROM notified) AS force_notify;
+SELECT ARRAY(SELECT id FROM inserted ORDER BY id) AS ids,
+       m.ord AS missing_at,
+       ARRAY(SELECT n.named_id FROM named AS n WHERE n.ord = m.ord AND n.id IS NULL
+             ORDER BY n.named_id) AS missing
+FROM first_missing AS m
+CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
 
 
 -- name: jobs_dependencies
