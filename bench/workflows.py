@@ -6,10 +6,11 @@ On a throwaway cluster, through the store's own claim and complete (as a worker 
 them, batch 100, one connection):
   * fan-out: one parent with `fanout` dependents; the parent's completion (the release
     of every dependent, in its statement) is timed, then the dependents are drained;
-  * pairs: `pairs` parents each with one dependent; all drained, the dependents released
+  * pairs: `pairs` parents each with one dependent (the dependents' enqueue, one
+    `enqueue_many` naming a parent each, is timed); all drained, the dependents released
     one by one as their parents complete; beside the same number of plain jobs;
-  * chain: a chain of `links`, drained one link at a time (each claimable only once the
-    one before succeeded): links per second.
+  * chain: a chain of `links` (its enqueue timed), drained one link at a time (each
+    claimable only once the one before succeeded): links per second.
 The release statement's plans (auto_explain of nested statements, ANALYZE and BUFFERS)
 for the fan-out and for one pair are printed after the table.
 """
@@ -106,23 +107,27 @@ def pairs(dsn: str, store: JobStore, n: int) -> dict[str, Any]:
         plain_s = drain(store, conn, len(plain))
         with conn.transaction():
             parents = pgworkerd.enqueue_many(conn, [{"kind": "parent", "payload": {}}] * n)
+            started = time.perf_counter()
             pgworkerd.enqueue_many(
                 conn, [{"kind": "child", "payload": {}, "after": [p]} for p in parents]
             )
+            enqueue_s = time.perf_counter() - started
         conn.execute("ANALYZE pgworkerd.jobs")
         (job,) = claim(store, conn, 1)
         _, plans = explained(conn, lambda: store.complete(conn, [(job.lease, None)]))
         pairs_s = drain(store, conn, 2 * n - 1)
-    return {"plain_s": plain_s, "pairs_s": pairs_s, "plans": plans}
+    return {"plain_s": plain_s, "enqueue_s": enqueue_s, "pairs_s": pairs_s, "plans": plans}
 
 
 def chain(dsn: str, store: JobStore, n: int) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
+        started = time.perf_counter()
         with conn.transaction():
             pgworkerd.chain(conn, [{"kind": "link", "payload": {}}] * n)
+        enqueue_s = time.perf_counter() - started
         conn.execute("ANALYZE pgworkerd.jobs")
         chain_s = drain(store, conn, n, limit=1)
-    return {"chain_s": chain_s}
+    return {"enqueue_s": enqueue_s, "chain_s": chain_s}
 
 
 def main() -> None:
@@ -163,8 +168,16 @@ def main() -> None:
         f"| {p['plain_s']:.2f} | {2 * args.pairs / p['plain_s']:,.0f} |"
     )
     print(
+        f"| pairs: enqueue {args.pairs} dependents, one parent each | {args.pairs} "
+        f"| {p['enqueue_s']:.2f} | {args.pairs / p['enqueue_s']:,.0f} |"
+    )
+    print(
         f"| pairs: parents and their one dependent each, drained | {2 * args.pairs - 1} "
         f"| {p['pairs_s']:.2f} | {(2 * args.pairs - 1) / p['pairs_s']:,.0f} |"
+    )
+    print(
+        f"| chain: enqueue {args.links} links | {args.links} "
+        f"| {c['enqueue_s']:.2f} | {args.links / c['enqueue_s']:,.0f} |"
     )
     print(
         f"| chain: links, one claimable at a time | {args.links} "

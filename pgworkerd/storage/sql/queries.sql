@@ -255,9 +255,9 @@ waits AS MATERIALIZED (  -- the edges: each waiting job's dependencies not yet f
     JOIN named AS n ON n.job_id = i.id
     WHERE i.state = 'waiting' AND NOT n.final
 ),
-edges AS (
+edges AS (  -- in the jobs' order, as one insert per job wrote them
     INSERT INTO {schema}.job_dependencies (dependency_id, job_id)
-    SELECT dependency_id, job_id FROM waits
+    SELECT dependency_id, job_id FROM waits ORDER BY job_id, dependency_id
 ),
 -- The flag the release trigger's WHEN tests; written once per dependency. PER ID: only
 -- the dependencies that lack it (read under the lock) are joined to jobs: after a job's
