@@ -287,8 +287,8 @@ class Producer:
         for index, spec in enumerate(jobs):
             # A bulk list's usual item: a dict of a kind, a payload and maybe a queue,
             # named as items before it were. Its record is `_job_record`'s for those
-            # three, made without the calls and the option checks (half the client's
-            # time of a 1,000-job call: bench/results/issue23-round20-*.md).
+            # three, made without the calls and the option checks (two fifths of the
+            # client's time of a 1,000-job call: bench/results/issue23-round20-20261129.md).
             if type(spec) is dict and spec.keys() <= _PLAIN_ITEM_KEYS:
                 kind, queue = spec.get("kind"), spec.get("queue", "default")
                 if (
