@@ -441,11 +441,11 @@ class Producer:
         given = [i for i, r in enumerate(records) if "after" in r and r["after"] is not PREVIOUS]
         links = [i for i, r in enumerate(records) if r.get("after") is PREVIOUS]
         for group in ([given] if given else []) + [[i] for i in links]:
-            batch = [records[i] for i in group]
-            if batch[0]["after"] is PREVIOUS:
-                batch = [{**batch[0], "after": ids[group[0] - 1 : group[0]]}]
+            part = [records[i] for i in group]
+            if part[0]["after"] is PREVIOUS:
+                part = [{**part[0], "after": ids[group[0] - 1 : group[0]]}]
             inserted = yield self.store.insert_after_statement(
-                self._encode(batch, label_index=False)
+                self._encode(part, label_index=False)
             )
             if inserted.missing_at is not None:
                 index = group[inserted.missing_at]
