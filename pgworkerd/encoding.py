@@ -1,8 +1,10 @@
 """JSON in and out of the jobs table: strict for payloads, forgiving for outcomes.
 
-PostgreSQL's jsonb refuses the NUL character and json refuses NaN; a payload with
-either is refused before any SQL runs, while an error text or result that carries
-one is escaped, so recording an outcome can never fail on its content.
+PostgreSQL's jsonb refuses the NUL character and json refuses NaN, and no text can hold
+a lone surrogate (a str that is not valid Unicode, which UTF-8 cannot encode); a payload
+with any of them is refused before any SQL runs, while an error text or result that
+carries one is escaped (or, for a result, replaced by a marker), so recording an outcome
+can never fail on its content.
 """
 
 from __future__ import annotations
@@ -76,13 +78,20 @@ def dump_records(records: list[dict[str, Any]], *, max_payload_bytes: int) -> st
         return None
     if ESCAPED_NUL in text:
         return None if any(_contains_nul(r["payload"]) for r in records) else text
-    if len(text) > max_payload_bytes or len(text.encode("utf-8")) > max_payload_bytes:
+    if text.isascii():
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate: dump_payload says whose
+            return None
+    if size > max_payload_bytes:
         return None if any(_oversized(r["payload"], max_payload_bytes) for r in records) else text
     return text
 
 
 def _oversized(payload: Any, max_bytes: int) -> bool:
-    return len(_STRICT.encode(payload).encode("utf-8")) > max_bytes
+    return len(_STRICT.encode(payload).encode("utf-8", "surrogatepass")) > max_bytes
 
 
 def dump_payload(payload: Any, *, max_bytes: int, where: str = "payload") -> str:
@@ -96,7 +105,10 @@ def dump_payload(payload: Any, *, max_bytes: int, where: str = "payload") -> str
     if ESCAPED_NUL in text and _contains_nul(payload):
         raise InvalidJob(f"{where} contains a NUL character, which PostgreSQL cannot store")
     # An ASCII text is as many bytes as characters: no copy to count them.
-    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    try:
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidJob(f"{where} is not valid Unicode: {_one_line(exc)}") from None
     if size > max_bytes:
         raise InvalidJob(f"{where} is {size} bytes of JSON, over the limit of {max_bytes} bytes")
     return text
@@ -118,12 +130,12 @@ def dump_result(value: Any, *, max_bytes: int = MAX_RESULT_BYTES) -> str | None:
         return None
     try:
         text = json.dumps(_without_nul(value), allow_nan=False, ensure_ascii=False)
+        # An ASCII text is as many bytes as characters; encoding any other raises on a
+        # lone surrogate (a ValueError), which psycopg would raise while writing.
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except (TypeError, ValueError, RecursionError) as exc:
         return _omitted(f"not JSON-serialisable: {_one_line(exc)}")
-    # Characters first: a text within the limit in characters may still be over it in
-    # bytes, but one over it in characters is over it in bytes too.
-    if len(text) > max_bytes or len(text.encode("utf-8")) > max_bytes:
-        size = len(text.encode("utf-8"))
+    if size > max_bytes:
         return _omitted(f"{size} bytes of JSON, over the limit of {max_bytes} bytes")
     return text
 
@@ -132,9 +144,19 @@ def _omitted(reason: str) -> str:
     return json.dumps({RESULT_OMITTED: reason[:500]}, ensure_ascii=False)
 
 
-def clean_error(text: str) -> str:
-    """An error text safe to store: NULs escaped, bounded in length."""
+def storable_text(text: str) -> str:
+    """`text` with its NULs and lone surrogates escaped (as `\\u0000`, `\\ud800`): a text
+    PostgreSQL can store (a surrogate made psycopg raise while writing an outcome, and
+    the worker exit with the job's success unwritten)."""
     text = text.replace("\x00", ESCAPED_NUL)
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def clean_error(text: str) -> str:
+    """An error text safe to store: NULs and lone surrogates escaped, bounded in length."""
+    text = storable_text(text)
     if len(text) > MAX_ERROR_CHARS:
         cut = len(text) - MAX_ERROR_CHARS
         text = text[:MAX_ERROR_CHARS] + f"\n... [{cut} more characters cut]"

@@ -69,8 +69,12 @@ class Retry(Exception):
     """
 
     def __init__(self, after: float = 0.0, reason: str | None = None) -> None:
-        if isinstance(after, bool) or not isinstance(after, int | float) or not after >= 0:
-            raise ValueError(f"Retry(after=...) needs seconds >= 0, got {after!r}")
+        # Bounded as Snooze is: an infinite or huge delay failed the retry's write in
+        # the database, and the worker with it, at every attempt.
+        if isinstance(after, bool) or not isinstance(after, int | float) or not 0 <= after < 1e12:
+            raise ValueError(f"Retry(after=...) needs seconds >= 0 and < 1e12, got {after!r}")
+        # A reason is stored as text: Retry(reason=exc) passes the exception itself.
+        reason = None if reason is None else str(reason)
         super().__init__(reason or f"retry requested in {after:g}s")
         self.after = float(after)
         self.reason = reason
@@ -120,6 +124,9 @@ class Discard(Exception):
     """Raise in a handler to end the job `dead` at once, with `reason` as its error."""
 
     def __init__(self, reason: str = "discarded by handler") -> None:
+        # As text: `raise Discard(exc)` passes the exception, which the failure's write
+        # could not store (the worker exited, and the job ended with its crash instead).
+        reason = str(reason)
         super().__init__(reason)
         self.reason = reason
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psycopg
 
 from pgworkerd import logs
-from pgworkerd.encoding import ESCAPED_NUL
+from pgworkerd.encoding import storable_text
 from pgworkerd.storage.progress import write_progress
 
 if TYPE_CHECKING:
@@ -80,10 +80,11 @@ def check(percent: object, stage: object) -> float:
 
 
 def clean_stage(stage: object) -> str | None:
-    """A stage safe to store: NULs escaped, at most MAX_STAGE_CHARS characters."""
+    """A stage safe to store: NULs and lone surrogates escaped, at most MAX_STAGE_CHARS
+    characters."""
     if not isinstance(stage, str):
         return None
-    return stage.replace("\x00", ESCAPED_NUL)[:MAX_STAGE_CHARS]
+    return storable_text(stage)[:MAX_STAGE_CHARS]
 
 
 class DirectProgress:
@@ -143,8 +144,10 @@ class ProgressWriter:
             if self._conn is None or self._conn.closed:
                 self._conn = self._connect()
             write_progress(self._conn, self._schema, values)
-        except psycopg.Error as exc:
+        except Exception as exc:  # any: the thread must outlive one report it cannot write
             logs.event(log, logging.WARNING, "progress not written", error=_one_line(exc))
+            if not isinstance(exc, psycopg.Error):
+                return  # the connection is fine
             if self._conn is not None:
                 with contextlib.suppress(Exception):
                     self._conn.close()

@@ -21,7 +21,7 @@ import psycopg
 from pgworkerd import handlers, progress
 from pgworkerd.client.producer import schema_of
 from pgworkerd.config import Config
-from pgworkerd.job import Job
+from pgworkerd.job import Job, Lease
 from pgworkerd.storage.reads import Reads
 from pgworkerd.storage.store import Backoff, JobStore
 from pgworkerd.worker.execution import Executor, OutcomeKind, outcome_of_unknown_kind
@@ -80,6 +80,11 @@ def drain(
     previous_sink = progress.install(progress.DirectProgress(conn, schema))
     ran: list[Drained] = []
     seen: set[int] = set()
+    # Jobs claimed again after they ran in this call (a Retry or Snooze of 0 s): held
+    # until the call ends, then back as they were, uncharged. Given back at once, they
+    # came first in the next claim too, and a claim of nothing else ended the call
+    # with ready jobs behind them unrun.
+    held: list[Lease] = []
     try:
         while len(ran) < max_jobs:
             batch = store.claim(
@@ -90,12 +95,13 @@ def drain(
                 worker=WORKER_NAME,
                 max_attempts=[config.max_attempts_for(q) for q in queues],
             )
+            if not batch:
+                break
             fresh = [job for job in batch if job.id not in seen][: max_jobs - len(ran)]
             fresh_ids = {job.id for job in fresh}
-            # Run again in this call, or beyond max_jobs: back as they were, uncharged.
-            store.release(conn, [job.lease for job in batch if job.id not in fresh_ids])
-            if not fresh:
-                break
+            held += [job.lease for job in batch if job.id in seen]
+            # Beyond max_jobs: back as they were, uncharged.
+            store.release(conn, [job.lease for job in batch if job.id not in seen | fresh_ids])
             for position, job in enumerate(fresh):
                 seen.add(job.id)
                 ran.append(_run(conn, store, executor, registry.get(job.kind), job))
@@ -105,6 +111,8 @@ def drain(
     finally:
         progress.install(previous_sink)
         executor.close()
+        if held:
+            store.release(conn, held)
     return ran
 
 

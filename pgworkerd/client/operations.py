@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from pgworkerd.client.producer import schema_of
+from pgworkerd.client.producer import check_job_id, schema_of
 from pgworkerd.config.periodic import PeriodicEntry
 from pgworkerd.storage.key_pauses import KeyPauseStore
 from pgworkerd.storage.limits import LimitReads, QueueLimits, reported
@@ -55,6 +55,7 @@ def cancel(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = N
     loses its lease: whatever outcome it writes later changes nothing. Runs in the
     caller's transaction, like `enqueue`; `schema` defaults as `enqueue`'s does
     (`PGWORKERD_DATABASE__SCHEMA`, else `pgworkerd`)."""
+    job_id = check_job_id(job_id)
     return JobStore(schema_of(schema)).cancel(conn, [job_id]) == [job_id]
 
 
@@ -62,6 +63,7 @@ def retry(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = No
     """Queue a dead or cancelled job again, to run now (with one more attempt if it had
     used them all); True if it was queued. False for a job that is missing, in another
     state, or whose unique_key a live job holds meanwhile."""
+    job_id = check_job_id(job_id)
     return JobStore(schema_of(schema)).retry_finished(conn, ids=[job_id]) == [job_id]
 
 

@@ -608,6 +608,21 @@ _CHECKED_NAMES_MAX = 4096
 _PLAIN_ITEM_KEYS = frozenset({"kind", "payload", "queue"})
 
 
+BIGINT_MAX = 2**63 - 1
+
+
+def check_job_id(job_id: Any) -> int:
+    """`job_id` if it can be a job's id (an int, not a bool, within bigint): the check of
+    `cancel`, `retry`, `result` and `wait` before any SQL. A string "12" is refused, not
+    read: `cancel(conn, "12")` cancelled job 12 and reported False (bench/results/
+    issue23-round20-20261129.md)."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise TypeError(f"job_id must be an int, got {type(job_id).__name__}")
+    if not -BIGINT_MAX - 1 <= job_id <= BIGINT_MAX:
+        raise ValueError(f"job_id must fit in 64 bits, got {job_id}")
+    return job_id
+
+
 def check_name(what: str, value: Any) -> None:
     """InvalidJob unless `value` is a name enqueue accepts for `what` (a queue's, a
     kind's): a non-blank string of at most 255 characters, no control characters."""

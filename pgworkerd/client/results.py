@@ -21,6 +21,7 @@ until it committed).
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from pgworkerd.client.producer import schema_of
+from pgworkerd.client.producer import check_job_id, schema_of
 from pgworkerd.errors import JobNotFound, NoResult, WaitError
 from pgworkerd.storage.states import FINAL_STATES
 from pgworkerd.storage.waiting import FinishedJobs, Outcome
@@ -39,6 +40,7 @@ def result(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = N
     (None when it returned None; a `{"pgworkerd_result_omitted": why}` marker when the
     value could not be kept). JobNotFound for an unknown (or pruned) id, NoResult for a
     job in any other state (its `state` says which)."""
+    job_id = check_job_id(job_id)
     return _result_of(job_id, FinishedJobs(schema_of(schema)).outcome(job_id).run(conn))
 
 
@@ -53,7 +55,7 @@ def wait(
     "cancelled". TimeoutError after `timeout` seconds (None: no limit); JobNotFound for
     an unknown id. See the module's text for the connection it needs."""
     finished = FinishedJobs(schema_of(schema))
-    deadline = None if timeout is None else time.monotonic() + timeout
+    job_id, deadline = check_job_id(job_id), _deadline(timeout)
     with _outside_transaction(conn):
         finished.listen().run(conn)
         try:
@@ -76,7 +78,7 @@ async def wait_async(
 ) -> str:
     """`wait` on an AsyncConnection: the event loop runs on while it waits."""
     finished = FinishedJobs(schema_of(schema))
-    deadline = None if timeout is None else time.monotonic() + timeout
+    job_id, deadline = check_job_id(job_id), _deadline(timeout)
     async with _outside_transaction_async(aconn):
         await finished.listen().run_async(aconn)
         try:
@@ -88,6 +90,17 @@ async def wait_async(
                     return state
         finally:
             await finished.unlisten().run_async(aconn)
+
+
+def _deadline(timeout: Any) -> float | None:
+    """When a wait of `timeout` seconds (None: no limit) ends, on the monotonic clock."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be seconds or None, got {type(timeout).__name__}")
+    if math.isnan(timeout):  # it compares false with everything: the wait never ended
+        raise ValueError("timeout must be a number of seconds, got nan")
+    return time.monotonic() + timeout
 
 
 def _hear(

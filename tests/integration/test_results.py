@@ -279,3 +279,83 @@ def test_no_notification_for_a_job_nobody_waits_for(conn: Conn, store: JobStore)
     conn.execute('LISTEN "pgworkerd.finished"')
     finished(store, conn, 1)
     assert list(conn.notifies(timeout=0.3)) == []
+
+
+def test_wait_on_a_waiting_job_waits_for_its_end_and_times_out(
+    conn: Conn, store: JobStore, db_dsn: str
+) -> None:
+    # Its mark matched only queued and running jobs: wait() marked and read a waiting job
+    # in a loop (40,150 transactions in 5 s), its timeout never checked.
+    parent = pgworkerd.enqueue(conn, "parent", {})
+    child = pgworkerd.enqueue(conn, "child", {}, after=[parent])
+    trace = Trace(conn)
+    try:
+        with trace, pytest.raises(TimeoutError, match=f"job {child} is not final after 0.5s"):
+            pgworkerd.wait(conn, child, timeout=0.5)
+        assert trace.executions() <= 4, "no loop while it waited"
+    finally:
+        trace.close()
+    finish_later(db_dsn, 1.0, lambda other, s: s.cancel(other, [parent]))
+    assert pgworkerd.wait(conn, child, timeout=30) == "cancelled", "its cascade announces it"
+
+
+@pytest.mark.parametrize(
+    ("job_id", "error", "message"),
+    [
+        ("1", TypeError, "job_id must be an int, got str"),
+        (1.0, TypeError, "job_id must be an int, got float"),
+        (True, TypeError, "job_id must be an int, got bool"),
+        ([1], TypeError, "job_id must be an int, got list"),
+        (2**63, ValueError, "job_id must fit in 64 bits"),
+    ],
+)
+def test_a_bad_job_id_is_refused_before_any_sql(
+    db_dsn: str, conn: Conn, job_id: Any, error: type[Exception], message: str
+) -> None:
+    # cancel(conn, "1") cancelled job 1 and said False; the others raised database
+    # errors that aborted the caller's transaction.
+    first = pgworkerd.enqueue(conn, "k", {})
+    assert first == 1
+    with psycopg.connect(db_dsn) as tx:
+        tx.execute("SELECT 1")
+        for call in (pgworkerd.cancel, pgworkerd.retry, pgworkerd.result):
+            with pytest.raises(error, match=re.escape(message)):
+                call(tx, job_id)
+        with pytest.raises(error, match=re.escape(message)):
+            asyncio.run(_wait_async_on(db_dsn, job_id))
+        assert tx.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    with pytest.raises(error, match=re.escape(message)):
+        pgworkerd.wait(conn, job_id)
+    assert conn.execute("SELECT state FROM pgworkerd.jobs").fetchall() == [("queued",)]
+
+
+async def _wait_async_on(db_dsn: str, job_id: Any) -> str:
+    async with await psycopg.AsyncConnection.connect(db_dsn, autocommit=True) as aconn:
+        return await pgworkerd.wait_async(aconn, job_id, timeout=1)
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error", "message"),
+    [
+        (float("nan"), ValueError, "timeout must be a number of seconds, got nan"),
+        ("1", TypeError, "timeout must be seconds or None, got str"),
+    ],
+)
+def test_a_bad_timeout_is_refused(
+    conn: Conn, timeout: Any, error: type[Exception], message: str
+) -> None:
+    job_id = pgworkerd.enqueue(conn, "k", {})  # a nan deadline never passed: no return
+    with pytest.raises(error, match=re.escape(message)):
+        pgworkerd.wait(conn, job_id, timeout=timeout)
+
+
+def test_a_result_with_a_lone_surrogate_is_a_marker_and_the_job_succeeds(
+    conn: Conn, store: JobStore
+) -> None:
+    # It made psycopg raise while writing the success: the worker exited, and a job
+    # that had succeeded ran again until it ended dead.
+    job_id = finished(store, conn, {"text": "bad \ud800"})
+    assert conn.execute("SELECT state FROM pgworkerd.jobs WHERE id = %s", (job_id,)).fetchone() == (
+        "succeeded",
+    )
+    assert "surrogates not allowed" in pgworkerd.result(conn, job_id)[RESULT_OMITTED]

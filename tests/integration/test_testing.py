@@ -40,6 +40,22 @@ async def succeed_async(job: pgworkerd.Job) -> str:
     return "awaited"
 
 
+def snooze_now(job: pgworkerd.Job) -> None:
+    raise pgworkerd.Snooze(0)
+
+
+def fail_with_a_surrogate(job: pgworkerd.Job) -> None:
+    job.progress(10, "stage \ud800")
+    raise ValueError("bad \ud800 value")
+
+
+def discard_an_exception(job: pgworkerd.Job) -> None:
+    try:
+        int("x")
+    except ValueError as exc:
+        raise pgworkerd.Discard(exc) from exc  # type: ignore[arg-type]  # as users write it
+
+
 CONFIG = config.parse(
     """
 handlers:
@@ -47,6 +63,9 @@ handlers:
   retry_now: tests.integration.test_testing:retry_now
   chain: tests.integration.test_testing:chain
   succeed_async: tests.integration.test_testing:succeed_async
+  snooze_now: tests.integration.test_testing:snooze_now
+  fail_with_a_surrogate: tests.integration.test_testing:fail_with_a_surrogate
+  discard_an_exception: tests.integration.test_testing:discard_an_exception
 queues: {default: {}, other: {priority: 5}}
 """
 )
@@ -97,6 +116,46 @@ def test_drain_stops_at_max_jobs_and_leaves_the_rest_queued(conn: Conn) -> None:
     assert [o.job_id for o in drain(conn, CONFIG, max_jobs=2)] == ids[:2]
     rows = conn.execute("SELECT state, attempt FROM pgworkerd.jobs ORDER BY id").fetchall()
     assert rows == [("succeeded", 1)] * 2 + [("queued", 0)] * 3
+
+
+def test_drain_reaches_the_jobs_behind_a_full_batch_of_jobs_ready_again(conn: Conn) -> None:
+    # 100 jobs that ran and were ready again filled a claim of 100, which drain took for
+    # "nothing new" and stopped, the ready job behind them unrun.
+    again = pgworkerd.enqueue_many(
+        conn, [{"kind": "snooze_now", "payload": {}, "priority": 1}] * 100
+    )
+    behind = pgworkerd.enqueue(conn, "succeed", {"n": 1})
+    outcomes = drain(conn, CONFIG)
+    assert [o.job_id for o in outcomes] == [*again, behind]
+    assert outcomes[-1].state == "succeeded"
+    rows = conn.execute(
+        "SELECT DISTINCT state, attempt, lease_token IS NULL FROM pgworkerd.jobs"
+        " WHERE id = ANY(%s)",
+        [again],
+    ).fetchall()
+    assert rows == [("queued", 0, True)], "given back as they were, uncharged"
+
+
+def test_a_lone_surrogate_in_an_error_or_a_stage_is_stored_escaped(conn: Conn) -> None:
+    # It made psycopg raise while writing the failure (the worker exited) or the
+    # progress (the writer's thread died, and no later report of the process was kept).
+    job_id = pgworkerd.enqueue(conn, "fail_with_a_surrogate", {})
+    (outcome,) = drain(conn, CONFIG)
+    assert (outcome.outcome, outcome.state) == ("failed", "queued")
+    error, stage = conn.execute(
+        "SELECT last_error, progress_stage FROM pgworkerd.jobs WHERE id = %s", [job_id]
+    ).fetchone()
+    assert "ValueError: bad \\ud800 value" in error
+    assert stage == "stage \\ud800"
+
+
+def test_discard_given_an_exception_stores_its_text(conn: Conn) -> None:
+    job_id = pgworkerd.enqueue(conn, "discard_an_exception", {})
+    (outcome,) = drain(conn, CONFIG)
+    assert (outcome.outcome, outcome.state) == ("discarded", "dead")
+    assert conn.execute(
+        "SELECT last_error FROM pgworkerd.jobs WHERE id = %s", [job_id]
+    ).fetchone() == ("invalid literal for int() with base 10: 'x'",)
 
 
 def test_assert_enqueued_matches_a_payload_subset_and_says_what_there_is(conn: Conn) -> None:

@@ -40,3 +40,19 @@ def test_pause_key_needs_exactly_one_of_after_and_an_aware_until() -> None:
         pgworkerd.PauseKey(5, until=datetime(2030, 1, 1, tzinfo=UTC))
     with pytest.raises(ValueError, match="timezone-aware"):
         pgworkerd.PauseKey(until=datetime(2030, 1, 1))
+
+
+@pytest.mark.parametrize("after", [-1, float("nan"), float("inf"), 1e12, 1e16, True, "5"])
+def test_bad_retry_after_is_a_value_error(after: Any) -> None:
+    # inf and 1e16 were taken, and the retry's write then failed in the database (the
+    # worker exited) at every attempt until the job was dead.
+    with pytest.raises(ValueError, match=r"Retry\(after=...\) needs seconds >= 0 and < 1e12"):
+        pgworkerd.Retry(after=after)
+
+
+def test_a_discard_or_retry_reason_given_an_exception_is_its_text() -> None:
+    error = ValueError("invalid literal")
+    assert pgworkerd.Discard(error).reason == "invalid literal"  # type: ignore[arg-type]
+    assert pgworkerd.Retry(5, reason=error).reason == "invalid literal"  # type: ignore[arg-type]
+    assert pgworkerd.Retry(5).reason is None
+    assert outcome_of_exception(pgworkerd.Discard(error)).error == "invalid literal"  # type: ignore[arg-type]

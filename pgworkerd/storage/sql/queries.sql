@@ -1694,12 +1694,14 @@ RETURNING j.id;
 
 
 -- name: jobs_wait_mark
--- pgworkerd.wait(), after its LISTEN: marks a job that is not final yet, so the
--- statement that makes it final announces it (FINISHED). No row: the job is final
--- already, or does not exist; the caller then reads it.
+-- pgworkerd.wait(), after its LISTEN: marks a job that is not final yet (waiting for
+-- others too: a release to queued keeps the mark), so the statement that makes it final
+-- announces it (FINISHED). No row: the job is final already, or does not exist; the
+-- caller then reads it. (Marking only queued and running jobs left wait() on a waiting
+-- job marking and reading it again in a loop, its timeout never checked.)
 UPDATE {schema}.jobs
 SET waited_on = true
-WHERE id = %(id)s AND state IN ('queued', 'running')
+WHERE id = %(id)s AND state NOT IN ('succeeded', 'dead', 'cancelled')
 RETURNING state;
 
 
