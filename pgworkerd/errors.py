@@ -21,6 +21,11 @@ class InvalidJob(PgworkerdError, ValueError):
     """An enqueue was refused before any SQL ran."""
 
 
+class DatabaseURLError(PgworkerdError, ValueError):
+    """The database URL (or connection string) cannot be parsed: bad input, not a
+    database fault. Its message never repeats the URL, which may hold a password."""
+
+
 class SchemaError(PgworkerdError):
     """The database schema is missing, too old or newer than this pgworkerd."""
 

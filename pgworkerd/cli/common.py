@@ -62,6 +62,8 @@ def json_argument(name: str, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{name}: not valid JSON: {exc}") from None
+    except (RecursionError, ValueError) as exc:  # nested too deep; an int of 4,300+ digits
+        raise UsageError(f"{name}: not usable JSON: {' '.join(str(exc).split())}") from None
 
 
 def duration_argument(name: str, text: str) -> float:

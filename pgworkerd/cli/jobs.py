@@ -240,6 +240,8 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    if value > 2**63 - 1:  # the database takes a bigint
+        raise argparse.ArgumentTypeError(f"{text!r} is over 2**63 - 1")
     return value
 
 

@@ -14,7 +14,7 @@ from typing import NoReturn
 from pgworkerd.cli import daemon, health, jobs, keys, queues, web
 from pgworkerd.cli.common import EXIT_BAD_INPUT, EXIT_FAILURE, Parser, UsageError, fail
 from pgworkerd.config.location import DEFAULT_CONFIG_PATH
-from pgworkerd.errors import ConfigError, InvalidJob, SchemaError
+from pgworkerd.errors import ConfigError, DatabaseURLError, InvalidJob, SchemaError
 from pgworkerd.storage.embedded import EmbeddedError
 
 
@@ -49,8 +49,11 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
-    except (UsageError, InvalidJob) as exc:
+    except (UsageError, InvalidJob, DatabaseURLError) as exc:
         return fail(EXIT_BAD_INPUT, str(exc))
+    except UnicodeEncodeError as exc:  # an argument or a value that is not valid UTF-8
+        # Not the text itself: it may be the database URL.
+        return fail(EXIT_BAD_INPUT, f"an argument is not valid UTF-8 text ({exc.reason})")
     except (SchemaError, EmbeddedError) as exc:
         return fail(EXIT_FAILURE, str(exc))
     except KeyboardInterrupt:

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from pgworkerd.client.producer import check_name, schema_of
+from pgworkerd.client.producer import MAX_DURATION_S, check_instant, check_name, schema_of
 from pgworkerd.errors import InvalidJob
 from pgworkerd.storage.key_pauses import KeyPauseStore
 from pgworkerd.storage.limits import QueueLimits, describe
@@ -66,10 +66,12 @@ class KeyPauses:
         if isinstance(until, datetime):
             if until.tzinfo is None or until.utcoffset() is None:
                 raise InvalidJob("until must be timezone-aware (a naive datetime is ambiguous)")
+            check_instant("until", until)
             return self._store.pause_until(conn, key, until, extend=extend)
         return self._store.pause_for(conn, key, pause_seconds(until), extend=extend)
 
     def resume(self, conn: psycopg.Connection[Any], key: str) -> bool:
+        check_name("key", key)  # as pause checks it: InvalidJob, not a database error
         return self._store.resume(conn, key)
 
     def keys(
@@ -95,6 +97,8 @@ def pause_seconds(duration: Any) -> float:
         )
     if not duration >= 0 or duration == float("inf"):
         raise InvalidJob(f"a pause must be a finite number of seconds >= 0, got {duration!r}")
+    if duration > MAX_DURATION_S:  # its end must be a timestamp that can be read back
+        raise InvalidJob(f"a pause must be at most 100 years, got {duration!r} seconds")
     return float(duration)
 
 

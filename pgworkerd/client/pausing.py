@@ -50,6 +50,8 @@ class QueuePauses:
 
     def resume(self, conn: psycopg.Connection[Any], queues: Sequence[str]) -> list[str]:
         """Resumes `queues`; returns those that were paused, sorted."""
+        for queue in queues:  # as pause checks them: InvalidJob, not a database error
+            check_name("queue", queue)
         return self._store.resume(conn, queues)
 
     def paused(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict, Unpack, cast
 
 import psycopg
@@ -526,6 +526,7 @@ def _job_record(
             raise InvalidJob(f"run_at must be a datetime, got {type(run_at).__name__}")
         if run_at.tzinfo is None or run_at.utcoffset() is None:
             raise InvalidJob("run_at must be timezone-aware (a naive datetime is ambiguous)")
+        check_instant("run_at", run_at)
         record["run_at"] = run_at.isoformat()
     if max_attempts is not None:
         if (
@@ -623,6 +624,18 @@ def check_job_id(job_id: Any) -> int:
     return job_id
 
 
+def check_instant(what: str, value: datetime) -> None:
+    """InvalidJob unless `value` (timezone-aware) falls in years 1 to 9999 in UTC: a
+    timestamp PostgreSQL stores beyond them (0001-01-01T00:00+14:00 is in 1 BC) is one
+    psycopg cannot read back, and every read of it (`jobs list`, a worker's claim) fails."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidJob(
+            f"{what} must fall in years 1 to 9999 in UTC, got {value.isoformat()}"
+        ) from None
+
+
 def check_name(what: str, value: Any) -> None:
     """InvalidJob unless `value` is a name enqueue accepts for `what` (a queue's, a
     kind's): a non-blank string of at most 255 characters, no control characters."""
@@ -647,6 +660,11 @@ def _check_new_name(what: str, value: Any) -> None:
         raise InvalidJob(f"{what} is {len(value)} characters, over the limit of {MAX_NAME_CHARS}")
     if _CONTROL_CHARACTER.search(value):
         raise InvalidJob(f"{what} must not contain control characters (NUL included)")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: bytes that were not UTF-8
+            raise InvalidJob(f"{what} is not valid Unicode text") from None
 
 
 def _seconds(what: str, value: Any, *, allow_zero: bool) -> float | None:

@@ -4,11 +4,13 @@ line per problem naming the key path, e.g. `workers[0].concurrency: must be ≥ 
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
+from pydantic_settings import SettingsError
 
 from pgworkerd.config.location import DATABASE_URL_ENV, config_path
 from pgworkerd.config.settings import Config
@@ -18,11 +20,23 @@ from pgworkerd.errors import ConfigError as ConfigError  # pgworkerd.config name
 class _StrictLoader(yaml.SafeLoader):
     """safe_load that refuses a key given twice in one mapping."""
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # A tag that changes what the node would be read as (!!str 30, !!binary, !!set,
+        # !!python/...) is refused, as docs/configuration.md says: a config is plain
+        # values. (SafeLoader refuses only the tags it does not know.)
+        plain = isinstance(node, yaml.ScalarNode) and node.style is None
+        value = node.value if isinstance(node, yaml.ScalarNode) else None
+        if node.tag != self.resolve(type(node), value, (plain, True)):  # type: ignore[no-untyped-call]
+            raise yaml.constructor.ConstructorError(
+                None, None, f"YAML tags are not allowed: {node.tag}", node.start_mark
+            )
+        return super().construct_object(node, deep=deep)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, list | dict):
+            if not isinstance(key, Hashable):  # a list, a mapping, a set
                 raise yaml.constructor.ConstructorError(
                     None, None, "a key must be a plain value", key_node.start_mark
                 )
@@ -51,10 +65,19 @@ def parse(text: str, *, origin: str = "<config>") -> Config:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         raise ConfigError([f"{origin}: invalid YAML: {_yaml_problem(exc)}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{origin}: invalid YAML: nested too deep"]) from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise ConfigError([f"{origin}: invalid YAML: {' '.join(str(exc).split())}"]) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([f"{origin}: the top level must be a mapping of settings"])
+    for name in data:
+        if not isinstance(name, str):  # `on: 1` is {True: 1} in YAML
+            raise ConfigError(
+                [f"{origin}: a setting's name must be text, got {name!r} (quote on, off, yes, no)"]
+            )
     database_url = os.environ.get(DATABASE_URL_ENV)
     if database_url:
         database = data.get("database")
@@ -66,6 +89,8 @@ def parse(text: str, *, origin: str = "<config>") -> Config:
         return Config(**data)
     except ValidationError as exc:
         raise ConfigError([f"{origin}: {line}" for line in _problems(exc)]) from None
+    except SettingsError as exc:  # a PGWORKERD_* variable whose value is not JSON
+        raise ConfigError([f"environment: {' '.join(str(exc).split())}"]) from None
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -86,6 +86,15 @@ class CronSchedule:
         self.hour_wild = fields[1] == "*"
         self.timezone = timezone
         self.zone = ZoneInfo(timezone)
+        # A valid expression may still name no date ("0 0 30 2 *": February 30th):
+        # croniter then raises at the first step, which crashed the supervisor's
+        # periodic duty, `check` and `status`. Refused here, with the config.
+        from croniter import CroniterBadDateError
+
+        try:
+            self.latest(datetime.now(UTC))
+        except CroniterBadDateError:
+            raise ValueError(f"cron {expression!r} names no date that exists") from None
 
     def latest(self, now: datetime) -> datetime:
         local = now.astimezone(self.zone)

@@ -12,6 +12,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import set_json_loads
 
 from pgworkerd.config import Config
+from pgworkerd.errors import DatabaseURLError
 from pgworkerd.storage.embedded import local_cluster
 
 # Half-open TCP after a network cut would otherwise hang a worker for hours: probe an
@@ -27,6 +28,9 @@ KEEPALIVE_OPTIONS = {
 }
 
 _URL_PASSWORD = re.compile(r"(://[^:/?#@\s]*:)[^@/?#\s]*@")
+# What libpq quotes in its messages: "…" or '…'.
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+_QUOTED_WITH_AT = re.compile(r"\"[^\"]*@[^\"]*\"|'[^']*@[^']*'")
 _KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
@@ -41,7 +45,7 @@ def connect(
     url: str, *, application_name: str, autocommit: bool = True, **options: Any
 ) -> psycopg.Connection[Any]:
     """A connection with keepalives and a name that shows in pg_stat_activity."""
-    conninfo = make_conninfo(
+    conninfo = parsed_conninfo(
         url, **{**KEEPALIVE_OPTIONS, **options}, application_name=application_name
     )
     try:
@@ -73,6 +77,20 @@ def json_loads(data: bytes | str) -> Any:
     return value
 
 
+def parsed_conninfo(url: str, **options: Any) -> str:
+    """`make_conninfo(url, **options)`, or DatabaseURLError when `url` cannot be parsed:
+    libpq's reason without the parts of the URL it quotes (a password among them: a
+    missing "=", a bad percent-encoding)."""
+    try:
+        return make_conninfo(url, **options)
+    except psycopg.ProgrammingError as exc:
+        reason = _QUOTED.sub("…", " ".join(str(exc).split()))
+        raise DatabaseURLError(
+            f"database.url is not a PostgreSQL URL or connection string ({reason});"
+            " a password's @, % or / must be percent-encoded"
+        ) from None
+
+
 def redact(url: str) -> str:
     """The URL or conninfo string with any password replaced by `***`."""
     text = _URL_PASSWORD.sub(r"\1***@", url)
@@ -87,6 +105,9 @@ def describe_error(exc: BaseException, url: str | None = None) -> str:
         password = _password_of(url)
         if password:
             text = text.replace(password, "***")
+    # A quoted part with an @ in it is a URL, or a host read from a password's unencoded
+    # @ ('etpw@127.0.0.1'): either may hold what the password was meant to be.
+    text = _QUOTED_WITH_AT.sub("'***'", text)
     return redact(text)
 
 

@@ -5,7 +5,7 @@ when a pause ends."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
@@ -124,12 +124,28 @@ def test_resume_announces_the_queues_holding_the_key_at_commit(db_dsn):
         ("a", -1, "seconds >= 0"),
         ("a", "soon", "until must be a datetime, a timedelta or seconds"),
         ("a", float("nan"), "seconds >= 0"),
+        # Database errors that aborted the caller's transaction (the first two were
+        # stored by the CLI's own transaction, then unreadable by `keys` and `status`).
+        ("a", 1e13, "at most 100 years"),
+        ("a", timedelta.max, "at most 100 years"),
+        ("a", datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))), "years 1 to 9999"),
     ],
 )
 def test_a_bad_pause_is_refused_before_any_sql(conn, key, until, message):
     with pytest.raises(InvalidJob, match=message):
         pgworkerd.pause_key(conn, key, until)
     assert KeyPauses().keys(conn) == []
+
+
+@pytest.mark.parametrize("name", [123, "a\x00", None])
+def test_a_bad_name_to_resume_is_refused_before_any_sql(db_dsn, name):
+    # resume_key(conn, 123) was a database error; resume_queue(conn, 123) said False.
+    with psycopg.connect(db_dsn) as tx:
+        tx.execute("SELECT 1")
+        for resume in (pgworkerd.resume_key, pgworkerd.resume_queue):
+            with pytest.raises(InvalidJob):
+                resume(tx, name)
+        assert tx.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
 
 
 def test_a_naive_until_is_refused(conn):

@@ -222,3 +222,68 @@ def test_check_lists_every_config_problem(tmp_path):
     result = pgworkerd("check", "-c", str(config), cwd=tmp_path)
     assert_one_line_error(result, 2, "workers[0].concurrency: must be ≥ 1")
     assert len(result.stderr.splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres//u:s3cretpw@h/db",  # no ":" after the scheme: not a URL, not a conninfo
+        "postgresql:/u:s3cretpw@h/db",
+        "postgresql://u:s3cret%zzpw@127.0.0.1:1/db",  # a % not percent-encoded
+    ],
+)
+def test_a_malformed_database_url_exits_2_without_the_password(tmp_path, url):
+    # libpq quotes the text it cannot parse: the password was printed whole, exit 1.
+    for command in (["migrate"], ["jobs", "list"], ["status"]):
+        result = pgworkerd(*command, env={"PGWORKERD_DATABASE_URL": url}, cwd=tmp_path)
+        assert_one_line_error(result, 2, "database.url is not a PostgreSQL URL")
+        assert "s3cret" not in result.stderr + result.stdout
+
+
+def test_an_unencoded_at_in_the_password_is_not_shown_as_a_host(tmp_path):
+    # libpq read 'u:s3cr' as the user and password and 'etpw@127.0.0.1' as the host.
+    url = "postgresql://u:s3cr@etpw@127.0.0.1:1/db"
+    result = pgworkerd("migrate", env={"PGWORKERD_DATABASE_URL": url}, cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "s3cr" not in result.stderr and "etpw" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # Stored, then unreadable: `jobs list` failed, and each worker's claim crashed.
+        (["enqueue", "k", "--run-at", "0001-01-01T00:00:00+14:00"], "years 1 to 9999 in UTC"),
+        (["enqueue", "k", "--run-at", "9999-12-31T23:59:59-14:00"], "years 1 to 9999 in UTC"),
+        (["keys", "pause", "tenant:42", "--for", "3000000d"], "at most 100 years"),
+        (["keys", "pause", "tenant:42", "--for", "1e300"], "at most 100 years"),
+        # Tracebacks: JSON that json.loads refuses with other errors than a syntax error.
+        (["enqueue", "k", "--payload", "[" * 100_000], "--payload: not usable JSON"),
+        (["enqueue", "k", "--payload", "1" * 5000], "--payload: not usable JSON"),
+        (["enqueue", "k", "--payload", '{"a": "\\ud800"}'], "payload is not valid Unicode"),
+        (["jobs", "list", "--limit", "9223372036854775808"], "is over 2**63 - 1"),
+    ],
+)
+def test_values_the_database_cannot_take_back_exit_2_and_write_nothing(
+    db_dsn, tmp_path, args, message
+):
+    result = pgworkerd(*args, env={"PGWORKERD_DATABASE_URL": db_dsn}, cwd=tmp_path)
+    assert_one_line_error(result, 2, message)
+    with psycopg.connect(db_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM pgworkerd.paused_keys").fetchone() == (0,)
+
+
+def test_an_argument_that_is_not_utf8_exits_2(db_dsn, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
+    env["PGWORKERD_DATABASE_URL"] = db_dsn
+    for args in ([b"enqueue", b"k\xff"], [b"jobs", b"list", b"--queue", b"q\xff"]):
+        result = subprocess.run(
+            [sys.executable.encode(), b"-m", b"pgworkerd", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert_one_line_error(result, 2, "not valid")

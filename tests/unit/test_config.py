@@ -115,8 +115,19 @@ BAD_CONFIGS = [
     ("workers: [{queues: []}]\n", "workers[0].queues"),
     ("lease_ttl: 15x\n", "lease_ttl: must be a duration"),
     ("lease_ttl: -5\n", "lease_ttl: must be ≥ 1"),
-    ("x: !!python/object/apply:os.system ['true']\n", "could not determine a constructor"),
-    ("lease_ttl: !!binary aGVsbG8=\n", "lease_ttl"),
+    ("x: !!python/object/apply:os.system ['true']\n", "YAML tags are not allowed"),
+    # Standard tags were read: a !!binary handler path was decoded, !!str 30 a string.
+    ("lease_ttl: !!binary aGVsbG8=\n", "YAML tags are not allowed: tag:yaml.org,2002:binary"),
+    ("lease_ttl: !!str 30\n", "YAML tags are not allowed: tag:yaml.org,2002:str"),
+    ("defaults: {max_attempts: !!float 3}\n", "YAML tags are not allowed"),
+    ("queues: !!set {a, b}\n", "YAML tags are not allowed"),
+    ("queues: {? !!set {a, b} : {}}\n", "YAML tags are not allowed"),
+    # Once tracebacks: a key YAML reads as a boolean, too deep a nesting, a huge integer.
+    ("on: 1\n", "a setting's name must be text, got True (quote on, off, yes, no)"),
+    ("1: 2\n", "a setting's name must be text, got 1"),
+    ("queues: " + "[" * 5000 + "]" * 5000 + "\n", "invalid YAML: nested too deep"),
+    ("defaults: {max_attempts: " + "9" * 5000 + "}\n", "invalid YAML: Exceeds the limit"),
+    ("queues: {? [a] : {}}\n", "a key must be a plain value"),
     ("handlers: {k: 'rm -rf /'}\n", "is not an import path"),
     ("- just\n- a list\n", "top level must be a mapping"),
     ("queues: {'': {}}\n", "queues"),
@@ -201,3 +212,18 @@ def test_a_rate_is_shown_as_the_config_writes_it() -> None:
 def test_only_queues_with_limits_are_limited() -> None:
     config = parse("queues: {a: {}, b: {concurrency: 2}, c: {fair: true}, d: {per_key: {}}}\n")
     assert sorted(config.queue_limits()) == ["b", "c"]
+
+
+@pytest.mark.parametrize(
+    "variable", ["PGWORKERD_QUEUES", "PGWORKERD_HANDLERS", "PGWORKERD_PERIODIC"]
+)
+def test_an_environment_value_that_is_not_json_is_one_line(
+    variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was pydantic-settings' SettingsError, a traceback.
+    monkeypatch.setenv(variable, "not json")
+    with pytest.raises(ConfigError) as refused:
+        parse("{}", origin="pgworkerd.yaml")
+    (line,) = refused.value.problems
+    field = variable.removeprefix("PGWORKERD_").lower()
+    assert line.startswith("environment: ") and f'"{field}"' in line, line

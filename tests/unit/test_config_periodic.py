@@ -47,6 +47,9 @@ def test_retention_defaults_and_the_older_single_setting() -> None:
 BAD = [
     ("- {kind: report, cron: '61 * * * *'}", "periodic[0]: not a valid cron expression"),
     ("- {kind: report, cron: '* * * *'}", "periodic[0]: cron must have five fields, not 4"),
+    # Valid to croniter, but no such day: it crashed the supervisor's periodic duty.
+    ("- {kind: report, cron: '0 0 30 2 *'}", "periodic[0]: cron '0 0 30 2 *' names no date"),
+    ("- {kind: report, cron: '0 0 31 4 *'}", "periodic[0]: cron '0 0 31 4 *' names no date"),
     ("- {kind: report}", "periodic[0]: needs exactly one of cron or every"),
     ("- {kind: report, every: 1m, cron: '* * * * *'}", "needs exactly one of cron or every"),
     ("- {kind: report, every: 0}", "periodic[0].every: "),
