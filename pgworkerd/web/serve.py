@@ -12,6 +12,7 @@ import os
 import uvicorn
 
 from pgworkerd.config import Config, ConfigError, host_port
+from pgworkerd.storage.connections import parsed_conninfo
 from pgworkerd.web.app import PASSWORD_ENV, create_app
 
 
@@ -32,6 +33,8 @@ def serve(config: Config, *, listen: str | None = None, read_only: bool = False)
         )
     if config.web.auth is not None and not os.environ.get(PASSWORD_ENV):
         raise ConfigError([f"web.auth: set the password in {PASSWORD_ENV}"])
+    if config.database.url is not None:  # DatabaseURLError (exit 2), not a 500 a page
+        parsed_conninfo(config.database.url.get_secret_value())
     app = create_app(config, read_only=read_only)
     mode = " (read-only)" if read_only or config.web.read_only else ""
     print(f"pgworkerd web: serving the dashboard on http://{address}/{mode}", flush=True)

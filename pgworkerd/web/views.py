@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 import pgworkerd
 from pgworkerd.client.operations import Operations
-from pgworkerd.errors import InvalidJob
+from pgworkerd.errors import DatabaseURLError, InvalidJob
 from pgworkerd.storage import connections, migrations
 from pgworkerd.storage.dashboard import PAUSED_KEYS_SHOWN, SCAN_WINDOW, DashboardReads
 from pgworkerd.storage.limits import LimitReads
@@ -285,7 +285,7 @@ def _with_connection(settings: Settings, work: Callable[[psycopg.Connection[Any]
             return work(conn)
     except InvalidJob as exc:  # a queue name that enqueue would refuse
         raise HTTPException(400, str(exc)) from None
-    except psycopg.OperationalError as exc:
+    except (psycopg.OperationalError, DatabaseURLError) as exc:
         # The page says only that: libpq's message names the host, port, user and
         # database. The log has it, without a password (connections.describe_error).
         log.warning("database unavailable: %s", connections.describe_error(exc, settings.dsn))

@@ -351,6 +351,19 @@ def test_a_listen_beyond_loopback_without_auth_is_refused(tmp_path, db_dsn):
     assert "Traceback" not in done.stderr
 
 
+def test_a_database_url_that_cannot_be_parsed_is_refused_at_start(tmp_path):
+    # It served, each page a 500 whose logged traceback held the whole URL.
+    config = tmp_path / "c.yaml"
+    config.write_text("database: {url: 'postgres//u:s3cretpw@h/db'}\n")
+
+    done = run_cli("web", "-c", str(config), "--listen", "127.0.0.1:9188")
+
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "database.url is not a PostgreSQL URL" in lines[0], done.stderr
+    assert "s3cret" not in done.stderr + done.stdout
+
+
 def test_without_the_extra_the_command_says_how_to_install_it(tmp_path, db_dsn):
     # A package named starlette that cannot be imported stands in for a missing one.
     shadow = tmp_path / "shadow" / "starlette"
