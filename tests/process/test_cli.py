@@ -274,16 +274,8 @@ def test_values_the_database_cannot_take_back_exit_2_and_write_nothing(
 
 
 def test_an_argument_that_is_not_utf8_exits_2(db_dsn, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
-    env["PGWORKERD_DATABASE_URL"] = db_dsn
-    for args in ([b"enqueue", b"k\xff"], [b"jobs", b"list", b"--queue", b"q\xff"]):
-        result = subprocess.run(
-            [sys.executable.encode(), b"-m", b"pgworkerd", *args],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert_one_line_error(result, 2, "not valid")
+    # "\udcff" reaches the command as the byte 0xff (os.fsencode's surrogateescape), and
+    # Python gives it back as "\udcff": a text psycopg cannot encode (a traceback).
+    env = {"PGWORKERD_DATABASE_URL": db_dsn}
+    for args in (["enqueue", "k\udcff"], ["jobs", "list", "--queue", "q\udcff"]):
+        assert_one_line_error(pgworkerd(*args, env=env, cwd=tmp_path), 2, "not valid")
