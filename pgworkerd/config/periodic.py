@@ -62,8 +62,8 @@ class PeriodicEntry(Section):
             raise ValueError("needs exactly one of cron or every")
         if self.every is not None and self.timezone is not None:
             raise ValueError("timezone applies to cron only (every counts from the epoch)")
-        if self.cron is not None:
-            self.schedule()  # refuses a bad expression here, at load
+        if self.cron is not None:  # a bad expression, or one naming no date: refused at load
+            schedules.CronSchedule(self.cron, self.timezone or "UTC").check_dates()
         return self
 
     def schedule(self) -> schedules.Schedule:

@@ -86,15 +86,18 @@ class CronSchedule:
         self.hour_wild = fields[1] == "*"
         self.timezone = timezone
         self.zone = ZoneInfo(timezone)
-        # A valid expression may still name no date ("0 0 30 2 *": February 30th):
-        # croniter then raises at the first step, which crashed the supervisor's
-        # periodic duty, `check` and `status`. Refused here, with the config.
-        from croniter import CroniterBadDateError
+
+    def check_dates(self) -> None:
+        """ValueError unless the expression names a date that exists: a valid one may
+        not ("0 0 30 2 *": February 30th), and croniter then raises at the first step,
+        which crashed the supervisor's periodic duty, `check` and `status`. One step,
+        run by the config's validation (not by every schedule made from the entry)."""
+        from croniter import CroniterBadDateError  # in sys.modules since __init__
 
         try:
             self.latest(datetime.now(UTC))
         except CroniterBadDateError:
-            raise ValueError(f"cron {expression!r} names no date that exists") from None
+            raise ValueError(f"cron {self.expression!r} names no date that exists") from None
 
     def latest(self, now: datetime) -> datetime:
         local = now.astimezone(self.zone)
