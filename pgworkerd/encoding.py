@@ -78,16 +78,20 @@ def dump_records(records: list[dict[str, Any]], *, max_payload_bytes: int) -> st
         return None
     if ESCAPED_NUL in text:
         return None if any(_contains_nul(r["payload"]) for r in records) else text
-    if text.isascii():
-        size = len(text)
-    else:
-        try:
-            size = len(text.encode("utf-8"))
-        except UnicodeEncodeError:  # a lone surrogate: dump_payload says whose
-            return None
+    try:
+        size = _utf8_size(text)
+    except UnicodeEncodeError:  # a lone surrogate: dump_payload says whose
+        return None
     if size > max_payload_bytes:
         return None if any(_oversized(r["payload"], max_payload_bytes) for r in records) else text
     return text
+
+
+def _utf8_size(text: str) -> int:
+    """`text`'s length in UTF-8 bytes; UnicodeEncodeError on a lone surrogate, which
+    psycopg would raise while sending it. An ASCII text is as many bytes as characters:
+    no copy to count them."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def _oversized(payload: Any, max_bytes: int) -> bool:
@@ -104,9 +108,8 @@ def dump_payload(payload: Any, *, max_bytes: int, where: str = "payload") -> str
     # string that holds a literal backslash-u-0-0-0-0.
     if ESCAPED_NUL in text and _contains_nul(payload):
         raise InvalidJob(f"{where} contains a NUL character, which PostgreSQL cannot store")
-    # An ASCII text is as many bytes as characters: no copy to count them.
     try:
-        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        size = _utf8_size(text)
     except UnicodeEncodeError as exc:
         raise InvalidJob(f"{where} is not valid Unicode: {_one_line(exc)}") from None
     if size > max_bytes:
@@ -130,9 +133,7 @@ def dump_result(value: Any, *, max_bytes: int = MAX_RESULT_BYTES) -> str | None:
         return None
     try:
         text = json.dumps(_without_nul(value), allow_nan=False, ensure_ascii=False)
-        # An ASCII text is as many bytes as characters; encoding any other raises on a
-        # lone surrogate (a ValueError), which psycopg would raise while writing.
-        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        size = _utf8_size(text)  # UnicodeEncodeError is a ValueError
     except (TypeError, ValueError, RecursionError) as exc:
         return _omitted(f"not JSON-serialisable: {_one_line(exc)}")
     if size > max_bytes:
