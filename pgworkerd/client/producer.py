@@ -415,28 +415,23 @@ class Producer:
         return folded
 
     def _insert_each(self, records: list[dict[str, Any]], label_index: bool) -> Steps:
-        """A list with jobs that run `after` others: its jobs with a uniqueness mode
-        (never one with `after`) first, in key order as in `_insert_with_modes`; then
-        those without `after`, in one statement; then those with their `after` given,
-        in one statement (`jobs_insert_after`: a fan-out of thousands is one); then a
-        chain's later links in order, one statement each, each naming the id drawn for
-        the link before it."""
+        """A list with jobs that run `after` others: those without `after` first, as
+        `_insert_with_modes` takes a list (the plain ones in one statement, then those
+        with a uniqueness mode, never one with `after`, in key order); then those with
+        their `after` given, in one statement (`jobs_insert_after`: a fan-out of
+        thousands is one); then a chain's later links in order, one statement each,
+        each naming the id drawn for the link before it."""
         for index, record in enumerate(records):  # every payload checked before any SQL
             try:
                 dump_payload(record["payload"], max_bytes=self.max_payload_bytes)
             except InvalidJob as exc:
                 raise InvalidJob(f"jobs[{index}]: {exc}" if label_index else str(exc)) from None
         ids: list[int] = [0] * len(records)
-        moded = _moded_in_key_order(records)
-        for index in moded:
-            ids[index] = yield from self._mode_steps(records[index])
-        done = set(moded)
-        plain = [i for i, r in enumerate(records) if i not in done and "after" not in r]
-        if plain:
-            subset = [records[i] for i in plain]
-            unique_keys = any("unique_key" in r for r in subset)
-            got = yield from self._insert_and_resolve(subset, unique_keys, label_index=False)
-            for index, job_id in zip(plain, got, strict=True):
+        without = [i for i, r in enumerate(records) if "after" not in r]
+        if without:
+            subset = [records[i] for i in without]
+            got = yield from self._insert_with_modes(subset, label_index=False)
+            for index, job_id in zip(without, got, strict=True):
                 ids[index] = job_id
         given = [i for i, r in enumerate(records) if "after" in r and r["after"] is not PREVIOUS]
         links = [i for i, r in enumerate(records) if r.get("after") is PREVIOUS]
