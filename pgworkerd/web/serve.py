@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 
 import uvicorn
 
@@ -36,6 +37,9 @@ def serve(config: Config, *, listen: str | None = None, read_only: bool = False)
     if config.database.url is not None:  # DatabaseURLError (exit 2), not a 500 a page
         parsed_conninfo(config.database.url.get_secret_value())
     app = create_app(config, read_only=read_only)
+    # Bound here, not by uvicorn: a taken port is one line and exit 2 as `run`'s
+    # http.listen is, where uvicorn logged it after our "serving" line and exited 3.
+    sock = bound_socket(host, port, "--listen" if listen else "web.listen", address)
     mode = " (read-only)" if read_only or config.web.read_only else ""
     print(f"pgworkerd web: serving the dashboard on http://{address}/{mode}", flush=True)
     server = uvicorn.Server(
@@ -49,8 +53,20 @@ def serve(config: Config, *, listen: str | None = None, read_only: bool = False)
             proxy_headers=False,  # the client's address is the socket's, not a header's
         )
     )
-    server.run()
+    server.run(sockets=[sock])
     return 0
+
+
+def bound_socket(host: str, port: int, setting: str, address: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError([f"{setting}: cannot listen on {address}: {exc.strerror}"]) from None
+    return sock
 
 
 def is_loopback(host: str) -> bool:

@@ -5,6 +5,7 @@ or password is ever shown."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -349,6 +350,24 @@ def test_a_listen_beyond_loopback_without_auth_is_refused(tmp_path, db_dsn):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs web.auth" in lines[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_taken_port_is_one_line_and_exit_2(tmp_path, db_dsn):
+    # uvicorn bound it: it printed our "serving" line, then its own error, and exit 3.
+    config = tmp_path / "c.yaml"
+    config.write_text(f"database: {{url: '{db_dsn}'}}\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = "127.0.0.1:%d" % taken.getsockname()[1]
+
+        done = run_cli("web", "-c", str(config), "--listen", address)
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"pgworkerd: error: --listen: cannot listen on {address}: Address already in use"
+    ]
+    assert done.stdout == ""
 
 
 def test_a_database_url_that_cannot_be_parsed_is_refused_at_start(tmp_path):
