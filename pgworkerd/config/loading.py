@@ -13,7 +13,7 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import SettingsError
 
 from pgworkerd.config.location import DATABASE_URL_ENV, config_path
-from pgworkerd.config.settings import Config
+from pgworkerd.config.settings import ENV_PREFIX, Config
 from pgworkerd.errors import ConfigError as ConfigError  # pgworkerd.config names it here
 
 
@@ -88,7 +88,7 @@ def parse(text: str, *, origin: str = "<config>") -> Config:
     try:
         return Config(**data)
     except ValidationError as exc:
-        raise ConfigError([f"{origin}: {line}" for line in _problems(exc)]) from None
+        raise ConfigError(_problems(exc, origin)) from None
     except SettingsError as exc:  # a PGWORKERD_* variable whose value is not JSON
         raise ConfigError([f"environment: {' '.join(str(exc).split())}"]) from None
 
@@ -100,12 +100,33 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return " ".join(f"{problem}{where}".split())
 
 
-def _problems(exc: ValidationError) -> list[str]:
+def _problems(exc: ValidationError, origin: str) -> list[str]:
     lines = []
     for error in exc.errors(include_url=False):
         path = _key_path(error["loc"])
-        lines.append(f"{path}: {_message(error)}" if path else _message(error))
+        source = _variable_of(error["loc"]) or origin
+        lines.append(
+            f"{source}: {path}: {_message(error)}" if path else f"{source}: {_message(error)}"
+        )
     return lines
+
+
+def _variable_of(loc: tuple[int | str, ...]) -> str | None:
+    """The environment variable that set this key or a section holding it (the
+    environment wins over the file), named so the operator looks there and not in a
+    file that may not even set it; None when the file's value is the one read."""
+    names = {name.upper(): name for name in os.environ if name.upper().startswith(ENV_PREFIX)}
+    if loc[:2] == ("database", "url") and os.environ.get(DATABASE_URL_ENV):
+        return f"environment ({DATABASE_URL_ENV})"
+    parts: list[str] = []
+    for part in loc:
+        if not isinstance(part, str):
+            break
+        parts.append(part.upper())
+        name = names.get(ENV_PREFIX + "__".join(parts))
+        if name is not None:
+            return f"environment ({name})"
+    return None
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:

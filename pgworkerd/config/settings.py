@@ -19,7 +19,18 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pgworkerd.config.limits import LimitConcurrency, PerKeyLimits, Rate
 from pgworkerd.config.periodic import PeriodicEntry, check_entries
 from pgworkerd.config.retention import Retention
-from pgworkerd.config.units import Bytes, Count, Listen, QueueName, Seconds, Section
+from pgworkerd.config.units import (
+    Bytes,
+    Count,
+    Listen,
+    QueueName,
+    Seconds,
+    Section,
+    host_port,
+    is_loopback,
+)
+
+ENV_PREFIX = "PGWORKERD_"  # PGWORKERD_LEASE_TTL, PGWORKERD_QUEUES__A__RATE: win over the file
 
 if TYPE_CHECKING:  # storage.limits loads psycopg: reading a config does not need it
     from pgworkerd.storage.limits import QueueLimits
@@ -137,7 +148,7 @@ class Config(BaseSettings):
     """The whole file. Environment variables (PGWORKERD_..., `__` for nesting) win."""
 
     model_config = SettingsConfigDict(
-        env_prefix="PGWORKERD_",
+        env_prefix=ENV_PREFIX,
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
@@ -202,6 +213,15 @@ class Config(BaseSettings):
                 )
         return handlers
 
+    @field_validator("workers")
+    @classmethod
+    def _some_pool(cls, pools: list[PoolConfig] | None) -> list[PoolConfig] | None:
+        if pools == []:  # a daemon that would run no job, and say it is fine
+            raise ValueError(
+                "an empty list runs no job: leave it out for one pool over every queue"
+            )
+        return pools
+
     @field_validator("task_modules")
     @classmethod
     def _task_module_names(cls, modules: list[str]) -> list[str]:
@@ -215,6 +235,12 @@ class Config(BaseSettings):
                     raise ValueError(
                         f"workers[{index}].queues: {name!r} is not declared under queues"
                     )
+        web = self.web  # here, not only in `pgworkerd web`: `check` reads the same file
+        if web.auth is None and not is_loopback(host_port(web.listen)[0]):
+            raise ValueError(
+                f"web.listen: {web.listen} is beyond loopback and needs web.auth (a username, "
+                "and the password in PGWORKERD_WEB_PASSWORD)"
+            )
         tasks_too = bool(self.task_modules) or self.django is not None
         check_entries(self.periodic, self.queues, self.handlers, tasks_too=tasks_too)
         return self

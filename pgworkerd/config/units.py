@@ -3,6 +3,7 @@ names, and the strict section every model is built on."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any
 
@@ -80,6 +81,15 @@ def host_port(listen: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"must be host:port such as 127.0.0.1:9187, not {listen!r}")
     return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
 
 
 def _listen(listen: str) -> str:

@@ -6,13 +6,13 @@ the dashboard can retry and cancel jobs, so it is never open to a network by def
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 
 import uvicorn
 
 from pgworkerd.config import Config, ConfigError, host_port
+from pgworkerd.config.units import is_loopback
 from pgworkerd.storage.connections import parsed_conninfo
 from pgworkerd.web.app import PASSWORD_ENV, create_app
 
@@ -67,12 +67,3 @@ def bound_socket(host: str, port: int, setting: str, address: str) -> socket.soc
         sock.close()
         raise ConfigError([f"{setting}: cannot listen on {address}: {exc.strerror}"]) from None
     return sock
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve anywhere

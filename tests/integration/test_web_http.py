@@ -359,7 +359,7 @@ def test_a_taken_port_is_one_line_and_exit_2(tmp_path, db_dsn):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        address = "127.0.0.1:%d" % taken.getsockname()[1]
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
 
         done = run_cli("web", "-c", str(config), "--listen", address)
 

@@ -113,6 +113,10 @@ BAD_CONFIGS = [
     ),
     ("workers: [{queues: [nowhere]}]\n", "'nowhere' is not declared under queues"),
     ("workers: [{queues: []}]\n", "workers[0].queues"),
+    # Both passed `check`: a daemon that ran no job, and a file `pgworkerd web` refused.
+    ("workers: []\n", "workers: an empty list runs no job"),
+    ("web: {listen: '0.0.0.0:9188'}\n", "web.listen: 0.0.0.0:9188 is beyond loopback and needs"),
+    ("web: {listen: 'dashboard.internal:9188'}\n", "is beyond loopback and needs web.auth"),
     ("lease_ttl: 15x\n", "lease_ttl: must be a duration"),
     ("lease_ttl: -5\n", "lease_ttl: must be ≥ 1"),
     ("x: !!python/object/apply:os.system ['true']\n", "YAML tags are not allowed"),
@@ -227,3 +231,40 @@ def test_an_environment_value_that_is_not_json_is_one_line(
     (line,) = refused.value.problems
     field = variable.removeprefix("PGWORKERD_").lower()
     assert line.startswith("environment: ") and f'"{field}"' in line, line
+
+
+def test_loopback_listens_and_auth_pass() -> None:
+    for listen in ("127.0.0.1:9188", "localhost:9188", "[::1]:9188", "127.0.0.2:1"):
+        assert parse(f"web: {{listen: '{listen}'}}").web.listen == listen
+    assert parse("web: {listen: '0.0.0.0:9188', auth: {username: a}}").web.auth is not None
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("PGWORKERD_LEASE_TTL", "-5", "environment (PGWORKERD_LEASE_TTL): lease_ttl: must be ≥ 1"),
+        (
+            "pgworkerd_queues__default__concurrency",
+            "0",
+            "environment (pgworkerd_queues__default__concurrency): "
+            "queues.default.concurrency: must be ≥ 1",
+        ),
+        (
+            "PGWORKERD_QUEUES",
+            '{"a": {"rate": "x"}}',
+            "environment (PGWORKERD_QUEUES): queues.a.rate",
+        ),
+    ],
+)
+def test_a_problem_of_an_environment_value_names_the_variable_not_the_file(
+    variable: str, value: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was reported under the file's name, which did not set it.
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as refused:
+        parse("workers: [{queues: [default], concurrency: 0}]\n", origin="pgworkerd.yaml")
+    problems = refused.value.problems
+    assert any(line.startswith(expected) for line in problems), problems
+    # The file's own problem stays the file's.
+    if variable != "PGWORKERD_QUEUES":
+        assert "pgworkerd.yaml: workers[0].concurrency: must be ≥ 1" in problems, problems
