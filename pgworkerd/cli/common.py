@@ -47,6 +47,16 @@ def load_config(args: argparse.Namespace) -> Config:
     return config_module.load(path)
 
 
+def knows_the_queues(args: argparse.Namespace, config: Config) -> bool:
+    """Whether `config.queues` are the daemon's: read from a file (which, naming none,
+    declares only `default`) or named by PGWORKERD_QUEUES. Configured by the
+    environment alone, the command does not know which queues a daemon claims."""
+    explicit = args.config or os.environ.get(CONFIG_PATH_ENV)
+    return (
+        bool(explicit) or config_path(args.config).exists() or "queues" in config.model_fields_set
+    )
+
+
 def connect(config: Config, command: str) -> psycopg.Connection[Any]:
     """An autocommit connection to the config's database, named for `command`. psycopg
     loads here, at a command's first need of the database, not at every start (~0.3 s

@@ -22,6 +22,7 @@ from pgworkerd.cli.common import (
     connect,
     duration_argument,
     json_argument,
+    knows_the_queues,
     load_config,
 )
 from pgworkerd.storage.states import STATES
@@ -93,6 +94,12 @@ def register(command: CommandAdder, common: Parser) -> None:
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
     config = load_config(args)
+    if args.queue not in config.queues and knows_the_queues(args, config):
+        # A daemon's pools claim only declared queues: a typo's job would wait forever.
+        raise UsageError(
+            f"--queue: {args.queue!r} is not declared under queues in the config: "
+            "no daemon of this config would run the job"
+        )
     payload = json_argument("--payload", args.payload)
     options: dict[str, Any] = {
         "queue": args.queue,

@@ -335,3 +335,39 @@ def test_enqueue_after_show_dependencies_and_dependents_and_count_waiting(cli):
 )
 def test_bad_after_arguments_exit_2_with_one_line(cli, args, message):
     assert_one_line_error(cli(*args), 2, message)
+
+
+def test_a_queue_the_config_does_not_declare_is_refused(db_dsn, tmp_path):
+    # It was enqueued, into a queue no daemon of that config claims: it waited forever.
+    (tmp_path / "pgworkerd.yaml").write_text("queues: {mail: {}}\n")
+    env = {"PGWORKERD_DATABASE_URL": db_dsn}
+
+    def cli(*args: str) -> Any:
+        return run_cli(*args, "-c", str(tmp_path / "pgworkerd.yaml"), env=env, cwd=tmp_path)
+
+    assert_one_line_error(
+        cli("enqueue", "k", "--queue", "mial"),
+        2,
+        "--queue: 'mial' is not declared under queues in the config",
+    )
+    # A file that names no queue declares `default` alone.
+    (tmp_path / "pgworkerd.yaml").write_text("lease_ttl: 30\n")
+    assert_one_line_error(cli("enqueue", "k", "--queue", "mail"), 2, "is not declared")
+    with psycopg.connect(db_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
+    assert cli("enqueue", "k").returncode == 0
+    # Configured by the environment alone, the command does not know the daemon's queues;
+    # PGWORKERD_QUEUES names them.
+    bare = tmp_path / "bare"  # no config/pgworkerd.yaml under it
+    bare.mkdir()
+    alone = run_cli("enqueue", "k", "--queue", "mail", env=env, cwd=bare)
+    assert alone.returncode == 0, alone.stderr
+    named = run_cli(
+        "enqueue",
+        "k",
+        "--queue",
+        "mail",
+        env={**env, "PGWORKERD_QUEUES": '{"a": {}}'},
+        cwd=bare,
+    )
+    assert_one_line_error(named, 2, "'mail' is not declared")

@@ -7,11 +7,13 @@ import json
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import pytest
 
+import pgworkerd
 from tests.process.test_cli import assert_one_line_error
 from tests.process.test_cli import pgworkerd as run_cli
-from tests.process.test_cli_jobs import STATES, enqueue, ok_json
+from tests.process.test_cli_jobs import STATES, ok_json
 
 QUEUE_KEYS = {"queue", "paused", "paused_at", "configured", "counts"}
 
@@ -30,9 +32,11 @@ def cli(db_dsn, tmp_path):
     return run
 
 
-def test_list_pause_resume_and_the_table_agreeing_with_the_json(cli):
-    enqueue(cli, "send_email", "--queue", "mail")
-    enqueue(cli, "send_email", "--queue", "mail")
+def test_list_pause_resume_and_the_table_agreeing_with_the_json(cli, db_dsn):
+    # A queue only jobs name: the application's code enqueued them (the command refuses
+    # a queue its config does not declare).
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        pgworkerd.enqueue_many(conn, [{"kind": "send_email", "payload": {}, "queue": "mail"}] * 2)
     listing = ok_json(cli("queues", "--json"))
     assert [q["queue"] for q in listing] == ["default", "mail", "reports"]
     assert all(set(q) == QUEUE_KEYS and set(q["counts"]) == set(STATES) for q in listing)
