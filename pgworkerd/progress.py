@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 import time
 import uuid
@@ -70,13 +69,19 @@ def report(job: Job, percent: object, stage: object = None) -> None:
 
 
 def check(percent: object, stage: object) -> float:
-    if isinstance(percent, bool) or not isinstance(percent, int | float):
-        raise ValueError(f"progress needs a percent from 0 to 100, got {percent!r}")
-    if not (math.isfinite(percent) and 0 <= percent <= 100):
-        raise ValueError(f"progress needs a percent from 0 to 100, got {percent!r}")
+    # Compared, not passed to math.isfinite: an int beyond a float's range raised
+    # OverflowError there; NaN and the infinities fail the comparison.
+    if isinstance(percent, bool) or not isinstance(percent, int | float) or not 0 <= percent <= 100:
+        raise ValueError(f"progress needs a percent from 0 to 100, got {_shown(percent)}")
     if stage is not None and not isinstance(stage, str):
         raise ValueError(f"progress stage must be a string or None, got {type(stage).__name__}")
     return float(percent)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return "an integer of more than 20 digits"  # its repr may itself raise (4,300)
+    return repr(value)[:100]
 
 
 def clean_stage(stage: object) -> str | None:

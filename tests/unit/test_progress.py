@@ -24,7 +24,14 @@ def job(token: uuid.UUID | None) -> Job:
 
 
 @pytest.mark.parametrize(
-    "percent", [-0.1, 100.5, math.nan, math.inf, "50", None, True, [1]], ids=repr
+    "percent",
+    [
+        *(-0.1, 100.5, math.nan, math.inf, -math.inf, "50", None, True, [1]),
+        # Both raised OverflowError (math.isfinite); the second's repr is refused too.
+        pytest.param(10**400, id="10**400"),
+        pytest.param(-(10**5000), id="-10**5000"),
+    ],
+    ids=repr,
 )
 def test_a_percent_outside_0_to_100_or_not_a_number_raises(percent: object) -> None:
     with pytest.raises(ValueError, match="progress needs a percent from 0 to 100"):
