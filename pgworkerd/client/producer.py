@@ -105,6 +105,21 @@ OneStatement = Statement[list[int]]
 _OPTIONS_IN_PARTS = frozenset({"after", "debounce_s", "throttle_s"})
 
 
+class _MissingAfter(InvalidJob):
+    """An `after` names ids that do not exist; `missing` says which (a batch's `then`
+    words its own refusal from them)."""
+
+    def __init__(self, message: str, missing: list[int]) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+# A unique, debounced or throttled job's enqueue returns the id of its key's job, which
+# retention may have pruned since it finished; a chain's next link or a batch's `then`
+# then waits on an id that no longer exists.
+_PRUNED_HOLDER = "a unique or throttled job's id whose job retention has pruned since"
+
+
 @dataclass(frozen=True)
 class AllOrNothing:
     """Steps that may run several statements, each inserting jobs: the drivers run them
@@ -247,7 +262,15 @@ class Producer:
         ids = yield from self._insert_steps(records, options, label_index=True)
         # Unique keys may give two jobs one id: the callback waits for each job once.
         callback["after"] = list(dict.fromkeys(ids))
-        (then_id,) = yield from self._insert_steps([callback], callback.keys(), label_index=False)
+        try:
+            (then_id,) = yield from self._insert_steps(
+                [callback], callback.keys(), label_index=False
+            )
+        except _MissingAfter as exc:
+            gone = ", ".join(f"jobs[{i}] (job {j})" for i, j in enumerate(ids) if j in exc.missing)
+            raise InvalidJob(
+                f"then: cannot wait for {gone}: no such job ({_PRUNED_HOLDER})"
+            ) from None
         return [*ids, then_id]
 
     def _chain(self, jobs: Iterable[Mapping[str, Any]]) -> Steps | AllOrNothing:
@@ -446,7 +469,17 @@ class Producer:
                 index = group[inserted.missing_at]
                 where = f"jobs[{index}]: " if label_index else ""
                 names = ", ".join(map(str, inserted.missing))
-                raise InvalidJob(f"{where}after names jobs that do not exist: {names}")
+                if (
+                    records[index]["after"] is PREVIOUS
+                ):  # a chain's link: no `after` of the caller's
+                    raise _MissingAfter(
+                        f"{where}cannot run after jobs[{index - 1}] (job {names}): no such job "
+                        f"({_PRUNED_HOLDER})",
+                        inserted.missing,
+                    )
+                raise _MissingAfter(
+                    f"{where}after names jobs that do not exist: {names}", inserted.missing
+                )
             for index, job_id in zip(group, inserted.ids, strict=True):
                 ids[index] = job_id
         return ids

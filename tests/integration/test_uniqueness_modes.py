@@ -207,6 +207,26 @@ def test_a_chains_later_job_with_a_unique_key_is_refused(way, pconn, conn):
     assert jobs(conn) == []
 
 
+def test_a_throttled_link_whose_windows_job_was_pruned_is_refused_saying_so(way, pconn, conn):
+    # It was refused as "after names jobs that do not exist: N", an after no one wrote.
+    first = way.enqueue(pconn, "k", {}, unique_key="sync:a", throttle=60)
+    conn.execute("DELETE FROM pgworkerd.jobs")  # retention pruned it; the window stands
+    throttled = {"kind": "k", "payload": {}, "unique_key": "sync:a", "throttle": 60}
+    plain = {"kind": "k", "payload": {}}
+    with pytest.raises(InvalidJob) as refused:
+        way.chain(pconn, [throttled, plain])
+    assert str(refused.value) == (
+        f"jobs[1]: cannot run after jobs[0] (job {first}): no such job (a unique or "
+        "throttled job's id whose job retention has pruned since)"
+    )
+    with pytest.raises(InvalidJob) as refused:
+        way.batch(pconn, [plain, throttled], then=plain)
+    assert str(refused.value).startswith(
+        f"then: cannot wait for jobs[1] (job {first}): no such job (a unique or throttled"
+    )
+    assert jobs(conn) == [], "all or nothing"
+
+
 def test_a_job_without_a_mode_costs_the_statements_it_did(way, pconn):
     with way.count_statements() as execute:
         way.enqueue(pconn, "k", {})
