@@ -23,6 +23,7 @@ from psycopg.conninfo import make_conninfo
 from pgworkerd.storage.embedded import FAST_UNSAFE_SETTINGS, EmbeddedCluster, free_port
 from pgworkerd.storage.migrations import migrate
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
+from tests.dashboard import dashboards  # noqa: F401 (a fixture of the browser and process tiers)
 
 # tests/django runs in a Python 3.12 venv of its own (`make test` runs it as a separate
 # invocation): a plain `pytest` in .venv (3.11, no Django) leaves it out rather than fail

@@ -56,6 +56,20 @@ def connect(
     return conn
 
 
+def bound_transaction(
+    conn: psycopg.Connection[Any], *, statement_timeout_ms: int, lock_timeout_ms: int
+) -> None:
+    """In the transaction `conn` has begun: no statement of it may run longer, or wait
+    for a lock longer, than given, and its timestamps come in UTC. SET LOCAL, not the
+    connection's `options`: PgBouncer refuses that startup parameter, and in transaction
+    mode a session's SET would land on another server connection."""
+    conn.execute(
+        "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
+        " set_config('TimeZone', 'UTC', true)",
+        [str(statement_timeout_ms), str(lock_timeout_ms)],
+    )
+
+
 # The C scanner json.loads ends up in, called directly: what json.loads does around it
 # (its keyword checks, guessing the bytes' encoding, a regex for whitespace on either
 # side) was three quarters of a job's payload decoding, on every claimed job

@@ -21,27 +21,15 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pgworkerd.config import DATABASE_URL_ENV, Config, ConfigError
+from pgworkerd.config.units import is_loopback
 from pgworkerd.storage import connections
 from pgworkerd.storage.store import DEFAULT_SCHEMA
 from pgworkerd.web import views
+from pgworkerd.web.headers import SECURITY_HEADERS
 from pgworkerd.web.settings import Settings
 
 PASSWORD_ENV = "PGWORKERD_WEB_PASSWORD"
 STATIC_DIR = Path(__file__).parent / "static"
-
-# No inline script or style may run: a payload that slips past escaping still cannot
-# execute. Everything comes from the app itself (it works offline); no framing.
-CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-SECURITY_HEADERS = [
-    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
-    (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"cross-origin-opener-policy", b"same-origin"),
-]
 
 
 @dataclass(frozen=True)
@@ -150,6 +138,45 @@ class _BasicAuthGuard:
         user_ok = hmac.compare_digest(given[0], self._expected[0])
         password_ok = hmac.compare_digest(given[1], self._expected[1])
         return user_ok & password_ok
+
+
+class LoopbackHostGuard:
+    """Refuses (421) a request whose Host header names anything but a loopback address
+    or `localhost`. `pgworkerd web` without auth listens on loopback only, and a page of
+    any site could otherwise reach it by DNS rebinding (its own name resolved to
+    127.0.0.1): its requests would carry its own Host, which the origin check alone
+    takes for this server's. Used by `serve`; an app mounted elsewhere has its host's
+    own rules."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or _loopback_host(scope):
+            await self.app(scope, receive, send)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 421,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"), *SECURITY_HEADERS],
+            }
+        )
+        await send(
+            {"type": "http.response.body", "body": b"this server answers to loopback names only\n"}
+        )
+
+
+def _loopback_host(scope: Scope) -> bool:
+    header: Any = dict(scope.get("headers", [])).get(b"host")
+    if header is None:
+        return False
+    host = bytes(header).decode("latin-1").strip().lower()
+    if host.startswith("["):  # [::1]:9188
+        host = host[1 : host.find("]")] if "]" in host else ""
+    else:
+        host = host.rpartition(":")[0] if ":" in host else host
+    return is_loopback(host)
 
 
 def _credentials(scope: Scope) -> tuple[bytes, bytes] | None:

@@ -15,6 +15,9 @@ from pgworkerd.storage.limits import QueueLimits, reported
 from pgworkerd.web.chart import throughput_svg
 
 FINAL_STATES = ("succeeded", "dead", "cancelled")
+# Queues the overview lists (one per tenant makes thousands): the configured ones first,
+# then the paused, then the busiest; the page says how many more there are.
+QUEUES_SHOWN = 200
 
 
 def build(
@@ -58,17 +61,34 @@ def build(
             entry["per_minute"][minute] += int(row["n"])
     for row in rows["paused"]:
         queue(row["queue"])["paused_at"] = row["paused_at"]
-    for entry in queues.values():
+    shown = _shown_queues(queues, set(configured))
+    for entry in shown:
         entry["chart"] = throughput_svg(entry["per_minute"], entry["name"])
     return {
         "now": now,
-        "queues": [queues[name] for name in sorted(queues)],
+        "queues": shown,
+        "queues_not_shown": len(queues) - len(shown),
         "estimate": rows["estimate"],
         "daemons": [_daemon(row) for row in rows["daemons"]],
         "periodic": [_periodic(e, periodic_last.get(e.key), now) for e in periodic],
         # None: a schema without key pauses (before flow control's migration).
         "paused_keys": _paused_keys(rows.get("paused_keys")),
     }
+
+
+def _shown_queues(queues: dict[str, dict[str, Any]], configured: set[str]) -> list[dict[str, Any]]:
+    """At most QUEUES_SHOWN of them, by name."""
+    if len(queues) > QUEUES_SHOWN:
+
+        def rank(entry: dict[str, Any]) -> tuple[bool, bool, int, str]:
+            busy = entry["waiting"] + entry["queued"] + entry["running"] + entry["dead"]
+            busy += sum(entry["finished_1h"].values())
+            unconfigured = entry["name"] not in configured
+            return (unconfigured, entry["paused_at"] is None, -busy, entry["name"])
+
+        kept = sorted(queues.values(), key=rank)[:QUEUES_SHOWN]
+        return sorted(kept, key=lambda entry: entry["name"])
+    return [queues[name] for name in sorted(queues)]
 
 
 def _paused_keys(rows: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]] | None:

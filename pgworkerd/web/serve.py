@@ -9,12 +9,16 @@ from __future__ import annotations
 import os
 import socket
 
+import psycopg
 import uvicorn
+from starlette.types import ASGIApp
 
 from pgworkerd.config import Config, ConfigError, host_port
 from pgworkerd.config.units import is_loopback
+from pgworkerd.errors import SchemaError
+from pgworkerd.storage import connections, migrations
 from pgworkerd.storage.connections import parsed_conninfo
-from pgworkerd.web.app import PASSWORD_ENV, create_app
+from pgworkerd.web.app import PASSWORD_ENV, LoopbackHostGuard, create_app
 
 
 def serve(config: Config, *, listen: str | None = None, read_only: bool = False) -> int:
@@ -36,7 +40,10 @@ def serve(config: Config, *, listen: str | None = None, read_only: bool = False)
         raise ConfigError([f"web.auth: set the password in {PASSWORD_ENV}"])
     if config.database.url is not None:  # DatabaseURLError (exit 2), not a 500 a page
         parsed_conninfo(config.database.url.get_secret_value())
-    app = create_app(config, read_only=read_only)
+    app: ASGIApp = create_app(config, read_only=read_only)
+    _check_schema(config)
+    if config.web.auth is None:  # on loopback, then: see LoopbackHostGuard
+        app = LoopbackHostGuard(app)
     # Bound here, not by uvicorn: a taken port is one line and exit 2 as `run`'s
     # http.listen is, where uvicorn logged it after our "serving" line and exited 3.
     sock = bound_socket(host, port, "--listen" if listen else "web.listen", address)
@@ -55,6 +62,22 @@ def serve(config: Config, *, listen: str | None = None, read_only: bool = False)
     )
     server.run(sockets=[sock])
     return 0
+
+
+def _check_schema(config: Config) -> None:
+    """SchemaError (one line, exit 1, as `run`) for a reachable database without the
+    schema: every page would answer 503. A database down now is not refused: the pages
+    say so until it is back. An older schema is served (the pages adapt to it)."""
+    schema = config.database.schema_name
+    try:
+        with connections.connect(
+            connections.database_url(config), application_name="pgworkerd web"
+        ) as conn:
+            version = migrations.current_version(conn, schema)
+    except psycopg.OperationalError:
+        return
+    if version is None:
+        raise SchemaError(f"schema {schema!r} is not set up: run `pgworkerd migrate`")
 
 
 def bound_socket(host: str, port: int, setting: str, address: str) -> socket.socket:

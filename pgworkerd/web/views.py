@@ -35,12 +35,22 @@ from pgworkerd.storage.dashboard import PAUSED_KEYS_SHOWN, SCAN_WINDOW, Dashboar
 from pgworkerd.storage.limits import LimitReads
 from pgworkerd.storage.states import STATES
 from pgworkerd.web import overview
+from pgworkerd.web.headers import SECURITY_HEADERS
 from pgworkerd.web.settings import Settings
 
 log = logging.getLogger(__name__)
 
 CSRF_COOKIE = "pgworkerd_csrf"
+MAX_FORM_BYTES = 16_384  # an action's form is a token and a name: well under this
+# A page waits for no lock (a migration's, a VACUUM FULL) or slow statement longer than
+# these: it answers 503 and its thread and connection are free again.
+STATEMENT_TIMEOUT_MS = 15_000
+LOCK_TIMEOUT_MS = 3_000
 PAGE_SIZE = 50
+RELATED_SHOWN = 200  # the jobs a job's page lists that it runs after, or before
+# A payload or result is shown indented up to this many characters, then cut: indenting
+# a deeply nested value multiplies its size (an 800 kB payload became a 50 MB page).
+MAX_SHOWN_CHARS = 262_144
 MAX_FILTER_CHARS = 255  # as long as a queue name may be
 REFRESH_S = 5  # how often an open page reloads its content (static/refresh.js)
 # The migration that brings the starts ledger limits_sample reads (0007_limits.sql).
@@ -81,7 +91,17 @@ def routes(settings: Settings) -> list[Route]:
 
 
 def exception_handlers() -> dict[Any, Callable[..., Any]]:
-    return {HTTPException: _http_error}
+    return {HTTPException: _http_error, 500: _server_error}
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """A fault of ours: the error page, with the security headers, which the middleware
+    that adds them does not give a response made outside it (the traceback is logged
+    by the server, not shown)."""
+    context = {"title": "Error", "message": "Something went wrong; the server's log says what."}
+    response = _render(request, "error.html", {**context, "refresh_s": 0}, status=500)
+    response.headers.update({k.decode(): v.decode() for k, v in SECURITY_HEADERS})
+    return response
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -91,6 +111,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         403: "Forbidden",
         404: "Not found",
         405: "Method not allowed",
+        413: "Too large",
         503: "Database unavailable",
     }
     title = titles.get(exc.status_code, "Error")
@@ -204,8 +225,9 @@ class _Pages:
         context = {
             "title": f"Job {job_id}",
             "job": detail,
-            "payload": json.dumps(detail["payload"], indent=2, ensure_ascii=False),
-            "result": _json_or_none(detail["result"]),
+            "payload": _shown_json(detail["payload"], job_id),
+            "result": None if detail["result"] is None else _shown_json(detail["result"], job_id),
+            "related_shown": RELATED_SHOWN,
         }
         return _render(request, "job.html", context, self.settings)
 
@@ -214,6 +236,8 @@ class _Pages:
     async def job_action(self, request: Request) -> Response:
         form = await self._checked_form(request)
         job_id = int(request.path_params["job_id"])
+        if not 0 < job_id < 2**63:  # no job has such an id; the server could not read it
+            raise HTTPException(404, f"There is no job {job_id}.")
         action = request.path_params["action"]
         perform: dict[str, Callable[[psycopg.Connection[Any]], bool]] = {
             "retry": lambda c: pgworkerd.retry(c, job_id, schema=self.settings.schema),
@@ -263,28 +287,60 @@ class _Pages:
         read-only mode, whatever the form."""
         if self.settings.read_only:
             raise HTTPException(403, "This dashboard is read-only.")
-        body = (await request.body()).decode("utf-8", "replace")
+        stale = HTTPException(403, "The form's token is missing or stale: reload the page.")
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        # Before the body is read: another site's request is refused unread, whatever
+        # it sends.
+        if not cookie or not _same_origin(request):
+            raise stale
+        body = (await _bounded_body(request)).decode("utf-8", "replace")
         try:
             form = {k: v[0] for k, v in parse_qs(body, max_num_fields=20).items()}
         except ValueError:
             raise HTTPException(400, "Too many form fields.") from None
-        cookie = request.cookies.get(CSRF_COOKIE, "")
-        token = form.get("csrf_token", "")
-        same = secrets.compare_digest(cookie.encode(), token.encode())
-        if not cookie or not same or not _same_origin(request):
-            raise HTTPException(403, "The form's token is missing or stale: reload the page.")
+        if not secrets.compare_digest(cookie.encode(), form.get("csrf_token", "").encode()):
+            raise stale
+        if any("\x00" in value for value in form.values()):
+            raise HTTPException(400, "A form value holds a NUL character.")
         return form
 
     async def _db(self, work: Callable[[psycopg.Connection[Any]], Any]) -> Any:
         return await run_in_threadpool(functools.partial(_with_connection, self.settings, work))
 
 
+async def _bounded_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_FORM_BYTES:
+        raise HTTPException(413, "The form is too large.")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise HTTPException(413, "The form is too large.")
+    return bytes(body)
+
+
 def _with_connection(settings: Settings, work: Callable[[psycopg.Connection[Any]], Any]) -> Any:
     try:
-        with connections.connect(settings.dsn, application_name="pgworkerd web") as conn:
+        connect = connections.connect(settings.dsn, application_name="pgworkerd web")
+        with connect as conn, conn.transaction():
+            connections.bound_transaction(
+                conn, statement_timeout_ms=STATEMENT_TIMEOUT_MS, lock_timeout_ms=LOCK_TIMEOUT_MS
+            )
             return work(conn)
     except InvalidJob as exc:  # a queue name that enqueue would refuse
         raise HTTPException(400, str(exc)) from None
+    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+        log.warning("database too slow for a page: %s", " ".join(str(exc).split()))
+        message = "The database did not answer in time (a lock held, or a slow query)."
+        raise HTTPException(503, message) from None
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        log.warning("schema %s not there: %s", settings.schema, " ".join(str(exc).split()))
+        message = (
+            f"The schema {settings.schema!r} has no pgworkerd tables: run `pgworkerd migrate`, "
+            "or check database.schema."
+        )
+        raise HTTPException(503, message) from None
     except (psycopg.OperationalError, DatabaseURLError) as exc:
         # The page says only that: libpq's message names the host, port, user and
         # database. The log has it, without a password (connections.describe_error).
@@ -340,6 +396,8 @@ def _filters(request: Request) -> dict[str, str]:
     filters = {}
     for name in ("state", "queue", "kind", "key"):
         value = request.query_params.get(name, "").strip()
+        if "\x00" in value:  # no name holds one, and the server refuses it in text
+            raise HTTPException(400, f"The {name} filter holds a NUL character.")
         if value:
             filters[name] = value[:MAX_FILTER_CHARS]
     if filters.get("state") not in (None, *STATES):
@@ -367,5 +425,15 @@ def _positive_int(text: str | None) -> int | None:
     return value if 0 < value < 2**63 else None
 
 
-def _json_or_none(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, indent=2, ensure_ascii=False)
+def _shown_json(value: Any, job_id: int) -> str:
+    """`value` as indented JSON, cut at MAX_SHOWN_CHARS: encoded piece by piece, so the
+    work stops there too."""
+    pieces: list[str] = []
+    size = 0
+    for piece in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value):
+        pieces.append(piece)
+        size += len(piece)
+        if size > MAX_SHOWN_CHARS:
+            whole = f"pgworkerd jobs show {job_id} --json"
+            return "".join(pieces)[:MAX_SHOWN_CHARS] + f"\n… cut here: `{whole}` has it whole"
+    return "".join(pieces)
