@@ -8,6 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pgworkerd import progress as _progress
+from pgworkerd import timestamps
+from pgworkerd.timestamps import MAX_DURATION_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +71,18 @@ class Retry(Exception):
     """
 
     def __init__(self, after: float = 0.0, reason: str | None = None) -> None:
-        # Bounded as Snooze is: an infinite or huge delay failed the retry's write in
-        # the database, and the worker with it, at every attempt.
-        if isinstance(after, bool) or not isinstance(after, int | float) or not 0 <= after < 1e12:
-            raise ValueError(f"Retry(after=...) needs seconds >= 0 and < 1e12, got {after!r}")
+        # Bounded as Snooze is: an infinite delay failed the retry's write in the
+        # database, and the worker with it, at every attempt; one of 1e11 s wrote a
+        # run_at in year ~5,000 that no reader could load back.
+        if (
+            isinstance(after, bool)
+            or not isinstance(after, int | float)
+            or not 0 <= after <= MAX_DURATION_S
+        ):
+            raise ValueError(
+                f"Retry(after=...) needs seconds from 0 to 100 years ({MAX_DURATION_S:.0f}), "
+                f"got {after!r}"
+            )
         # A reason is stored as text: Retry(reason=exc) passes the exception itself.
         reason = None if reason is None else str(reason)
         super().__init__(reason or f"retry requested in {after:g}s")
@@ -83,8 +93,15 @@ class Retry(Exception):
 def _snooze_seconds(what: str, after: float | timedelta) -> float:
     if isinstance(after, timedelta):
         after = after.total_seconds()
-    if isinstance(after, bool) or not isinstance(after, int | float) or not 0 <= after < 1e12:
-        raise ValueError(f"{what} needs seconds or a timedelta >= 0, got {after!r}")
+    if (
+        isinstance(after, bool)
+        or not isinstance(after, int | float)
+        or not 0 <= after <= MAX_DURATION_S
+    ):
+        raise ValueError(
+            f"{what} needs seconds or a timedelta from 0 to 100 years "
+            f"({MAX_DURATION_S:.0f} s), got {after!r}"
+        )
     return float(after)
 
 
@@ -113,6 +130,8 @@ class PauseKey(Exception):
             not isinstance(until, datetime) or until.tzinfo is None or until.utcoffset() is None
         ):
             raise ValueError(f"PauseKey(until=...) needs a timezone-aware datetime, got {until!r}")
+        if until is not None and not timestamps.readable(until):
+            raise ValueError(f"PauseKey(until=...) must fall between {timestamps.bounds()}")
         self.after = None if after is None else _snooze_seconds("PauseKey(after)", after)
         self.until = until
         super().__init__(

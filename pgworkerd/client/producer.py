@@ -19,11 +19,12 @@ import re
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack, cast
 
 import psycopg
 
+from pgworkerd import timestamps
 from pgworkerd.contrib import otel
 from pgworkerd.contrib import sqlalchemy as sa_contrib
 from pgworkerd.encoding import (
@@ -51,7 +52,7 @@ PREVIOUS: list[int] = []
 # Jobs one job may wait for (a batch's callback waits for the whole batch).
 MAX_AFTER_IDS = 100_000
 # The longest delay, max_runtime, debounce or throttle: 100 years of 365.25 days.
-MAX_DURATION_S = 100 * 365.25 * 86_400
+MAX_DURATION_S = timestamps.MAX_DURATION_S
 # A record with only these keys (no unique_key, after or mode) goes in by
 # jobs_insert_one alone and needs nothing resolved (_insert_and_resolve's first case).
 _ONE_STATEMENT_KEYS = frozenset(
@@ -653,15 +654,11 @@ def check_job_id(job_id: Any) -> int:
 
 
 def check_instant(what: str, value: datetime) -> None:
-    """InvalidJob unless `value` (timezone-aware) falls in years 1 to 9999 in UTC: a
-    timestamp PostgreSQL stores beyond them (0001-01-01T00:00+14:00 is in 1 BC) is one
-    psycopg cannot read back, and every read of it (`jobs list`, a worker's claim) fails."""
-    try:
-        value.astimezone(UTC)
-    except OverflowError:
-        raise InvalidJob(
-            f"{what} must fall in years 1 to 9999 in UTC, got {value.isoformat()}"
-        ) from None
+    """InvalidJob unless `value` (timezone-aware) is one every reader can load back
+    (timestamps.readable): outside, every read of its row (`jobs list`, the dashboard,
+    a worker's claim) would fail."""
+    if not timestamps.readable(value):
+        raise InvalidJob(f"{what} must fall between {timestamps.bounds()}, got {value.isoformat()}")
 
 
 def check_name(what: str, value: Any) -> None:
