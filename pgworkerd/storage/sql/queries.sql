@@ -577,7 +577,7 @@ UPDATE {schema}.jobs AS j
 SET state            = 'running',
     attempt          = j.attempt + 1,          -- every start is charged
     lease_token      = gen_random_uuid(),      -- a fresh token per claim: the FENCE
-    lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s),
+    lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s::float8),
     worker           = %(worker)s,
     started_at       = {started_at},
     -- The queue's default and its place in the list by array_position, not a join
@@ -706,8 +706,10 @@ limits AS (
 -- JIT off for the rest of this transaction (set_config's is_local): the limited claim's
 -- estimated cost can cross jit_above_cost on a big table (the key walk's estimates
 -- are blind), and compiling it costs seconds where running it costs a millisecond.
-SELECT set_config('jit', 'off', true), count(pg_advisory_xact_lock(k.lock_key))
-FROM (SELECT hashtextextended(%(schema_name)s || '.' || q.name, 19) AS lock_key
+-- hashtextextended and the lock named by their schema (see migrations_lock).
+SELECT set_config('jit', 'off', true), count(pg_catalog.pg_advisory_xact_lock(k.lock_key))
+FROM (SELECT pg_catalog.hashtextextended(%(schema_name)s::text || '.' || q.name, 19::bigint)
+             AS lock_key
       FROM unnest(%(queues)s::text[]) AS q(name)
       ORDER BY 1) AS k;
 
@@ -1127,7 +1129,7 @@ WITH target AS (
            (%(discard)s OR j.attempt >= j.max_attempts) AS dead,
            COALESCE(%(delay_s)s::float8,
                     random() * least(%(backoff_max_s)s::float8,
-                                     %(backoff_base_s)s::float8 * power(2, j.attempt - 1)))
+                                     %(backoff_base_s)s::float8 * power(2::float8, (j.attempt - 1)::float8)))
                AS delay_s
     FROM {schema}.jobs AS j
     WHERE j.id = %(id)s
@@ -1148,7 +1150,7 @@ WITH target AS (
                   j.worker, j.attempt) AS error,
            j.attempt >= j.max_attempts AS dead,
            random() * least(%(backoff_max_s)s::float8,
-                            %(backoff_base_s)s::float8 * power(2, j.attempt - 1)) AS delay_s
+                            %(backoff_base_s)s::float8 * power(2::float8, (j.attempt - 1)::float8)) AS delay_s
     FROM {schema}.jobs AS j
     WHERE j.state = 'running' AND j.lease_expires_at < now()
     ORDER BY j.lease_expires_at
@@ -1245,7 +1247,7 @@ RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT count(*) FROM paused) AS k
 -- name: jobs_renew
 -- Extends the leases still held. The ids missing from the result lost their lease.
 UPDATE {schema}.jobs AS j
-SET lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s)
+SET lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s::float8)
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'running'  -- FENCE
 RETURNING j.id;
@@ -1331,7 +1333,7 @@ RETURNING j.id;
 SELECT id FROM {schema}.jobs
 WHERE state = %(state)s
   AND state IN ('succeeded', 'dead', 'cancelled')
-  AND finished_at < now() - make_interval(secs => %(retention_s)s)
+  AND finished_at < now() - make_interval(secs => %(retention_s)s::float8)
   AND finished_at >= coalesce(%(after)s::timestamptz, '-infinity')  -- POSITIONS
 ORDER BY finished_at
 LIMIT %(limit)s
@@ -1440,12 +1442,17 @@ DELETE FROM {schema}.daemons WHERE id = %(id)s;
 -- name: daemons_prune_stale
 -- Daemons that stopped without saying so (SIGKILL, host loss).
 DELETE FROM {schema}.daemons
-WHERE heartbeat_at < now() - make_interval(secs => %(stale_after_s)s);
+WHERE heartbeat_at < now() - make_interval(secs => %(stale_after_s)s::float8);
 
 
 -- name: migrations_lock
 -- One migrator at a time per schema, across hosts; released at commit.
-SELECT pg_advisory_xact_lock(hashtextextended('pgworkerd.migrate:' || %(schema_name)s, 0));
+-- Built-ins named by their schema, their arguments of their exact types: an unqualified
+-- hashtextextended(text, 0) was resolved by the search_path, and a public function of
+-- (text, integer), an exact match where the built-in takes a bigint, ran instead (as
+-- the migrating role: a superuser's, in the review of round 21).
+SELECT pg_catalog.pg_advisory_xact_lock(
+    pg_catalog.hashtextextended('pgworkerd.migrate:' || %(schema_name)s::text, 0::bigint));
 
 
 -- name: migrations_privileges
@@ -1899,7 +1906,7 @@ RETURNING p.until;
 -- name: keys_pause_for
 -- keys_pause for `seconds` from now (database clock).
 INSERT INTO {schema}.paused_keys AS p (key, until)
-VALUES (%(key)s, now() + make_interval(secs => %(seconds)s))
+VALUES (%(key)s, now() + make_interval(secs => %(seconds)s::float8))
 ON CONFLICT (key) DO UPDATE
 SET until     = CASE WHEN %(extend)s THEN greatest(p.until, EXCLUDED.until)
                      ELSE EXCLUDED.until END,
@@ -2004,12 +2011,12 @@ GROUP BY held.queue;
 -- that comes after the DELETE sees no row and starts afresh, as explained above.
 WITH ended_pauses AS (
     DELETE FROM {schema}.paused_keys
-    WHERE until < now() - make_interval(secs => %(keep_s)s)
+    WHERE until < now() - make_interval(secs => %(keep_s)s::float8)
     RETURNING 1
 ),
 idle_slots AS (
     DELETE FROM {schema}.unique_slots AS s
-    WHERE s.touched_at < now() - make_interval(secs => %(keep_s)s)
+    WHERE s.touched_at < now() - make_interval(secs => %(keep_s)s::float8)
       AND CASE WHEN s.mode = 'throttle' THEN s.window_ends_at < now()
                ELSE NOT EXISTS (SELECT FROM {schema}.jobs AS j
                                 WHERE j.id = s.job_id AND j.state IN ('queued', 'running'))
