@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from pgworkerd import handlers, progress
-from pgworkerd.client.producer import schema_of
+from pgworkerd.client.producer import default_schema, schema_of
 from pgworkerd.config import Config
 from pgworkerd.job import Job, Lease
 from pgworkerd.storage.reads import Reads
@@ -85,34 +85,35 @@ def drain(
     # came first in the next claim too, and a claim of nothing else ended the call
     # with ready jobs behind them unrun.
     held: list[Lease] = []
-    try:
-        while len(ran) < max_jobs:
-            batch = store.claim(
-                conn,
-                queues=queues,
-                limit=CLAIM_BATCH,
-                lease_ttl_s=config.lease_ttl,
-                worker=WORKER_NAME,
-                max_attempts=[config.max_attempts_for(q) for q in queues],
-            )
-            if not batch:
-                break
-            fresh = [job for job in batch if job.id not in seen][: max_jobs - len(ran)]
-            fresh_ids = {job.id for job in fresh}
-            held += [job.lease for job in batch if job.id in seen]
-            # Beyond max_jobs: back as they were, uncharged.
-            store.release(conn, [job.lease for job in batch if job.id not in seen | fresh_ids])
-            for position, job in enumerate(fresh):
-                seen.add(job.id)
-                ran.append(_run(conn, store, executor, registry.get(job.kind), job))
-                if len(ran) >= max_jobs:
-                    store.release(conn, [j.lease for j in fresh[position + 1 :]])
+    with default_schema(schema):  # the jobs handlers enqueue go where drain looks
+        try:
+            while len(ran) < max_jobs:
+                batch = store.claim(
+                    conn,
+                    queues=queues,
+                    limit=CLAIM_BATCH,
+                    lease_ttl_s=config.lease_ttl,
+                    worker=WORKER_NAME,
+                    max_attempts=[config.max_attempts_for(q) for q in queues],
+                )
+                if not batch:
                     break
-    finally:
-        progress.install(previous_sink)
-        executor.close()
-        if held:
-            store.release(conn, held)
+                fresh = [job for job in batch if job.id not in seen][: max_jobs - len(ran)]
+                fresh_ids = {job.id for job in fresh}
+                held += [job.lease for job in batch if job.id in seen]
+                # Beyond max_jobs: back as they were, uncharged.
+                store.release(conn, [job.lease for job in batch if job.id not in seen | fresh_ids])
+                for position, job in enumerate(fresh):
+                    seen.add(job.id)
+                    ran.append(_run(conn, store, executor, registry.get(job.kind), job))
+                    if len(ran) >= max_jobs:
+                        store.release(conn, [j.lease for j in fresh[position + 1 :]])
+                        break
+        finally:
+            progress.install(previous_sink)
+            executor.close()
+            if held:
+                store.release(conn, held)
     return ran
 
 

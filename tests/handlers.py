@@ -64,6 +64,13 @@ def record(job: pgworkerd.Job) -> dict[str, Any]:
     return {"pid": os.getpid()}
 
 
+def follow_up(job: pgworkerd.Job) -> int:
+    """Enqueues a `record` job as an application's handler would: pgworkerd.enqueue on a
+    connection of its own, no schema named."""
+    with psycopg.connect(os.environ["PGWORKERD_DATABASE_URL"], autocommit=True) as conn:
+        return pgworkerd.enqueue(conn, "record", {"after": job.id})
+
+
 async def record_async(job: pgworkerd.Job) -> str:
     _record(job, "start")
     return "async ok"

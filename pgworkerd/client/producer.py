@@ -12,11 +12,12 @@ is taken too: the job goes in on the psycopg connection under it (contrib/sqlalc
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import re
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -726,6 +727,34 @@ def default_producer() -> Producer:
 
     settings = ProducerSettings()
     return Producer(schema=settings.database__schema, max_payload_bytes=settings.max_payload_bytes)
+
+
+SCHEMA_ENV = "PGWORKERD_DATABASE__SCHEMA"
+
+
+def set_default_schema(schema: str | None) -> None:
+    """`schema` (None: the environment's own, else `pgworkerd`) becomes the one
+    `pgworkerd.enqueue`, `wait`, `result`, `cancel`, `chain`, `batch` and the tasks'
+    `enqueue` use. A worker sets its daemon's at boot, so jobs its handlers enqueue (and
+    what they start) go to that schema: `database.schema` set in the config file alone
+    reached no handler, whose follow-up jobs went to the default schema. Through the
+    environment, where these read it."""
+    if schema is None:
+        os.environ.pop(SCHEMA_ENV, None)
+    else:
+        os.environ[SCHEMA_ENV] = schema
+    default_producer.cache_clear()
+
+
+@contextlib.contextmanager
+def default_schema(schema: str) -> Iterator[None]:
+    """`set_default_schema(schema)` until the block ends (`testing.drain`)."""
+    before = os.environ.get(SCHEMA_ENV)
+    set_default_schema(schema)
+    try:
+        yield
+    finally:
+        set_default_schema(before)
 
 
 def schema_of(schema: str | None) -> str:

@@ -30,6 +30,7 @@ import psycopg
 from setproctitle import setproctitle
 
 from pgworkerd import logs, progress
+from pgworkerd.client import producer
 from pgworkerd.ipc import (
     Claimed,
     ControlReader,
@@ -114,6 +115,7 @@ class BaseWorker:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGUSR1, self._on_interrupt)
         logs.setup(self.spec.log_format, role=f"worker {self.spec.name}", level=self.spec.log_level)
+        producer.set_default_schema(self.spec.schema)  # the handlers' enqueues go there
         # Its thread and connection start on a handler's first job.progress() call.
         progress.install(ProgressWriter(self._progress_connection, self.spec.schema))
         self.outcomes.log_jobs = log.isEnabledFor(logging.INFO)

@@ -193,3 +193,24 @@ def test_the_example_user_test_passes(db_dsn: str) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 passed" in done.stdout
+
+
+def test_jobs_a_handler_enqueues_go_to_the_configs_schema(conn: Conn, db_dsn: str) -> None:
+    # With database.schema set in the file alone, the follow-ups went to `pgworkerd`,
+    # and drain (looking in app_a) never ran them.
+    from pgworkerd.client.producer import default_producer
+    from pgworkerd.storage.migrations import migrate
+
+    migrate(conn, "app_a")
+    before = os.environ.get("PGWORKERD_DATABASE__SCHEMA")
+    other = config.parse(
+        "database: {schema: app_a}\nhandlers: {chain: 'tests.integration.test_testing:chain'}\n"
+    )
+    pgworkerd.Producer(schema="app_a").enqueue(conn, "chain", {"left": 2, "dsn": db_dsn})
+
+    outcomes = drain(conn, other)
+
+    assert [(o.kind, o.state) for o in outcomes] == [("chain", "succeeded")] * 3
+    assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
+    assert os.environ.get("PGWORKERD_DATABASE__SCHEMA") == before, "given back after the call"
+    assert default_producer().store.schema == (before or "pgworkerd")

@@ -45,6 +45,28 @@ def test_a_handler_finds_the_public_api_loaded_before_the_fork(start_daemon, his
     assert daemon.wait() == 0
 
 
+def test_jobs_a_handler_enqueues_go_to_the_schema_of_its_daemon(start_daemon, history_conn):
+    """With database.schema set in the config file alone, a handler's pgworkerd.enqueue
+    went to `pgworkerd`: another application's jobs table, or none."""
+    from pgworkerd.storage.migrations import migrate
+
+    migrate(history_conn, "app_a")
+    first = pgworkerd.Producer(schema="app_a").enqueue(history_conn, "follow_up", {})
+    daemon = start_daemon(database={"schema": "app_a"})
+
+    def both_succeeded() -> bool:
+        rows = history_conn.execute("SELECT id, kind, state FROM app_a.jobs ORDER BY id")
+        return rows.fetchall() == [
+            (first, "follow_up", "succeeded"),
+            (first + 1, "record", "succeeded"),
+        ]
+
+    wait_until(both_succeeded, what="the job and its follow-up, in app_a")
+    assert history_conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
 # Imported by the supervisor only for what uses them, before its fork: /metrics
 # (http.listen) and cron entries. A worker inherits every module its supervisor
 # imported, and counts it in its RSS (bench: worker RSS after 100,000 jobs).
