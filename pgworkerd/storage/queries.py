@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, cast
 from psycopg import sql
 
 from pgworkerd.storage.channels import finished_channel, notify_channel
+from pgworkerd.storage.schema_names import check_schema_name
 
 if TYPE_CHECKING:
     from importlib.abc import ResourceLoader
@@ -107,6 +108,9 @@ class Statements(dict[str, bytes]):
 
     def __init__(self, schema: str) -> None:
         super().__init__()
+        # Every class that works on a schema renders its statements here first: a name
+        # PostgreSQL would cut short, or whose channels it would refuse, stops here.
+        check_schema_name(schema)
         self._names: dict[str, sql.Composable] = {
             "schema": sql.Identifier(schema),
             # A literal, not a parameter: the statements that make a job final announce

@@ -1,0 +1,92 @@
+"""Schema names on a real PostgreSQL: every accepted name works end to end (migrate,
+enqueue, claim, the channels of its notifications), and a name PostgreSQL would cut
+short, or whose channels it would refuse, is refused before anything is created."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgworkerd
+from pgworkerd.storage import migrations
+from pgworkerd.storage.schema_names import MAX_SCHEMA_BYTES
+from pgworkerd.storage.store import JobStore
+
+Conn = psycopg.Connection[Any]
+
+LONGEST = ["s" * 54, "é" * 27]  # 54 bytes of UTF-8 each
+TOO_LONG = ["s" * 55, "é" * 28, "é" * 40]  # 55, 56 and 80 bytes (28 and 40 characters)
+
+
+def migrate_cli(dsn: str, schema: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
+    env |= {"PGWORKERD_DATABASE_URL": dsn, "PGWORKERD_DATABASE__SCHEMA": schema}
+    return subprocess.run(
+        [sys.executable, "-m", "pgworkerd", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def schemas(conn: Conn) -> list[str]:
+    rows = conn.execute(
+        "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%'"
+        " AND nspname NOT IN ('public', 'information_schema') ORDER BY 1"
+    )
+    return [row[0] for row in rows]
+
+
+def test_the_limit_is_what_the_longest_channel_leaves() -> None:
+    assert MAX_SCHEMA_BYTES == 63 - len(".finished") == 54
+
+
+@pytest.mark.parametrize("schema", LONGEST)
+def test_a_schema_name_of_54_bytes_works_with_every_channel(empty_db_dsn: str, schema: str) -> None:
+    assert migrate_cli(empty_db_dsn, schema).returncode == 0
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert schemas(conn) == [schema]  # not cut short
+        store = JobStore(schema)
+        job_id = pgworkerd.Producer(schema=schema).enqueue(conn, "k", {})  # `<schema>.jobs`
+        (job,) = store.claim(conn, queues=["default"], limit=1, lease_ttl_s=30, worker="h:1")
+        with pytest.raises(TimeoutError):  # marks the job waited on
+            pgworkerd.wait(conn, job_id, timeout=0.1, schema=schema)
+        # Completing a waited job notifies `<schema>.finished`, the longest channel.
+        assert store.complete(conn, [(job.lease, None)]) == {job_id}
+        assert pgworkerd.wait(conn, job_id, timeout=5, schema=schema) == "succeeded"
+        other = pgworkerd.Producer(schema=schema).enqueue(conn, "k", {})
+        assert store.cancel(conn, [other]) == [other]  # `<schema>.cancel`
+
+
+@pytest.mark.parametrize("schema", TOO_LONG)
+def test_migrate_refuses_a_longer_schema_name_with_one_line(empty_db_dsn: str, schema: str) -> None:
+    done = migrate_cli(empty_db_dsn, schema)
+    assert done.returncode == 2, done
+    size = len(schema.encode())
+    assert done.stderr == (
+        "pgworkerd: error: environment (PGWORKERD_DATABASE__SCHEMA): database.schema: "
+        f"must be at most 54 bytes of UTF-8, got {size}: the notification channel "
+        "`<schema>.finished` must fit PostgreSQL's 63-byte names\n"
+    )
+    with psycopg.connect(empty_db_dsn) as conn:
+        assert schemas(conn) == []
+
+
+@pytest.mark.parametrize("schema", TOO_LONG)
+def test_the_python_api_refuses_a_longer_schema_name(empty_db_dsn: str, schema: str) -> None:
+    message = f"schema {schema!r}: must be at most 54 bytes of UTF-8"
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        with pytest.raises(ValueError, match=message):
+            pgworkerd.Producer(schema=schema)
+        with pytest.raises(ValueError, match=message):
+            JobStore(schema)
+        with pytest.raises(ValueError, match=message):
+            migrations.migrate(conn, schema)
+        assert schemas(conn) == []
