@@ -1,8 +1,8 @@
 """Forward-only schema migrations: numbered `.sql` files in `pgworkerd/storage/sql/`.
 
-`migrate` applies the missing ones in one transaction under an advisory lock, so two
-hosts migrating at once serialise (the second finds nothing to do) and a failing
-migration leaves the schema as it was.
+`migrate` applies the missing ones in one read committed transaction under an advisory
+lock, so two hosts migrating at once serialise (the second, which sees what the first
+committed, finds nothing to do) and a failing migration leaves the schema as it was.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 
 from pgworkerd.errors import SchemaError
 from pgworkerd.storage import queries
@@ -48,7 +48,13 @@ def migrate(
     """Bring `schema` up to date (or up to version `target`); returns the migrations
     applied, none if it was current."""
     statements = queries.statements(schema)
+    # A transaction of our own is read committed (see migrations_read_committed); inside
+    # a caller's transaction, whose snapshot may be taken already, the caller's level
+    # stands.
+    own_transaction = conn.info.transaction_status == pq.TransactionStatus.IDLE
     with conn.transaction():
+        if own_transaction:
+            conn.execute(statements["migrations_read_committed"])
         conn.execute(statements["migrations_lock"], {"schema_name": schema})
         schema_exists = _check_may_migrate(conn, schema)
         if not schema_exists:

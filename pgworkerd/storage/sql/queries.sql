@@ -1443,6 +1443,14 @@ DELETE FROM {schema}.daemons
 WHERE heartbeat_at < now() - make_interval(secs => %(stale_after_s)s);
 
 
+-- name: migrations_read_committed
+-- The migration transaction's first statement, whatever default_transaction_isolation
+-- the database or role sets: under repeatable read or serializable, migrations_lock's
+-- statement would take the snapshot before it waits, and a host that waited for
+-- another's migration would not see it and apply the same migrations again.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+
+
 -- name: migrations_lock
 -- One migrator at a time per schema, across hosts; released at commit.
 SELECT pg_advisory_xact_lock(hashtextextended('pgworkerd.migrate:' || %(schema_name)s, 0));
