@@ -46,7 +46,8 @@ def migrate(
     conn: psycopg.Connection[Any], schema: str, *, target: int | None = None
 ) -> list[Migration]:
     """Bring `schema` up to date (or up to version `target`); returns the migrations
-    applied, none if it was current."""
+    applied, none if it was current. SchemaError, nothing changed, when a newer
+    pgworkerd migrated it."""
     statements = queries.statements(schema)
     # A transaction of our own is read committed (see migrations_read_committed); inside
     # a caller's transaction, whose snapshot may be taken already, the caller's level
@@ -61,6 +62,10 @@ def migrate(
             conn.execute(statements["migrations_create_schema"])
         conn.execute(statements["migrations_create_table"])
         applied = {row[0] for row in conn.execute(statements["migrations_applied"])}
+        # A newer pgworkerd's schema: refused as check_version refuses it (`run` and
+        # `check` would), before anything is applied; not "up to date".
+        if applied and max(applied) > latest_version():
+            raise _newer_than_this(schema, max(applied))
         missing = [
             m
             for m in available()
@@ -124,8 +129,12 @@ def check_version(conn: psycopg.Connection[Any], schema: str) -> int:
             "run `pgworkerd migrate`"
         )
     if version > latest:
-        raise SchemaError(
-            f"schema {schema!r} is at version {version}, newer than this pgworkerd "
-            f"({latest}): upgrade pgworkerd"
-        )
+        raise _newer_than_this(schema, version)
     return version
+
+
+def _newer_than_this(schema: str, version: int) -> SchemaError:
+    return SchemaError(
+        f"schema {schema!r} is at version {version}, newer than this pgworkerd "
+        f"({latest_version()}): upgrade pgworkerd"
+    )

@@ -160,3 +160,31 @@ def test_a_migrate_that_waited_for_another_sees_it_whatever_the_default_isolatio
             assert second.result(timeout=30) == []  # it saw the first one's migrations
         waiting.commit()
         assert migrations.check_version(waiting, "pgworkerd") == migrations.latest_version()
+
+
+def test_migrate_refuses_a_schema_of_a_newer_pgworkerd_as_check_does(empty_db_dsn: str) -> None:
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        migrations.migrate(conn, "pgworkerd")
+        conn.execute("INSERT INTO pgworkerd.migrations (version, name) VALUES (9999, 'future')")
+        line = (
+            "schema 'pgworkerd' is at version 9999, newer than this pgworkerd "
+            f"({migrations.latest_version()}): upgrade pgworkerd"
+        )
+        with pytest.raises(SchemaError) as refused:
+            migrations.migrate(conn, "pgworkerd")
+        assert str(refused.value) == line
+        with pytest.raises(SchemaError) as checked:
+            migrations.check_version(conn, "pgworkerd")
+        assert str(checked.value) == line
+    env = {**os.environ, "PGWORKERD_DATABASE_URL": empty_db_dsn}
+    env.pop("PGWORKERD_CONFIG", None)
+    env.pop("PGWORKERD_DATABASE__SCHEMA", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pgworkerd", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"pgworkerd: error: {line}\n")
