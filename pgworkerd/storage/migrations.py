@@ -106,30 +106,49 @@ def _check_may_migrate(conn: psycopg.Connection[Any], schema: str) -> bool:
 
 
 def current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
-    """The schema's version, or None when it was never migrated."""
+    """The schema's version (its highest applied migration), or None when it was never
+    migrated."""
+    applied = applied_versions(conn, schema)
+    return max(applied, default=None) if applied is not None else None
+
+
+def applied_versions(conn: psycopg.Connection[Any], schema: str) -> set[int] | None:
+    """The versions of the migrations applied to `schema`, or None when it was never
+    migrated."""
     statements = queries.statements(schema)
     table = f"{sql.Identifier(schema).as_string(conn)}.migrations"
     present = conn.execute(statements["migrations_table_exists"], {"migrations_table": table})
     row = present.fetchone()
     if row is None or not row[0]:
         return None
-    versions = [row[0] for row in conn.execute(statements["migrations_applied"])]
-    return max(versions, default=None)
+    return {row[0] for row in conn.execute(statements["migrations_applied"])}
 
 
 def check_version(conn: psycopg.Connection[Any], schema: str) -> int:
-    """The schema's version, or SchemaError when it is missing, behind or ahead."""
-    version = current_version(conn, schema)
+    """The schema's version, or SchemaError when it is missing, behind, ahead, or lacks
+    a migration below its version."""
+    applied = applied_versions(conn, schema)
     latest = latest_version()
-    if version is None:
+    if not applied:
         raise SchemaError(f"schema {schema!r} is not set up: run `pgworkerd migrate`")
+    version = max(applied)
+    if version > latest:
+        raise _newer_than_this(schema, version)
+    # Not the highest version alone: migrations are numbered per branch, so a schema
+    # migrated by one branch's build (0001-0006 and 0010) has a version as high as the
+    # merged build's without 0007-0009, which `migrate` applies (it fills every gap).
+    gaps = [m for m in available() if m.version < version and m.version not in applied]
+    if gaps:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in gaps)
+        raise SchemaError(
+            f"schema {schema!r} is at version {version} without migration(s) {names}: "
+            "run `pgworkerd migrate`"
+        )
     if version < latest:
         raise SchemaError(
             f"schema {schema!r} is at version {version}, this pgworkerd needs {latest}: "
             "run `pgworkerd migrate`"
         )
-    if version > latest:
-        raise _newer_than_this(schema, version)
     return version
 
 

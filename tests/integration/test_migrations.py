@@ -188,3 +188,25 @@ def test_migrate_refuses_a_schema_of_a_newer_pgworkerd_as_check_does(empty_db_ds
         check=False,
     )
     assert (done.returncode, done.stdout, done.stderr) == (1, "", f"pgworkerd: error: {line}\n")
+
+
+def test_check_version_refuses_a_schema_missing_a_migration_below_its_version(
+    empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped = migrations.available()
+    branch = [m for m in shipped if m.version != 14]  # a build whose later ones came without it
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        with monkeypatch.context() as patched:
+            patched.setattr(migrations, "available", lambda: branch)
+            migrations.migrate(conn, "pgworkerd")
+        latest = migrations.latest_version()
+        assert migrations.current_version(conn, "pgworkerd") == latest
+        with pytest.raises(SchemaError) as refused:
+            migrations.check_version(conn, "pgworkerd")
+        assert str(refused.value) == (
+            f"schema 'pgworkerd' is at version {latest} without migration(s) "
+            "0014_dead_or_waiting_index: run `pgworkerd migrate`"
+        )
+        applied = migrations.migrate(conn, "pgworkerd")  # fills the gap
+        assert [m.version for m in applied] == [14]
+        assert migrations.check_version(conn, "pgworkerd") == latest
