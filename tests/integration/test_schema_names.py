@@ -11,8 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import pgworkerd
+from pgworkerd.client.operations import Operations
 from pgworkerd.storage import migrations
 from pgworkerd.storage.schema_names import MAX_SCHEMA_BYTES
 from pgworkerd.storage.store import JobStore
@@ -90,3 +92,38 @@ def test_the_python_api_refuses_a_longer_schema_name(empty_db_dsn: str, schema: 
         with pytest.raises(ValueError, match=message):
             migrations.migrate(conn, schema)
         assert schemas(conn) == []
+
+
+@pytest.mark.parametrize("schema", ["jobs%prod", "50%_off", "%(version)s", "%s%%"])
+def test_a_percent_in_the_schema_name_is_just_a_character(empty_db_dsn: str, schema: str) -> None:
+    done = migrate_cli(empty_db_dsn, schema)
+    assert done.returncode == 0, done.stderr
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert schemas(conn) == [schema]
+        assert migrations.check_version(conn, schema) == migrations.latest_version()
+        producer = pgworkerd.Producer(schema=schema)
+        first = producer.enqueue(conn, "k", {})  # the barest enqueue (jobs_insert_one)
+        keyed = producer.enqueue(conn, "k", {"n": 1}, unique_key="u", priority=5)
+        assert producer.enqueue(conn, "k", {"n": 2}, unique_key="u") == keyed
+        many = producer.enqueue_many(conn, [{"kind": "k", "payload": {"n": i}} for i in range(3)])
+        store = JobStore(schema)
+        claimed = store.claim(conn, queues=["default"], limit=10, lease_ttl_s=30, worker="h:1")
+        assert sorted(job.id for job in claimed) == sorted([first, keyed, *many])
+        waited = next(job for job in claimed if job.id == first)
+        with pytest.raises(TimeoutError):  # LISTEN, marks it waited on, UNLISTEN
+            pgworkerd.wait(conn, first, timeout=0.1, schema=schema)
+        assert store.complete(conn, [(waited.lease, '"ok"')]) == {first}  # FINISHED
+        assert pgworkerd.wait(conn, first, timeout=5, schema=schema) == "succeeded"
+        assert pgworkerd.result(conn, first, schema=schema) == "ok"
+        assert store.cancel(conn, [keyed]) == [keyed]
+        operations = Operations(schema)
+        status = operations.status(conn)
+        assert status["queues"], status
+        listed = operations.list_jobs(conn, state="succeeded")
+        assert [row["id"] for row in listed] == [first]
+        table = conn.execute(
+            sql.SQL("SELECT state, count(*) FROM {}.jobs GROUP BY 1 ORDER BY 1").format(
+                sql.Identifier(schema)
+            )
+        ).fetchall()
+        assert table == [("cancelled", 1), ("running", 3), ("succeeded", 1)]

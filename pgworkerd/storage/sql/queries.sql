@@ -2,7 +2,9 @@
 --
 -- `{schema}` is replaced by the quoted schema identifier (psycopg.sql.Identifier, never
 -- string formatting of user input); parameters are named (`%(name)s`), so a literal
--- percent sign is written `%%` and a literal brace `{{` `}}`.
+-- percent sign is written `%%` and a literal brace `{{` `}}`. A statement without any
+-- `%` is run without parameters (None, not {}): queries.py doubles a `%` of the schema
+-- name only in the statements psycopg parses, the ones with a `%`.
 --
 -- The guarantees live in a few clauses, marked FENCE and SKIP LOCKED below:
 --   * FENCE: every write after a claim names the lease token it was claimed with and
