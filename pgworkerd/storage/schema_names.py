@@ -15,11 +15,22 @@ CHANNEL_SUFFIXES = (".jobs", ".cancel", ".finished")
 MAX_IDENTIFIER_BYTES = 63
 MAX_SCHEMA_BYTES = MAX_IDENTIFIER_BYTES - max(len(s.encode()) for s in CHANNEL_SUFFIXES)
 
+# In a search_path, PostgreSQL reads the name `$user` (after taking the quotes off a
+# quoted one, and folding an unquoted one to lower case) as the current role's own
+# schema (namespace.c, strcmp with "$user"). migrate sets search_path to the quoted
+# schema name for the migration files, so exactly `$user` is special; `"$USER"` is not.
+SEARCH_PATH_USER = "$user"
+
 
 def schema_name_problem(schema: str) -> str | None:
     """Why `schema` cannot be pgworkerd's schema, or None when it can."""
     if not schema:
         return "must not be empty"
+    if schema == SEARCH_PATH_USER:
+        return (
+            f"{SEARCH_PATH_USER} names the current role's schema in a search_path, where "
+            "migrate puts this schema: its tables would go there; choose another name"
+        )
     try:
         size = len(schema.encode("utf-8"))
     except UnicodeEncodeError:

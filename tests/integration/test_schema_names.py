@@ -127,3 +127,31 @@ def test_a_percent_in_the_schema_name_is_just_a_character(empty_db_dsn: str, sch
             )
         ).fetchall()
         assert table == [("cancelled", 1), ("running", 3), ("succeeded", 1)]
+
+
+def test_migrate_refuses_the_search_path_name_of_the_role_schema(empty_db_dsn: str) -> None:
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        role = conn.execute("SELECT current_user").fetchone()[0]
+        # The role's own schema: where `$user` in a search_path leads.
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(role)))
+    done = migrate_cli(empty_db_dsn, "$user")
+    assert done.returncode == 2, done
+    assert done.stderr == (
+        "pgworkerd: error: environment (PGWORKERD_DATABASE__SCHEMA): database.schema: "
+        "$user names the current role's schema in a search_path, where migrate puts "
+        "this schema: its tables would go there; choose another name\n"
+    )
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert schemas(conn) == [role]
+        tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (role,))
+        assert tables.fetchone() == (0,)
+        with pytest.raises(ValueError, match=r"schema '\$user': \$user names"):
+            pgworkerd.Producer(schema="$user")
+        with pytest.raises(ValueError, match=r"schema '\$user': \$user names"):
+            migrations.migrate(conn, "$user")
+    # Quoted, as pgworkerd always quotes it, only `$user` itself is special.
+    assert migrate_cli(empty_db_dsn, "$USER").returncode == 0
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert migrations.check_version(conn, "$USER") == migrations.latest_version()
+        tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (role,))
+        assert tables.fetchone() == (0,)
