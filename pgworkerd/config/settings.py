@@ -29,6 +29,7 @@ from pgworkerd.config.units import (
     host_port,
     is_loopback,
 )
+from pgworkerd.storage.schema_names import schema_name_problem
 
 ENV_PREFIX = "PGWORKERD_"  # PGWORKERD_LEASE_TTL, PGWORKERD_QUEUES__A__RATE: win over the file
 
@@ -43,7 +44,15 @@ class DatabaseConfig(Section):
     url: SecretStr | None = Field(
         None, description="libpq URL; absent: the embedded local cluster under .pgworkerd/"
     )
-    schema_name: str = Field("pgworkerd", alias="schema", min_length=1, max_length=63)
+    schema_name: str = Field("pgworkerd", alias="schema", min_length=1)
+
+    @field_validator("schema_name")
+    @classmethod
+    def _schema_name(cls, schema: str) -> str:
+        problem = schema_name_problem(schema)  # the check Producer(schema=) makes too
+        if problem is not None:
+            raise ValueError(problem)
+        return schema
 
 
 class QueueConfig(Section):

@@ -2,7 +2,8 @@
 at its first use.
 
 The schema name enters SQL only as a `psycopg.sql.Identifier`, never by string
-formatting, so a schema called `"; DROP TABLE x; --` is just an odd name.
+formatting, so a schema called `"; DROP TABLE x; --` is just an odd name; a `%` in it
+is doubled in the statements psycopg parses for their parameters (`jobs%prod`).
 
 A process renders only the statements it runs, when it first runs them: a producer's
 first enqueue renders its insert (and no claim, prune or dashboard query), where
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, cast
 from psycopg import sql
 
 from pgworkerd.storage.channels import finished_channel, notify_channel
+from pgworkerd.storage.schema_names import check_schema_name
 
 if TYPE_CHECKING:
     from importlib.abc import ResourceLoader
@@ -107,7 +109,10 @@ class Statements(dict[str, bytes]):
 
     def __init__(self, schema: str) -> None:
         super().__init__()
-        self._names: dict[str, sql.Composable] = {
+        # Every class that works on a schema renders its statements here first: a name
+        # PostgreSQL would cut short, or whose channels it would refuse, stops here.
+        check_schema_name(schema)
+        names: dict[str, sql.Composable] = {
             "schema": sql.Identifier(schema),
             # A literal, not a parameter: the statements that make a job final announce
             # it there (FINISHED) without their callers passing anything more.
@@ -116,27 +121,52 @@ class Statements(dict[str, bytes]):
             # The queues' channel (jobs_insert's), for WAKE: a literal for the same reason.
             "queue_channel": sql.Literal(notify_channel(schema)),
         }
-        self._fragments: dict[str, sql.Composed] = {}
+        # psycopg reads every `%` of a statement it is given parameters for, inside quotes
+        # too: there a schema `jobs%prod` would be a placeholder `%p`. Such statements
+        # (`_parsed_by_psycopg`) get the names with each `%` written `%%`, which psycopg
+        # turns back into the `%` of the name; the others get them as they are.
+        self._names: dict[bool, dict[str, sql.Composable]] = {
+            False: names,
+            True: {key: _percent_escaped(value) for key, value in names.items()},
+        }
+        self._fragments: dict[tuple[str, bool], sql.Composed] = {}
 
     def __missing__(self, name: str) -> bytes:
         if name in _SPLICED:
             raise KeyError(name)  # a fragment, not a statement
         body = _body(name)
-        rendered = self._render(body).as_bytes(None)
+        rendered = self._render(body, _parsed_by_psycopg(name)).as_bytes(None)
         self[name] = rendered  # two threads at once store equal bytes: either is right
         return rendered
 
-    def _render(self, body: str, **open_names: sql.Composable) -> sql.Composed:
-        spliced = {name: self._fragment(name) for name in _spliced_in(body)}
-        return sql.SQL(body).format(**self._names, **open_names, **spliced)
+    def _render(self, body: str, escaped: bool, **open_names: sql.Composable) -> sql.Composed:
+        spliced = {name: self._fragment(name, escaped) for name in _spliced_in(body)}
+        return sql.SQL(body).format(**self._names[escaped], **open_names, **spliced)
 
-    def _fragment(self, variant: str) -> sql.Composed:
-        fragment = self._fragments.get(variant)
+    def _fragment(self, variant: str, escaped: bool) -> sql.Composed:
+        fragment = self._fragments.get((variant, escaped))
         if fragment is None:
             name, values = _SPLICED[variant]
             open_names = {key: sql.SQL(value) for key, value in values.items()}
-            fragment = self._fragments[variant] = self._render(_body(name), **open_names)
+            fragment = self._render(_body(name), escaped, **open_names)
+            self._fragments[variant, escaped] = fragment
         return fragment
+
+
+@functools.cache
+def _parsed_by_psycopg(name: str) -> bool:
+    """Whether statement (or fragment) `name` is run with parameters, so psycopg reads
+    its `%`s: the file's rule (its header) is that a statement with parameters, and only
+    such a one, has a `%` (a placeholder, or a literal one written `%%`), here or in a
+    fragment it splices in; the others are run without parameters (None, not {})."""
+    body = _body(name)
+    return "%" in body or any(_parsed_by_psycopg(_SPLICED[f][0]) for f in _spliced_in(body))
+
+
+def _percent_escaped(name: sql.Composable) -> sql.Composable:
+    """`name` rendered, each `%` doubled, for a statement psycopg parses."""
+    text = name.as_bytes(None).decode("utf-8")
+    return sql.SQL(text.replace("%", "%%")) if "%" in text else name
 
 
 def names() -> list[str]:

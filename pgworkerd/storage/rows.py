@@ -97,7 +97,8 @@ class Statement(Generic[T]):
     AsyncConnection, so the producer's sync and async API share everything else."""
 
     query: bytes
-    params: Mapping[str, Any] | Sequence[Any]  # named (`%(x)s`) or positional (`%s`)
+    # named (`%(x)s`) or positional (`%s`); None for a statement without (queries.py)
+    params: Mapping[str, Any] | Sequence[Any] | None
     decode: Callable[[list[Any]], T]
 
     def run(self, conn: psycopg.Connection[Any]) -> T:

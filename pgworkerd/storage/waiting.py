@@ -19,10 +19,11 @@ class FinishedJobs:
         self._sql = queries.statements(schema)
 
     def listen(self) -> Statement[None]:
-        return Statement(self._sql["finished_listen"], {}, _nothing)
+        # No parameters (None): psycopg leaves the text as it is (queries.py).
+        return Statement(self._sql["finished_listen"], None, _nothing)
 
     def unlisten(self) -> Statement[None]:
-        return Statement(self._sql["finished_unlisten"], {}, _nothing)
+        return Statement(self._sql["finished_unlisten"], None, _nothing)
 
     def mark_waited(self, job_id: int) -> Statement[bool]:
         """Marks a job that is not final yet as waited on, so the statement that makes it

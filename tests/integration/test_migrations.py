@@ -6,13 +6,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from pgworkerd.errors import SchemaError
-from pgworkerd.storage import migrations
+from pgworkerd.storage import migrations, queries
 from pgworkerd.storage.migrations import Migration
 
 
@@ -123,3 +126,87 @@ def test_check_version_names_what_to_do(empty_db_dsn):
         conn.execute("INSERT INTO pgworkerd.migrations (version, name) VALUES (9999, 'future')")
         with pytest.raises(SchemaError, match="newer than this pgworkerd"):
             migrations.check_version(conn, "pgworkerd")
+
+
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+def test_a_migrate_that_waited_for_another_sees_it_whatever_the_default_isolation(
+    empty_db_dsn: str, level: str
+) -> None:
+    with psycopg.connect(empty_db_dsn, autocommit=True) as admin:
+        dbname = admin.info.dbname
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = {}").format(
+                sql.Identifier(dbname), sql.Literal(level)
+            )
+        )
+    statements = queries.statements("pgworkerd")
+    with psycopg.connect(empty_db_dsn) as first, psycopg.connect(empty_db_dsn) as waiting:
+        assert first.execute("SHOW transaction_isolation").fetchone() == (level,)
+        first.rollback()
+        # The first host holds the lock (as its migrate does) while the second starts.
+        first.execute(statements["migrations_lock"], {"schema_name": "pgworkerd"})
+        with ThreadPoolExecutor(1) as pool:
+            second = pool.submit(migrations.migrate, waiting, "pgworkerd")
+            with psycopg.connect(empty_db_dsn, autocommit=True) as watcher:
+                deadline = time.monotonic() + 10
+                while not watcher.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()[0]:
+                    assert time.monotonic() < deadline, "the second migrate never waited"
+                    time.sleep(0.02)
+            applied = migrations.migrate(first, "pgworkerd")  # in its transaction, locked
+            first.commit()
+            assert [m.version for m in applied] == [m.version for m in migrations.available()]
+            assert second.result(timeout=30) == []  # it saw the first one's migrations
+        waiting.commit()
+        assert migrations.check_version(waiting, "pgworkerd") == migrations.latest_version()
+
+
+def test_migrate_refuses_a_schema_of_a_newer_pgworkerd_as_check_does(empty_db_dsn: str) -> None:
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        migrations.migrate(conn, "pgworkerd")
+        conn.execute("INSERT INTO pgworkerd.migrations (version, name) VALUES (9999, 'future')")
+        line = (
+            "schema 'pgworkerd' is at version 9999, newer than this pgworkerd "
+            f"({migrations.latest_version()}): upgrade pgworkerd"
+        )
+        with pytest.raises(SchemaError) as refused:
+            migrations.migrate(conn, "pgworkerd")
+        assert str(refused.value) == line
+        with pytest.raises(SchemaError) as checked:
+            migrations.check_version(conn, "pgworkerd")
+        assert str(checked.value) == line
+    env = {**os.environ, "PGWORKERD_DATABASE_URL": empty_db_dsn}
+    env.pop("PGWORKERD_CONFIG", None)
+    env.pop("PGWORKERD_DATABASE__SCHEMA", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pgworkerd", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"pgworkerd: error: {line}\n")
+
+
+def test_check_version_refuses_a_schema_missing_a_migration_below_its_version(
+    empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped = migrations.available()
+    branch = [m for m in shipped if m.version != 14]  # a build whose later ones came without it
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        with monkeypatch.context() as patched:
+            patched.setattr(migrations, "available", lambda: branch)
+            migrations.migrate(conn, "pgworkerd")
+        latest = migrations.latest_version()
+        assert migrations.current_version(conn, "pgworkerd") == latest
+        with pytest.raises(SchemaError) as refused:
+            migrations.check_version(conn, "pgworkerd")
+        assert str(refused.value) == (
+            f"schema 'pgworkerd' is at version {latest} without migration(s) "
+            "0014_dead_or_waiting_index: run `pgworkerd migrate`"
+        )
+        applied = migrations.migrate(conn, "pgworkerd")  # fills the gap
+        assert [m.version for m in applied] == [14]
+        assert migrations.check_version(conn, "pgworkerd") == latest

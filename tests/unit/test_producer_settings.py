@@ -30,7 +30,9 @@ NOT_AN_INT = "max_payload_bytes\n  Input should be a valid integer"
         ({"pgworkerd_MAX_payload_bytes": "fifty"}, NOT_AN_INT),
         ({"PGWORKERD_DATABASE__SCHEMA": "jobs_elsewhere"}, ("jobs_elsewhere", 1024 * 1024)),
         ({"pgworkerd_DATABASE__schema": "Mixed"}, ("Mixed", 1024 * 1024)),
-        ({"PGWORKERD_DATABASE__SCHEMA": ""}, ("", 1024 * 1024)),
+        # Refused as the config file's database.schema is (storage/schema_names.py).
+        ({"PGWORKERD_DATABASE__SCHEMA": ""}, "ValueError: schema '': must not be empty"),
+        ({"PGWORKERD_DATABASE__SCHEMA": "s" * 55}, "must be at most 54 bytes of UTF-8"),
         ({"PGWORKERD_DATABASE__SCHEMA": "a", "pgworkerd_max_payload_bytes": "7"}, ("a", 7)),
         # Names it does not read: the defaults.
         ({"PGWORKERD_DATABASE__URL": "x", "PGWORKERD_DATABASE": '{"schema": "s"}'}, DEFAULTS),

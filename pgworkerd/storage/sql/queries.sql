@@ -2,7 +2,9 @@
 --
 -- `{schema}` is replaced by the quoted schema identifier (psycopg.sql.Identifier, never
 -- string formatting of user input); parameters are named (`%(name)s`), so a literal
--- percent sign is written `%%` and a literal brace `{{` `}}`.
+-- percent sign is written `%%` and a literal brace `{{` `}}`. A statement without any
+-- `%` is run without parameters (None, not {}): queries.py doubles a `%` of the schema
+-- name only in the statements psycopg parses, the ones with a `%`.
 --
 -- The guarantees live in a few clauses, marked FENCE and SKIP LOCKED below:
 --   * FENCE: every write after a claim names the lease token it was claimed with and
@@ -1443,6 +1445,14 @@ DELETE FROM {schema}.daemons WHERE id = %(id)s;
 -- Daemons that stopped without saying so (SIGKILL, host loss).
 DELETE FROM {schema}.daemons
 WHERE heartbeat_at < now() - make_interval(secs => %(stale_after_s)s::float8);
+
+
+-- name: migrations_read_committed
+-- The migration transaction's first statement, whatever default_transaction_isolation
+-- the database or role sets: under repeatable read or serializable, migrations_lock's
+-- statement would take the snapshot before it waits, and a host that waited for
+-- another's migration would not see it and apply the same migrations again.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
 
 -- name: migrations_lock
