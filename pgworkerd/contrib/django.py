@@ -49,7 +49,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from pgworkerd.client.producer import Producer
-from pgworkerd.job import Job
+from pgworkerd.job import Discard, Job
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 
 STATUSES = {
@@ -213,13 +213,14 @@ def _handler(task: Task, worker_id: str) -> Handler:
             await sync_to_async(close_old_connections)()
             await task_started.asend(PgworkerdBackend, task_result=result)
             try:
-                value = await task.acall(*_call_args(task, result), **result.kwargs)
+                # normalize_json inside the try: a value that is not JSON is a failure
+                # like any, with its task_finished signal.
+                value = _json_value(await task.acall(*_call_args(task, result), **result.kwargs))
             except BaseException as exc:
                 await task_finished.asend(PgworkerdBackend, task_result=_failed(result, exc))
                 raise
             finally:
                 await sync_to_async(close_old_connections)()
-            value = normalize_json(value)
             await task_finished.asend(PgworkerdBackend, task_result=_succeeded(result, value))
             return value
 
@@ -231,7 +232,7 @@ def _handler(task: Task, worker_id: str) -> Handler:
         close_old_connections()
         task_started.send(PgworkerdBackend, task_result=result)
         try:
-            value = normalize_json(task.call(*_call_args(task, result), **result.kwargs))
+            value = _json_value(task.call(*_call_args(task, result), **result.kwargs))
         except BaseException as exc:
             task_finished.send(PgworkerdBackend, task_result=_failed(result, exc))
             raise
@@ -241,6 +242,30 @@ def _handler(task: Task, worker_id: str) -> Handler:
         return value
 
     return run
+
+
+class ResultNotJSON(Discard):
+    """The task returned a value that is not JSON (Django's `normalize_json` refused it).
+
+    A Discard: the job ends `dead` (FAILED) at once. A failure retried would run the
+    task's work again for a value that would be refused again, the work's side effects
+    with it. The reason's last line is the refusal, `TypeError: ...`, so that the kept
+    error reads as that class."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(
+            "the task ran, but its return value is not JSON: the job ends failed, not "
+            "retried (a retry would run the task's work again)\n"
+            + "".join(traceback.format_exception_only(error)).strip()
+        )
+        self.error = error
+
+
+def _json_value(value: Any) -> Any:
+    try:
+        return normalize_json(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ResultNotJSON(exc) from exc
 
 
 def _call_args(task: Task, result: TaskResult) -> list[Any]:
@@ -272,6 +297,8 @@ def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
 def _failed(result: TaskResult, exc: BaseException) -> TaskResult:
     object.__setattr__(result, "status", TaskResultStatus.FAILED)
     object.__setattr__(result, "finished_at", timezone.now())
+    if isinstance(exc, ResultNotJSON):
+        exc = exc.error  # the signal names the refusal (as Django's ImmediateBackend does)
     kind = type(exc)
     result.errors.append(
         TaskError(

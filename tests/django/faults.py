@@ -1,0 +1,28 @@
+"""Tasks for the faults a review found in the Django integration (tests/django/
+test_faults.py): the daemon of those tests lists this module beside `shop.tasks`. Each
+task that has side effects records each run as an Order whose ref starts with the ref it
+was given, so that a test counts the runs."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.tasks import task
+from django.utils import timezone
+from shop.models import Order
+
+
+def _ran(ref: str) -> None:
+    Order.objects.create(ref=f"{ref}-{uuid.uuid4().hex[:8]}")
+
+
+@task
+def returns_a_datetime(ref: str):
+    _ran(ref)
+    return timezone.now()
+
+
+@task
+async def areturns_a_datetime(ref: str):
+    await Order.objects.acreate(ref=f"{ref}-{uuid.uuid4().hex[:8]}")
+    return timezone.now()

@@ -1,0 +1,79 @@
+"""Faults a review found in the Django integration, each against the real Django, a
+real PostgreSQL and a real `pgworkerd run` of the example project with
+tests/django/faults.py listed beside shop.tasks."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from django.tasks import TaskResultStatus, default_task_backend
+
+from tests.daemon import job, wait_until
+
+TASKS = ["shop.tasks", "tests.django.faults"]
+
+
+@pytest.fixture
+def daemon(django_daemon):
+    """A daemon that runs tests/django/faults.py's tasks too."""
+
+    def start(**overrides: Any) -> Any:
+        django = {"settings": "mysite.settings", "tasks": TASKS, **overrides.pop("django", {})}
+        return django_daemon(django=django, **overrides)
+
+    return start
+
+
+def settled(pg, job_id: int, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The job's row once its first attempt is over: final, or queued for a retry."""
+
+    def read():
+        row = job(pg, job_id)
+        final = row["state"] in ("succeeded", "dead", "cancelled")
+        retrying = row["state"] == "queued" and row["attempt"] >= 1
+        return row if final or retrying else None
+
+    return wait_until(read, timeout_s=timeout_s, what=f"job {job_id} settled")
+
+
+def runs(ref: str) -> int:
+    from shop.models import Order
+
+    return Order.objects.filter(ref__startswith=f"{ref}-").count()
+
+
+def signals(task_id: str) -> list[tuple[str, str]]:
+    from shop.models import SignalLog
+
+    return list(SignalLog.objects.filter(task_id=task_id).values_list("signal", "status"))
+
+
+def ref_of(what: str) -> str:
+    return f"{what}-{uuid.uuid4().hex[:8]}"
+
+
+# -- a return value that is not JSON -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["returns_a_datetime", "areturns_a_datetime"])
+def test_a_return_value_that_is_not_json_fails_the_task_once_without_a_retry(
+    django_dsn, pg, daemon, name
+):
+    from tests.django import faults
+
+    ref = ref_of(name)
+    result = getattr(faults, name).enqueue(ref)
+    daemon()
+    row = settled(pg, int(result.id))
+    # It was retried (queued again), its work run again at every attempt.
+    assert row["state"] == "dead" and row["attempt"] == 1, (row["state"], row["attempt"])
+    assert runs(ref) == 1
+    read = default_task_backend.get_result(result.id)
+    assert read.status == TaskResultStatus.FAILED
+    (error,) = read.errors
+    assert error.exception_class_path == "builtins.TypeError"
+    assert "not JSON" in error.traceback and "datetime" in error.traceback
+    # The async path sent no task_finished (normalize_json was outside its try).
+    assert signals(result.id) == [("started", "RUNNING"), ("finished", "FAILED")]
