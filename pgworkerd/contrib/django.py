@@ -25,6 +25,7 @@ application (TASKS names it) and in the daemon's workers after the fork
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
@@ -32,7 +33,7 @@ import json
 import os
 import socket
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import django
@@ -87,7 +88,8 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
                 run_at = timezone.make_aware(run_at)
             options["run_at"] = run_at
         payload = {"args": normalize_json(list(args)), "kwargs": normalize_json(kwargs)}
-        job_id = self.producer.enqueue(self._psycopg(), task.module_path, payload, **options)
+        with self._psycopg() as connection:
+            job_id = self.producer.enqueue(connection, task.module_path, payload, **options)
         result = TaskResult(
             task=task,
             id=str(job_id),
@@ -110,7 +112,8 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             job_id = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(result_id) from None
-        row = self.store.get(self._psycopg(), job_id)
+        with self._psycopg() as connection:
+            row = self.store.get(connection, job_id)
         if row is None:
             raise TaskResultDoesNotExist(result_id)
         return self._result_of(row)
@@ -118,9 +121,16 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
     # aget_result and aenqueue: BaseTaskBackend's, which run these in Django's
     # thread-sensitive executor, on the thread whose connection holds the transaction.
 
-    def _psycopg(self) -> psycopg.Connection[Any]:
-        """Django's psycopg connection of the configured database, in its transaction."""
+    @contextlib.contextmanager
+    def _psycopg(self) -> Iterator[psycopg.Connection[Any]]:
+        """Django's psycopg connection of the configured database, in its transaction,
+        used as Django's own cursors use it: a connection that fails its health check is
+        replaced first, and an error of the statements run in the block is Django's
+        (`django.db.DatabaseError`) and marks the connection (`errors_occurred`), so that
+        `close_old_connections()` discards a broken one. Without these, a connection the
+        server dropped was kept, and every later enqueue of the process failed on it."""
         wrapper = connections[self.database]
+        wrapper.close_if_health_check_failed()
         wrapper.ensure_connection()
         raw = wrapper.connection
         if not isinstance(raw, psycopg.Connection):
@@ -129,7 +139,8 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
                 "django.db.backends.postgresql with psycopg 3 (pgworkerd joins its "
                 f"transactions), not {type(raw).__module__}"
             )
-        return raw
+        with wrapper.wrap_database_errors:
+            yield raw
 
     def _result_of(self, row: dict[str, Any]) -> TaskResult:
         # As Django's own Task._reconstruct finds a task: by its path, the job's kind.

@@ -77,3 +77,47 @@ def test_a_return_value_that_is_not_json_fails_the_task_once_without_a_retry(
     assert "not JSON" in error.traceback and "datetime" in error.traceback
     # The async path sent no task_finished (normalize_json was outside its try).
     assert signals(result.id) == [("started", "RUNNING"), ("finished", "FAILED")]
+
+
+# -- a connection the server dropped ---------------------------------------------------
+
+
+@pytest.mark.parametrize("health_checks", [True, False], ids=["health-checks", "no-checks"])
+def test_an_enqueue_after_the_server_dropped_djangos_connection_recovers(
+    django_dsn, pg, health_checks
+):
+    """Persistent connections, a request cycle's close_old_connections() around each
+    "request", and the server dropping Django's connection between two (a restart, a
+    failover): as with the ORM, the next enqueue works (with health checks), or only
+    the first one fails, with Django's own error (without)."""
+    from django.db import DatabaseError, close_old_connections, connection
+    from shop.tasks import add
+
+    saved = dict(connection.settings_dict)
+    connection.close()
+    connection.settings_dict.update(CONN_MAX_AGE=None, CONN_HEALTH_CHECKS=health_checks)
+    try:
+        close_old_connections()  # request 1
+        add.enqueue(1, 1)
+        close_old_connections()  # its end: the connection is kept
+        pid = connection.connection.info.backend_pid
+        pg.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        wait_until(
+            lambda: (
+                not pg.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchall()
+            ),
+            what="Django's backend gone",
+        )
+        close_old_connections()  # request 2
+        if not health_checks:
+            with pytest.raises(DatabaseError):  # Django's error (it was psycopg's)
+                add.enqueue(2, 2)
+            close_old_connections()  # its end: the broken connection is discarded
+            close_old_connections()  # request 3
+        result = add.enqueue(3, 4)  # it failed on the dropped connection, forever
+        assert job(pg, int(result.id))["payload"] == {"args": [3, 4], "kwargs": {}}
+        assert default_task_backend.get_result(result.id).status == TaskResultStatus.READY
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
