@@ -50,7 +50,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from pgworkerd.client.producer import Producer
-from pgworkerd.job import Discard, Job
+from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 
 STATUSES = {
@@ -245,6 +245,7 @@ def _handler(task: Task, worker_id: str) -> Handler:
         try:
             value = _json_value(task.call(*_call_args(task, result), **result.kwargs))
         except BaseException as exc:
+            _close_interrupted_connections(exc)
             task_finished.send(PgworkerdBackend, task_result=_failed(result, exc))
             raise
         finally:
@@ -277,6 +278,32 @@ def _json_value(value: Any) -> Any:
         return normalize_json(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ResultNotJSON(exc) from exc
+
+
+def _close_interrupted_connections(exc: BaseException) -> None:
+    """Close this thread's Django connections that the task's end left unusable.
+
+    JobTimeout and JobCancelled are raised at the task's next Python instruction, which
+    may be inside psycopg between sending a query and reading its result: the
+    connection is then mid-command, and close_old_connections() keeps it (nothing marked
+    it broken), so the next task of the thread failed with "another command is already
+    in progress". Any other exception that left a connection not idle (a command or a
+    transaction still open) is handled alike."""
+    interrupted = isinstance(exc, JobTimeout | JobCancelled)
+    for wrapper in connections.all(initialized_only=True):
+        raw = wrapper.connection
+        if raw is None:
+            continue
+        if interrupted or not _idle(raw):
+            wrapper.close()
+
+
+def _idle(raw: Any) -> bool:
+    # A psycopg connection tells its state; another backend's cannot: kept as Django's
+    # own close_old_connections() would keep it.
+    if not isinstance(raw, psycopg.Connection):
+        return True
+    return bool(raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
 
 
 def _call_args(task: Task, result: TaskResult) -> list[Any]:

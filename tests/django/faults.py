@@ -26,3 +26,17 @@ def returns_a_datetime(ref: str):
 async def areturns_a_datetime(ref: str):
     await Order.objects.acreate(ref=f"{ref}-{uuid.uuid4().hex[:8]}")
     return timezone.now()
+
+
+@task
+def sleeps_in_a_query(seconds: float) -> None:
+    from django.db import connection
+
+    # No `with`: the cursor's close would fail on the busy connection, and its error
+    # replace the JobTimeout (which marks the connection broken: not the case tested).
+    connection.cursor().execute("SELECT pg_sleep(%s)", [seconds])
+
+
+@task
+def counts_orders() -> int:
+    return Order.objects.count()

@@ -121,3 +121,32 @@ def test_an_enqueue_after_the_server_dropped_djangos_connection_recovers(
         connection.close()
         connection.settings_dict.clear()
         connection.settings_dict.update(saved)
+
+
+# -- a task interrupted in a query -----------------------------------------------------
+
+
+def test_a_task_timed_out_in_a_query_leaves_no_busy_connection_to_the_next(django_dsn, pg, daemon):
+    """A worker process (JobTimeout comes by a signal, inside psycopg's wait for the
+    query's result; a job thread would get it only after the query, the supervisor's
+    SIGKILL first), persistent connections."""
+    from tests.django.faults import counts_orders, sleeps_in_a_query
+
+    slow = sleeps_in_a_query.using(priority=10).enqueue(20)
+    following = [counts_orders.enqueue() for _ in range(3)]
+    daemon(
+        django={"settings": "tests.django.settings_persistent"},
+        queues={"default": {"max_attempts": 1, "max_runtime": "1s"}},
+        workers=[{"queues": ["default"], "concurrency": 1}],
+    )
+    row = settled(pg, int(slow.id))
+    # The connection was kept mid-command: the task_finished receiver's query failed on
+    # it ("another command is already in progress"), its error replacing the JobTimeout
+    # and no finished signal recorded; without a receiver, the next task failed on it.
+    assert row["state"] == "dead"
+    last = row["last_error"].strip().splitlines()[-1]
+    assert last.startswith("pgworkerd.job.JobTimeout"), last
+    assert signals(slow.id) == [("started", "RUNNING"), ("finished", "FAILED")]
+    for result in following:
+        row = settled(pg, int(result.id))
+        assert row["state"] == "succeeded", row["last_error"]
