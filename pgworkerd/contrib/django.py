@@ -25,6 +25,7 @@ application (TASKS names it) and in the daemon's workers after the fork
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import importlib
@@ -196,6 +197,11 @@ def _task_error(text: str) -> TaskError:
 
 Handler = Callable[[Job], Any]
 
+# How long an async task stopped by max_runtime or a cancel waits for its task_finished
+# receivers: well within the 3 s grace before the worker is killed
+# (pgworkerd/supervisor/ledger.py, SOFT_TIMEOUT_GRACE_S and CANCEL_GRACE_S).
+INTERRUPTED_SIGNAL_S = 1.0
+
 
 def worker_registry(settings_module: str, modules: Sequence[str]) -> dict[str, Handler]:
     """In a worker child, after the fork: set Django up with `settings_module`, import
@@ -223,15 +229,31 @@ def _handler(task: Task, worker_id: str) -> Handler:
             result = _running(task, job, worker_id)
             await sync_to_async(close_old_connections)()
             await task_started.asend(PgworkerdBackend, task_result=result)
+            interrupted = False
             try:
                 # normalize_json inside the try: a value that is not JSON is a failure
                 # like any, with its task_finished signal.
                 value = _json_value(await task.acall(*_call_args(task, result), **result.kwargs))
+            except (asyncio.CancelledError, JobTimeout, JobCancelled) as exc:
+                # Stopped (max_runtime, a cancel) while its sync work (an ORM call via
+                # sync_to_async) may still run in asgiref's thread-sensitive executor: a
+                # signal's sync receivers and close_old_connections() would queue behind
+                # it, outlast the grace and get the whole worker SIGKILLed. The signal is
+                # given INTERRUPTED_SIGNAL_S; the connections are left to the next task's
+                # close_old_connections(), which runs in that thread after the work.
+                interrupted = True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        task_finished.asend(PgworkerdBackend, task_result=_failed(result, exc)),
+                        INTERRUPTED_SIGNAL_S,
+                    )
+                raise
             except BaseException as exc:
                 await task_finished.asend(PgworkerdBackend, task_result=_failed(result, exc))
                 raise
             finally:
-                await sync_to_async(close_old_connections)()
+                if not interrupted:
+                    await sync_to_async(close_old_connections)()
             await task_finished.asend(PgworkerdBackend, task_result=_succeeded(result, value))
             return value
 

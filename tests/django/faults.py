@@ -40,3 +40,19 @@ def sleeps_in_a_query(seconds: float) -> None:
 @task
 def counts_orders() -> int:
     return Order.objects.count()
+
+
+@task
+async def asleeps_in_a_query(seconds: float) -> None:
+    from asgiref.sync import sync_to_async
+
+    # The ORM from async code: in asgiref's thread-sensitive executor, one thread.
+    await sync_to_async(sleeps_in_a_query.call)(seconds)
+
+
+@task
+def sleeps(seconds: float) -> str:
+    import time
+
+    time.sleep(seconds)
+    return "slept"

@@ -150,3 +150,25 @@ def test_a_task_timed_out_in_a_query_leaves_no_busy_connection_to_the_next(djang
     for result in following:
         row = settled(pg, int(result.id))
         assert row["state"] == "succeeded", row["last_error"]
+
+
+def test_an_async_task_timed_out_in_a_query_ends_with_jobtimeout_its_worker_alive(
+    django_dsn, pg, daemon
+):
+    """As a plain async handler with the same body: JobTimeout, not the worker killed
+    after the grace with the job running beside it."""
+    from tests.django.faults import asleeps_in_a_query, sleeps
+
+    slow = asleeps_in_a_query.enqueue(20)
+    bystander = sleeps.using(queue_name="fragile").enqueue(5)
+    daemon(
+        queues={"default": {"max_attempts": 1, "max_runtime": "1s"}, "fragile": {}},
+        workers=[{"queues": ["default", "fragile"], "concurrency": 1, "threads": 2}],
+    )
+    row = settled(pg, int(slow.id))
+    assert row["state"] == "dead"
+    last = row["last_error"].strip().splitlines()[-1]
+    # It was "exceeded its max runtime of 1s: worker killed (SIGKILL)".
+    assert last.startswith("pgworkerd.job.JobTimeout"), last
+    row = settled(pg, int(bystander.id))
+    assert (row["state"], row["attempt"]) == ("succeeded", 1)
