@@ -31,6 +31,7 @@ import functools
 import importlib
 import inspect
 import json
+import logging
 import os
 import socket
 import traceback
@@ -40,6 +41,7 @@ from typing import Any
 import django
 import psycopg
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 from django.tasks.backends.base import BaseTaskBackend
@@ -207,7 +209,10 @@ def worker_registry(settings_module: str, modules: Sequence[str]) -> dict[str, H
     """In a worker child, after the fork: set Django up with `settings_module`, import
     `modules` and return kind (`module_path`) -> handler for each of their tasks."""
     os.environ["DJANGO_SETTINGS_MODULE"] = settings_module  # the config's, whatever was set
+    logger = logging.getLogger("pgworkerd")
+    kept = (list(logger.handlers), logger.level, logger.propagate)
     django.setup()
+    _keep_pgworkerd_logging(logger, *kept)
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
     registry: dict[str, Handler] = {}
     for module_name in modules:
@@ -216,6 +221,30 @@ def worker_registry(settings_module: str, modules: Sequence[str]) -> dict[str, H
             if isinstance(value, Task):
                 registry[value.module_path] = _handler(value, worker_id)
     return registry
+
+
+def _keep_pgworkerd_logging(
+    logger: logging.Logger, handlers: list[logging.Handler], level: int, propagate: bool
+) -> None:
+    """Undo what the project's LOGGING did to pgworkerd's own loggers in django.setup().
+
+    dictConfig's `disable_existing_loggers` (True unless LOGGING says False) disabled
+    every logger not named in LOGGING, pgworkerd's among them: the worker logged no line
+    at all (no job started, failed, no error). pgworkerd's loggers are enabled again,
+    and the handler `pgworkerd run` set (pgworkerd/logs.py, setup) put back, unless
+    LOGGING configures a pgworkerd logger itself (then it is the project's choice)."""
+    for name, each in logging.root.manager.loggerDict.items():
+        if (name == "pgworkerd" or name.startswith("pgworkerd.")) and isinstance(
+            each, logging.Logger
+        ):
+            each.disabled = False
+    configured = getattr(settings, "LOGGING", None) or {}
+    named = configured.get("loggers", {}) if isinstance(configured, dict) else {}
+    if any(name == "pgworkerd" or name.startswith("pgworkerd.") for name in named):
+        return
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
 
 
 def _handler(task: Task, worker_id: str) -> Handler:

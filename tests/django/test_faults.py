@@ -172,3 +172,20 @@ def test_an_async_task_timed_out_in_a_query_ends_with_jobtimeout_its_worker_aliv
     assert last.startswith("pgworkerd.job.JobTimeout"), last
     row = settled(pg, int(bystander.id))
     assert (row["state"], row["attempt"]) == ("succeeded", 1)
+
+
+# -- the project's LOGGING -------------------------------------------------------------
+
+
+def test_a_projects_logging_does_not_silence_the_workers_log(django_dsn, pg, daemon):
+    from shop.tasks import add
+
+    result = add.enqueue(20, 22)
+    running = daemon(django={"settings": "tests.django.settings_logging"})
+    settled(pg, int(result.id))
+    # The worker logged nothing (0 lines): django.setup() disabled its loggers.
+    wait_until(
+        lambda: f"job succeeded job={result.id} " in running.log(),
+        timeout_s=10,
+        what="the worker's log line",
+    )
