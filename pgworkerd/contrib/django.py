@@ -53,6 +53,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from pgworkerd.client.producer import Producer
+from pgworkerd.encoding import RESULT_OMITTED, dump_result
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 
@@ -174,8 +175,15 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             errors=errors,
             worker_ids=worker_ids,
         )
-        if row["state"] == "succeeded":
-            object.__setattr__(result, "_return_value", _json(row["result"]))
+        value = _json(row["result"]) if row["state"] == "succeeded" else None
+        if isinstance(value, dict) and set(value) == {RESULT_OMITTED}:
+            # The worker kept a marker in place of the return value (a job run before
+            # ResultNotKept, or enqueued by other code): not the task's value.
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            why = f"the task's return value was not kept: {value[RESULT_OMITTED]}"
+            errors.append(TaskError(exception_class_path=_class_path(ResultNotKept), traceback=why))
+        elif row["state"] == "succeeded":
+            object.__setattr__(result, "_return_value", value)
         return result
 
 
@@ -324,11 +332,43 @@ class ResultNotJSON(Discard):
         self.error = error
 
 
+class ResultNotKept(Discard):
+    """The task returned JSON that pgworkerd cannot keep as it is (a NaN or an infinity,
+    over MAX_RESULT_BYTES of JSON): the worker would store a marker,
+    `{"pgworkerd_result_omitted": "..."}`, in its place, and the task read as SUCCESSFUL
+    with that marker as its return value. A Discard, as ResultNotJSON: FAILED at once,
+    not retried."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(
+            "the task ran, but its return value cannot be kept: the job ends failed, not "
+            f"retried (a retry would run the task's work again)\n{_class_path(ResultNotKept)}: "
+            + why
+        )
+
+
+# How a result that dump_result could not keep begins (encoding._omitted).
+_OMITTED_PREFIX = json.dumps({RESULT_OMITTED: ""})[:-2]
+
+
 def _json_value(value: Any) -> Any:
     try:
-        return normalize_json(value)
+        value = normalize_json(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ResultNotJSON(exc) from exc
+    # Encoded as the worker will store it (once more: results are at most 1 MiB), to
+    # tell a value it would replace by its marker (a task's own dict of that one key
+    # would read as the marker too: refused alike).
+    stored = dump_result(value)
+    if stored is not None and stored.startswith(_OMITTED_PREFIX):
+        kept = json.loads(stored)
+        if set(kept) == {RESULT_OMITTED}:
+            raise ResultNotKept(str(kept[RESULT_OMITTED]))
+    return value
+
+
+def _class_path(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _close_interrupted_connections(exc: BaseException) -> None:

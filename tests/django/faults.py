@@ -56,3 +56,10 @@ def sleeps(seconds: float) -> str:
 
     time.sleep(seconds)
     return "slept"
+
+
+@task
+def returns(ref: str, what: str):
+    """Returns JSON pgworkerd cannot keep as it is: a NaN, over 1 MiB, or a NUL."""
+    _ran(ref)
+    return {"nan": {"ratio": float("nan")}, "big": "x" * (1024 * 1024 + 1), "nul": "a\x00b"}[what]

@@ -189,3 +189,52 @@ def test_a_projects_logging_does_not_silence_the_workers_log(django_dsn, pg, dae
         timeout_s=10,
         what="the worker's log line",
     )
+
+
+# -- a return value pgworkerd cannot keep ----------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["nan", "big"])
+def test_a_return_value_that_cannot_be_kept_fails_the_task_once(django_dsn, pg, daemon, what):
+    from tests.django.faults import returns
+
+    ref = ref_of(what)
+    result = returns.enqueue(ref, what)
+    daemon()
+    row = settled(pg, int(result.id))
+    # It was SUCCESSFUL, its return_value {"pgworkerd_result_omitted": "..."}.
+    assert (row["state"], row["attempt"], runs(ref)) == ("dead", 1, 1), row["result"]
+    read = default_task_backend.get_result(result.id)
+    assert read.status == TaskResultStatus.FAILED
+    (error,) = read.errors
+    assert error.exception_class_path == "pgworkerd.contrib.django.ResultNotKept"
+    assert "cannot be kept" in error.traceback
+    assert signals(result.id) == [("started", "RUNNING"), ("finished", "FAILED")]
+
+
+def test_a_nul_in_a_return_value_is_kept_escaped_as_documented(django_dsn, pg, daemon):
+    from tests.django.faults import returns
+
+    result = returns.enqueue(ref_of("nul"), "nul")
+    daemon()
+    settled(pg, int(result.id))
+    assert default_task_backend.get_result(result.id).return_value == "a\\u0000b"
+
+
+def test_a_result_kept_as_pgworkerds_marker_reads_failed(django_dsn, pg):
+    """A job that ended with the marker in place of its result (run before the worker
+    refused such values, or completed by other code) is not SUCCESSFUL."""
+    from shop.tasks import add
+
+    result = add.enqueue(1, 2)
+    pg.execute(
+        "UPDATE pgworkerd.jobs SET state = 'succeeded', attempt = 1, started_at = now(),"
+        " finished_at = now(), result = %s WHERE id = %s",
+        ('{"pgworkerd_result_omitted": "not JSON-serialisable: NaN"}', int(result.id)),
+    )
+    read = default_task_backend.get_result(result.id)
+    assert read.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in read.errors] == [
+        "pgworkerd.contrib.django.ResultNotKept"
+    ]
+    assert "NaN" in read.errors[0].traceback
