@@ -226,7 +226,9 @@ def worker_registry(settings_module: str, modules: Sequence[str]) -> dict[str, H
     for module_name in modules:
         module = importlib.import_module(module_name)
         for value in vars(module).values():
-            if isinstance(value, Task):
+            # The module's own tasks only: a task it imports from another module (whose
+            # kind names that module) is not listed, and does not run (docs/django.md).
+            if isinstance(value, Task) and value.func.__module__ == module.__name__:
                 registry[value.module_path] = _handler(value, worker_id)
     return registry
 

@@ -238,3 +238,21 @@ def test_a_result_kept_as_pgworkerds_marker_reads_failed(django_dsn, pg):
         "pgworkerd.contrib.django.ResultNotKept"
     ]
     assert "NaN" in read.errors[0].traceback
+
+
+# -- what runs, what is imported -------------------------------------------------------
+
+
+def test_a_task_imported_into_a_listed_module_does_not_run(django_dsn, pg, daemon):
+    """tests/django/faults.py imports shop.unlisted_tasks.never: listing faults lists
+    its own tasks, not never's module."""
+    from shop.models import Order
+    from shop.unlisted_tasks import never
+
+    ref = ref_of("imported")
+    result = never.enqueue(ref)
+    daemon()
+    row = settled(pg, int(result.id))
+    # It ran: registered under its own kind from the listed module's namespace.
+    assert row["state"] == "dead" and "no handler" in row["last_error"]
+    assert not Order.objects.filter(ref=ref).exists()
