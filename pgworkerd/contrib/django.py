@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -50,7 +51,6 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
-from django.utils.module_loading import import_string
 
 from pgworkerd.client.producer import Producer
 from pgworkerd.encoding import RESULT_OMITTED, dump_result
@@ -147,13 +147,11 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             yield raw
 
     def _result_of(self, row: dict[str, Any]) -> TaskResult:
-        # As Django's own Task._reconstruct finds a task: by its path, the job's kind.
-        try:
-            task = import_string(row["kind"])
-        except ImportError:
-            task = None
-        if not isinstance(task, Task):
-            raise TaskResultDoesNotExist(f"{row['id']} is not a job of a Django task")
+        task = _imported_task(row["kind"])
+        if task is None:
+            raise TaskResultDoesNotExist(
+                f"{row['id']} is not a job of a Django task this process has imported"
+            )
         payload = _json(row["payload"]) or {}
         errors = [_task_error(entry["error"]) for entry in _json(row["errors"]) or []]
         if row["state"] == "cancelled":
@@ -185,6 +183,19 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
         elif row["state"] == "succeeded":
             object.__setattr__(result, "_return_value", value)
         return result
+
+
+def _imported_task(kind: str) -> Task | None:
+    """The task a job's kind names, among the modules this process has imported; None
+    for any other kind. Nothing is imported: a job's kind (written by anyone who can
+    enqueue) never chooses an import path (docs/design.md, promise 7). It was
+    import_string(kind), which imported whatever module the kind named."""
+    module_name, _, name = kind.rpartition(".")
+    module = sys.modules.get(module_name) if module_name else None
+    task = getattr(module, name, None)
+    if isinstance(task, Task) and task.module_path == kind:
+        return task
+    return None
 
 
 def _json(value: Any) -> Any:

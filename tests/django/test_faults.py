@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.tasks import TaskResultStatus, default_task_backend
+from django.tasks.exceptions import TaskResultDoesNotExist
 
 from tests.daemon import job, wait_until
 
@@ -256,3 +257,16 @@ def test_a_task_imported_into_a_listed_module_does_not_run(django_dsn, pg, daemo
     # It ran: registered under its own kind from the listed module's namespace.
     assert row["state"] == "dead" and "no handler" in row["last_error"]
     assert not Order.objects.filter(ref=ref).exists()
+
+
+def test_reading_a_result_imports_nothing_the_jobs_kind_names(django_dsn, pg):
+    import sys
+
+    import pgworkerd
+
+    module = "tests.django.imported_by_kind"
+    job_id = pgworkerd.enqueue(pg, f"{module}.task", {"args": [], "kwargs": {}})
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(str(job_id))
+    # It was imported (import_string(kind)), whatever the kind named.
+    assert module not in sys.modules
