@@ -152,7 +152,12 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             raise TaskResultDoesNotExist(
                 f"{row['id']} is not a job of a Django task this process has imported"
             )
-        payload = _json(row["payload"]) or {}
+        arguments = _arguments(_json(row["payload"]))
+        if arguments is None:
+            raise TaskResultDoesNotExist(
+                f"{row['id']} is not a job of a Django task: its payload is not {PAYLOAD_SHAPE}"
+            )
+        args, kwargs = arguments
         errors = [_task_error(entry["error"]) for entry in _json(row["errors"]) or []]
         if row["state"] == "cancelled":
             errors.append(TaskError(exception_class_path=CANCELLED_CLASS, traceback="cancelled"))
@@ -167,8 +172,8 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             started_at=row["started_at"],
             last_attempted_at=row["started_at"],
             finished_at=row["finished_at"],
-            args=payload.get("args", []),
-            kwargs=payload.get("kwargs", {}),
+            args=args,
+            kwargs=kwargs,
             backend=self.alias,
             errors=errors,
             worker_ids=worker_ids,
@@ -196,6 +201,26 @@ def _imported_task(kind: str) -> Task | None:
     if isinstance(task, Task) and task.module_path == kind:
         return task
     return None
+
+
+PAYLOAD_SHAPE = '{"args": [...], "kwargs": {...}}'
+
+
+def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]] | None:
+    """A Django task's job payload as its args and kwargs; None for any other shape.
+    A key may be left out (a periodic entry's `{args: [1, 2]}`); another key (a typo,
+    `kwarg`) is refused, not ignored."""
+    if not isinstance(payload, dict) or not set(payload) <= {"args", "kwargs"}:
+        return None
+    args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return None
+    return args, kwargs
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 200 else f"{text[:200]}..."
 
 
 def _json(value: Any) -> Any:
@@ -417,7 +442,16 @@ def _call_args(task: Task, result: TaskResult) -> list[Any]:
 
 
 def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
-    payload = job.payload if isinstance(job.payload, dict) else {}
+    arguments = _arguments(job.payload)
+    if arguments is None:
+        # A payload enqueued by other code (pgworkerd.enqueue, a periodic entry) that
+        # Django could not have written: the task was called with no or wrong arguments
+        # (or not at all, and get_result failed on it). It never will be: dead at once.
+        raise Discard(
+            f"the payload of Django task {task.module_path} must be {PAYLOAD_SHAPE}, "
+            f"not {_short(job.payload)}"
+        )
+    args, kwargs = arguments
     now = timezone.now()
     result = TaskResult(
         task=task,
@@ -427,8 +461,8 @@ def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
         started_at=now,
         last_attempted_at=now,
         finished_at=None,
-        args=payload.get("args", []),
-        kwargs=payload.get("kwargs", {}),
+        args=args,
+        kwargs=kwargs,
         backend=task.backend,
         errors=[],
         worker_ids=[worker_id] * job.attempt,  # so that TaskContext.attempt is the attempt

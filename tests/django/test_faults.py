@@ -270,3 +270,33 @@ def test_reading_a_result_imports_nothing_the_jobs_kind_names(django_dsn, pg):
         default_task_backend.get_result(str(job_id))
     # It was imported (import_string(kind)), whatever the kind named.
     assert module not in sys.modules
+
+
+# -- a payload not of Django's shape ---------------------------------------------------
+
+NOT_DJANGOS = [[1, 2], {"args": {"a": 1}}, {"args": [1, 2], "kwarg": {"b": 3}}, "1, 2"]
+
+
+@pytest.mark.parametrize("payload", NOT_DJANGOS, ids=["list", "args-dict", "typo", "text"])
+def test_a_payload_not_of_djangos_shape_reads_as_no_result(django_dsn, pg, payload):
+    from shop.tasks import add
+
+    import pgworkerd
+
+    job_id = pgworkerd.enqueue(pg, add.module_path, payload)
+    # It was AttributeError (a list), or a result with a dict for args.
+    with pytest.raises(TaskResultDoesNotExist, match="its payload is not"):
+        default_task_backend.get_result(str(job_id))
+
+
+def test_a_payload_not_of_djangos_shape_ends_dead_without_running(django_dsn, pg, daemon):
+    import pgworkerd
+
+    ids = [pgworkerd.enqueue(pg, "tests.django.faults.returns", p) for p in NOT_DJANGOS]
+    daemon()
+    for job_id in ids:
+        row = settled(pg, job_id)
+        # The task was called with no or wrong arguments (TypeError), and retried.
+        assert (row["state"], row["attempt"]) == ("dead", 1), row["last_error"]
+        assert '{"args": [...], "kwargs": {...}}' in row["last_error"]
+    assert signals(str(ids[0])) == []  # never started
