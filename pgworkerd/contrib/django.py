@@ -33,6 +33,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import traceback
@@ -54,8 +55,9 @@ from django.utils.json import normalize_json
 
 from pgworkerd.client.producer import Producer
 from pgworkerd.encoding import RESULT_OMITTED, dump_result
-from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout
+from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
+from pgworkerd.worker.execution import ERROR_TEXT
 
 STATUSES = {
     "queued": TaskResultStatus.READY,
@@ -228,15 +230,47 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
+_CLASS_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_INTERRUPTIONS = {"JobTimeout": JobTimeout, "JobCancelled": JobCancelled}
+
+
 def _task_error(text: str) -> TaskError:
-    """A kept error (a traceback) as Django's TaskError: the class is read from its last
-    line, `module.Class: message` (`Class: message` for a builtin)."""
+    """A kept error as Django's TaskError. The worker writes a task's exception with its
+    class's import path first, `module.Qualname: message` (see _name_the_class); a
+    runtime kill or a cancel begins with `JobTimeout` or `JobCancelled`. Any other text
+    (an error kept before, a handler's Discard) is read from its last line, as Python
+    ends a traceback: `module.Class: message` (`Class: message` for a builtin)."""
     lines = text.strip().splitlines()
+    first = lines[0] if lines else ""
+    for name, kind in _INTERRUPTIONS.items():
+        if first == name or first.startswith(f"{name}:"):
+            return TaskError(exception_class_path=_class_path(kind), traceback=text)
+    head = first.partition(":")[0]
+    if _CLASS_PATH.fullmatch(head):
+        return TaskError(exception_class_path=head, traceback=text)
     head = lines[-1].partition(":")[0].strip() if lines else ""
     if not head or " " in head:
         head = "Exception"
     path = head if "." in head else f"builtins.{head}"
     return TaskError(exception_class_path=path, traceback=text)
+
+
+def _name_the_class(exc: BaseException) -> None:
+    """Have the worker record a task's exception as `module.Qualname: its message's
+    first line`, then its traceback. Read from the traceback's last line, the class was
+    wrong for a message of several lines, a note (add_note), an ExceptionGroup, and a
+    traceback past the 4000 characters each kept error is cut to. The control-flow
+    exceptions (Retry, Snooze, PauseKey, Discard) and JobTimeout, JobCancelled keep the
+    worker's own texts."""
+    if not isinstance(exc, Exception) or isinstance(exc, Retry | Snooze | PauseKey | Discard):
+        return
+    try:
+        message = str(exc).strip().partition("\n")[0]
+    except Exception:
+        message = ""
+    first = f"{_class_path(type(exc))}: {message}" if message else _class_path(type(exc))
+    with contextlib.suppress(AttributeError):  # an exception that takes no attribute
+        setattr(exc, ERROR_TEXT, f"{first}\n" + "".join(traceback.format_exception(exc)))
 
 
 # -- the daemon's side: the workers run the listed modules' tasks ----------------------------
@@ -325,6 +359,7 @@ def _handler(task: Task, worker_id: str) -> Handler:
                 raise
             except BaseException as exc:
                 await task_finished.asend(PgworkerdBackend, task_result=_failed(result, exc))
+                _name_the_class(exc)
                 raise
             finally:
                 if not interrupted:
@@ -344,6 +379,7 @@ def _handler(task: Task, worker_id: str) -> Handler:
         except BaseException as exc:
             _close_interrupted_connections(exc)
             task_finished.send(PgworkerdBackend, task_result=_failed(result, exc))
+            _name_the_class(exc)
             raise
         finally:
             close_old_connections()

@@ -64,3 +64,24 @@ def returns(ref: str, what: str):
     """Returns JSON pgworkerd cannot keep as it is: a NaN, over 1 MiB, or a NUL."""
     _ran(ref)
     return {"nan": {"ratio": float("nan")}, "big": "x" * (1024 * 1024 + 1), "nul": "a\x00b"}[what]
+
+
+class Refused(Exception):
+    """A project's own exception class."""
+
+
+@task(queue_name="fragile")
+def raises(how: str) -> None:
+    """Raises an exception whose traceback does not end with its class."""
+    if how == "lines":
+        raise ValueError("the first line\nsecond: line")
+    if how == "note":
+        error = KeyError("k")
+        error.add_note("a note: here")
+        raise error
+    if how == "group":
+        raise ExceptionGroup("several", [ValueError("a"), TypeError("b")])
+    try:  # "long": the cause's traceback fills the 4000 characters a kept error keeps
+        raise KeyError("x" * 5000)
+    except KeyError as cause:
+        raise Refused("after the long one") from cause

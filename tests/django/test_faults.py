@@ -300,3 +300,28 @@ def test_a_payload_not_of_djangos_shape_ends_dead_without_running(django_dsn, pg
         assert (row["state"], row["attempt"]) == ("dead", 1), row["last_error"]
         assert '{"args": [...], "kwargs": {...}}' in row["last_error"]
     assert signals(str(ids[0])) == []  # never started
+
+
+# -- the class of a task's exception ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("how", "path"),
+    [
+        ("lines", "builtins.ValueError"),  # it was builtins.second
+        ("note", "builtins.KeyError"),  # it was builtins.Exception
+        ("group", "builtins.ExceptionGroup"),
+        ("long", "tests.django.faults.Refused"),  # it was builtins.KeyError
+    ],
+)
+def test_an_errors_class_is_the_raised_class(django_dsn, pg, daemon, how, path):
+    from tests.django.faults import raises
+
+    result = raises.enqueue(how)
+    daemon()
+    settled(pg, int(result.id))
+    read = default_task_backend.get_result(result.id)
+    assert read.status == TaskResultStatus.FAILED
+    (error,) = read.errors
+    assert error.exception_class_path == path
+    assert "Traceback (most recent call last):" in error.traceback
