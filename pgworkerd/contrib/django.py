@@ -283,15 +283,21 @@ Handler = Callable[[Job], Any]
 INTERRUPTED_SIGNAL_S = 1.0
 
 
-def worker_registry(settings_module: str, modules: Sequence[str]) -> dict[str, Handler]:
+def worker_registry(
+    settings_module: str, modules: Sequence[str], worker_id: str | None = None
+) -> dict[str, Handler]:
     """In a worker child, after the fork: set Django up with `settings_module`, import
-    `modules` and return kind (`module_path`) -> handler for each of their tasks."""
+    `modules` and return kind (`module_path`) -> handler for each of their tasks.
+    `worker_id` is the id the worker writes into the jobs' `worker` column, which
+    get_result reads: the tasks' TaskContext and signals see the same (they saw
+    host:pid of the child, another id for the same attempt)."""
     os.environ["DJANGO_SETTINGS_MODULE"] = settings_module  # the config's, whatever was set
     logger = logging.getLogger("pgworkerd")
     kept = (list(logger.handlers), logger.level, logger.propagate)
     django.setup()
     _keep_pgworkerd_logging(logger, *kept)
-    worker_id = f"{socket.gethostname()}:{os.getpid()}"
+    if worker_id is None:  # pgworkerd check: no worker
+        worker_id = f"{socket.gethostname()}:{os.getpid()}"
     registry: dict[str, Handler] = {}
     for module_name in modules:
         module = importlib.import_module(module_name)

@@ -85,3 +85,8 @@ def raises(how: str) -> None:
         raise KeyError("x" * 5000)
     except KeyError as cause:
         raise Refused("after the long one") from cause
+
+
+@task(takes_context=True)
+def worker_ids_seen(context) -> list[str]:
+    return list(context.task_result.worker_ids)

@@ -325,3 +325,14 @@ def test_an_errors_class_is_the_raised_class(django_dsn, pg, daemon, how, path):
     (error,) = read.errors
     assert error.exception_class_path == path
     assert "Traceback (most recent call last):" in error.traceback
+
+
+def test_a_task_sees_the_worker_id_its_result_reads(django_dsn, pg, daemon):
+    from tests.django.faults import worker_ids_seen
+
+    result = worker_ids_seen.enqueue()
+    daemon()
+    settled(pg, int(result.id))
+    read = default_task_backend.get_result(result.id)
+    # It was host:<child pid> inside, host:<supervisor pid>/default#1 read back.
+    assert read.return_value == read.worker_ids == [job(pg, int(result.id))["worker"]]
