@@ -364,6 +364,8 @@ def _handler(task: Task, worker_id: str) -> Handler:
                     )
                 raise
             except BaseException as exc:
+                # In the sync thread, where its connections are: one left not idle.
+                await sync_to_async(_close_interrupted_connections)(exc)
                 await task_finished.asend(PgworkerdBackend, task_result=_failed(result, exc))
                 _name_the_class(exc)
                 raise

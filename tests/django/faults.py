@@ -90,3 +90,35 @@ def raises(how: str) -> None:
 @task(takes_context=True)
 def worker_ids_seen(context) -> list[str]:
     return list(context.task_result.worker_ids)
+
+
+def _begin_and_fail(ref: str) -> None:
+    from django.db import connection
+
+    # A transaction begun by hand (not atomic(), which would roll it back) and left.
+    connection.cursor().execute("BEGIN")
+    raise RuntimeError(f"{ref}: failed inside a transaction")
+
+
+@task
+def begins_and_fails(ref: str) -> None:
+    _begin_and_fail(ref)
+
+
+@task
+async def abegins_and_fails(ref: str) -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_begin_and_fail)(ref)
+
+
+@task
+def records(ref: str) -> None:
+    _ran(ref)
+
+
+@task
+async def arecords(ref: str) -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_ran)(ref)

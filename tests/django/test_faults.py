@@ -336,3 +336,23 @@ def test_a_task_sees_the_worker_id_its_result_reads(django_dsn, pg, daemon):
     read = default_task_backend.get_result(result.id)
     # It was host:<child pid> inside, host:<supervisor pid>/default#1 read back.
     assert read.return_value == read.worker_ids == [job(pg, int(result.id))["worker"]]
+
+
+@pytest.mark.parametrize("prefix", ["", "a"], ids=["sync", "async"])
+def test_a_task_that_fails_inside_a_transaction_leaves_it_to_no_other(
+    django_dsn, pg, daemon, prefix
+):
+    from tests.django import faults
+
+    ref = ref_of(f"{prefix}after-a-transaction")
+    failing = getattr(faults, f"{prefix}begins_and_fails").using(priority=10).enqueue(ref)
+    following = getattr(faults, f"{prefix}records").enqueue(ref)
+    daemon(
+        django={"settings": "tests.django.settings_persistent"},
+        queues={"default": {"max_attempts": 1}},
+        workers=[{"queues": ["default"], "concurrency": 1}],
+    )
+    assert settled(pg, int(failing.id))["state"] == "dead"
+    assert settled(pg, int(following.id))["state"] == "succeeded"
+    # The next task ran in the transaction left open, its row never committed.
+    wait_until(lambda: runs(ref) == 1, timeout_s=5, what="the next task's row committed")
