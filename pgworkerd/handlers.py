@@ -128,14 +128,15 @@ def check_periodic_kinds(
 
 # -- handlers a worker child loads after its fork (Django's) --------------------------------
 
-ChildLoader = Callable[[], dict[str, Handler]]
+# Called with the worker's id (the jobs' `worker` column), None in `pgworkerd check`.
+ChildLoader = Callable[[str | None], dict[str, Handler]]
 
 
 def check_child_modules(config: Config) -> None:
     """HandlerError unless the top-level packages of the `django:` modules exist. Found
     without importing anything: Django is set up in the workers only, after the fork,
     where an import that fails stops the daemon (the worker's boot error); `pgworkerd
-    check` imports them all (`child_loader(config, registry)()`)."""
+    check` imports them all (`child_loader(config, registry)(None)`)."""
     if config.django is None:
         return
     named = [("django.settings", config.django.settings)]
@@ -159,13 +160,17 @@ def child_loader(config: Config, registry: Mapping[str, Handler]) -> ChildLoader
     return functools.partial(_load_django, config.django, frozenset(registry))
 
 
-def _load_django(django_config: DjangoConfig, claimed_kinds: frozenset[str]) -> dict[str, Handler]:
+def _load_django(
+    django_config: DjangoConfig, claimed_kinds: frozenset[str], worker_id: str | None
+) -> dict[str, Handler]:
     # Imported here, in the worker after the fork (or in `pgworkerd check`): the module
     # imports Django, which only a config with `django:` uses.
     from pgworkerd.contrib import django as django_contrib
 
     try:
-        registry = django_contrib.worker_registry(django_config.settings, django_config.tasks)
+        registry = django_contrib.worker_registry(
+            django_config.settings, django_config.tasks, worker_id
+        )
     except Exception as exc:
         raise HandlerError([f"django: cannot set up Django tasks: {_reason(exc)}"]) from None
     claimed = sorted(claimed_kinds & set(registry))

@@ -95,7 +95,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     handlers.check_child_modules(config)
     loader = handlers.child_loader(config, registry)
     if loader is not None:  # check never forks: Django is set up here, as a worker would
-        registry.update(loader())
+        registry.update(loader(None))
     handlers.check_periodic_kinds(config, registry, with_django=True)
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd check") as conn:

@@ -25,19 +25,25 @@ application (TASKS names it) and in the daemon's workers after the fork
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import importlib
 import inspect
 import json
+import logging
 import os
+import re
 import socket
+import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import django
 import psycopg
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 from django.tasks.backends.base import BaseTaskBackend
@@ -46,11 +52,12 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
-from django.utils.module_loading import import_string
 
 from pgworkerd.client.producer import Producer
-from pgworkerd.job import Job
+from pgworkerd.encoding import RESULT_OMITTED, dump_result
+from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
+from pgworkerd.worker.execution import ERROR_TEXT
 
 STATUSES = {
     "queued": TaskResultStatus.READY,
@@ -87,7 +94,8 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
                 run_at = timezone.make_aware(run_at)
             options["run_at"] = run_at
         payload = {"args": normalize_json(list(args)), "kwargs": normalize_json(kwargs)}
-        job_id = self.producer.enqueue(self._psycopg(), task.module_path, payload, **options)
+        with self._psycopg() as connection:
+            job_id = self.producer.enqueue(connection, task.module_path, payload, **options)
         result = TaskResult(
             task=task,
             id=str(job_id),
@@ -110,7 +118,8 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             job_id = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(result_id) from None
-        row = self.store.get(self._psycopg(), job_id)
+        with self._psycopg() as connection:
+            row = self.store.get(connection, job_id)
         if row is None:
             raise TaskResultDoesNotExist(result_id)
         return self._result_of(row)
@@ -118,9 +127,16 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
     # aget_result and aenqueue: BaseTaskBackend's, which run these in Django's
     # thread-sensitive executor, on the thread whose connection holds the transaction.
 
-    def _psycopg(self) -> psycopg.Connection[Any]:
-        """Django's psycopg connection of the configured database, in its transaction."""
+    @contextlib.contextmanager
+    def _psycopg(self) -> Iterator[psycopg.Connection[Any]]:
+        """Django's psycopg connection of the configured database, in its transaction,
+        used as Django's own cursors use it: a connection that fails its health check is
+        replaced first, and an error of the statements run in the block is Django's
+        (`django.db.DatabaseError`) and marks the connection (`errors_occurred`), so that
+        `close_old_connections()` discards a broken one. Without these, a connection the
+        server dropped was kept, and every later enqueue of the process failed on it."""
         wrapper = connections[self.database]
+        wrapper.close_if_health_check_failed()
         wrapper.ensure_connection()
         raw = wrapper.connection
         if not isinstance(raw, psycopg.Connection):
@@ -129,17 +145,21 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
                 "django.db.backends.postgresql with psycopg 3 (pgworkerd joins its "
                 f"transactions), not {type(raw).__module__}"
             )
-        return raw
+        with wrapper.wrap_database_errors:
+            yield raw
 
     def _result_of(self, row: dict[str, Any]) -> TaskResult:
-        # As Django's own Task._reconstruct finds a task: by its path, the job's kind.
-        try:
-            task = import_string(row["kind"])
-        except ImportError:
-            task = None
-        if not isinstance(task, Task):
-            raise TaskResultDoesNotExist(f"{row['id']} is not a job of a Django task")
-        payload = _json(row["payload"]) or {}
+        task = _imported_task(row["kind"])
+        if task is None:
+            raise TaskResultDoesNotExist(
+                f"{row['id']} is not a job of a Django task this process has imported"
+            )
+        arguments = _arguments(_json(row["payload"]))
+        if arguments is None:
+            raise TaskResultDoesNotExist(
+                f"{row['id']} is not a job of a Django task: its payload is not {PAYLOAD_SHAPE}"
+            )
+        args, kwargs = arguments
         errors = [_task_error(entry["error"]) for entry in _json(row["errors"]) or []]
         if row["state"] == "cancelled":
             errors.append(TaskError(exception_class_path=CANCELLED_CLASS, traceback="cancelled"))
@@ -154,15 +174,55 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             started_at=row["started_at"],
             last_attempted_at=row["started_at"],
             finished_at=row["finished_at"],
-            args=payload.get("args", []),
-            kwargs=payload.get("kwargs", {}),
+            args=args,
+            kwargs=kwargs,
             backend=self.alias,
             errors=errors,
             worker_ids=worker_ids,
         )
-        if row["state"] == "succeeded":
-            object.__setattr__(result, "_return_value", _json(row["result"]))
+        value = _json(row["result"]) if row["state"] == "succeeded" else None
+        if isinstance(value, dict) and set(value) == {RESULT_OMITTED}:
+            # The worker kept a marker in place of the return value (a job run before
+            # ResultNotKept, or enqueued by other code): not the task's value.
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            why = f"the task's return value was not kept: {value[RESULT_OMITTED]}"
+            errors.append(TaskError(exception_class_path=_class_path(ResultNotKept), traceback=why))
+        elif row["state"] == "succeeded":
+            object.__setattr__(result, "_return_value", value)
         return result
+
+
+def _imported_task(kind: str) -> Task | None:
+    """The task a job's kind names, among the modules this process has imported; None
+    for any other kind. Nothing is imported: a job's kind (written by anyone who can
+    enqueue) never chooses an import path (docs/design.md, promise 7). It was
+    import_string(kind), which imported whatever module the kind named."""
+    module_name, _, name = kind.rpartition(".")
+    module = sys.modules.get(module_name) if module_name else None
+    task = getattr(module, name, None)
+    if isinstance(task, Task) and task.module_path == kind:
+        return task
+    return None
+
+
+PAYLOAD_SHAPE = '{"args": [...], "kwargs": {...}}'
+
+
+def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]] | None:
+    """A Django task's job payload as its args and kwargs; None for any other shape.
+    A key may be left out (a periodic entry's `{args: [1, 2]}`); another key (a typo,
+    `kwarg`) is refused, not ignored."""
+    if not isinstance(payload, dict) or not set(payload) <= {"args", "kwargs"}:
+        return None
+    args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return None
+    return args, kwargs
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 200 else f"{text[:200]}..."
 
 
 def _json(value: Any) -> Any:
@@ -170,10 +230,24 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
+_CLASS_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_INTERRUPTIONS = {"JobTimeout": JobTimeout, "JobCancelled": JobCancelled}
+
+
 def _task_error(text: str) -> TaskError:
-    """A kept error (a traceback) as Django's TaskError: the class is read from its last
-    line, `module.Class: message` (`Class: message` for a builtin)."""
+    """A kept error as Django's TaskError. The worker writes a task's exception with its
+    class's import path first, `module.Qualname: message` (see _name_the_class); a
+    runtime kill or a cancel begins with `JobTimeout` or `JobCancelled`. Any other text
+    (an error kept before, a handler's Discard) is read from its last line, as Python
+    ends a traceback: `module.Class: message` (`Class: message` for a builtin)."""
     lines = text.strip().splitlines()
+    first = lines[0] if lines else ""
+    for name, kind in _INTERRUPTIONS.items():
+        if first == name or first.startswith(f"{name}:"):
+            return TaskError(exception_class_path=_class_path(kind), traceback=text)
+    head = first.partition(":")[0]
+    if _CLASS_PATH.fullmatch(head):
+        return TaskError(exception_class_path=head, traceback=text)
     head = lines[-1].partition(":")[0].strip() if lines else ""
     if not head or " " in head:
         head = "Exception"
@@ -181,24 +255,82 @@ def _task_error(text: str) -> TaskError:
     return TaskError(exception_class_path=path, traceback=text)
 
 
+def _name_the_class(exc: BaseException) -> None:
+    """Have the worker record a task's exception as `module.Qualname: its message's
+    first line`, then its traceback. Read from the traceback's last line, the class was
+    wrong for a message of several lines, a note (add_note), an ExceptionGroup, and a
+    traceback past the 4000 characters each kept error is cut to. The control-flow
+    exceptions (Retry, Snooze, PauseKey, Discard) and JobTimeout, JobCancelled keep the
+    worker's own texts."""
+    if not isinstance(exc, Exception) or isinstance(exc, Retry | Snooze | PauseKey | Discard):
+        return
+    try:
+        message = str(exc).strip().partition("\n")[0]
+    except Exception:
+        message = ""
+    first = f"{_class_path(type(exc))}: {message}" if message else _class_path(type(exc))
+    with contextlib.suppress(AttributeError):  # an exception that takes no attribute
+        setattr(exc, ERROR_TEXT, f"{first}\n" + "".join(traceback.format_exception(exc)))
+
+
 # -- the daemon's side: the workers run the listed modules' tasks ----------------------------
 
 Handler = Callable[[Job], Any]
 
+# How long an async task stopped by max_runtime or a cancel waits for its task_finished
+# receivers: well within the 3 s grace before the worker is killed
+# (pgworkerd/supervisor/ledger.py, SOFT_TIMEOUT_GRACE_S and CANCEL_GRACE_S).
+INTERRUPTED_SIGNAL_S = 1.0
 
-def worker_registry(settings_module: str, modules: Sequence[str]) -> dict[str, Handler]:
+
+def worker_registry(
+    settings_module: str, modules: Sequence[str], worker_id: str | None = None
+) -> dict[str, Handler]:
     """In a worker child, after the fork: set Django up with `settings_module`, import
-    `modules` and return kind (`module_path`) -> handler for each of their tasks."""
+    `modules` and return kind (`module_path`) -> handler for each of their tasks.
+    `worker_id` is the id the worker writes into the jobs' `worker` column, which
+    get_result reads: the tasks' TaskContext and signals see the same (they saw
+    host:pid of the child, another id for the same attempt)."""
     os.environ["DJANGO_SETTINGS_MODULE"] = settings_module  # the config's, whatever was set
+    logger = logging.getLogger("pgworkerd")
+    kept = (list(logger.handlers), logger.level, logger.propagate)
     django.setup()
-    worker_id = f"{socket.gethostname()}:{os.getpid()}"
+    _keep_pgworkerd_logging(logger, *kept)
+    if worker_id is None:  # pgworkerd check: no worker
+        worker_id = f"{socket.gethostname()}:{os.getpid()}"
     registry: dict[str, Handler] = {}
     for module_name in modules:
         module = importlib.import_module(module_name)
         for value in vars(module).values():
-            if isinstance(value, Task):
+            # The module's own tasks only: a task it imports from another module (whose
+            # kind names that module) is not listed, and does not run (docs/django.md).
+            if isinstance(value, Task) and value.func.__module__ == module.__name__:
                 registry[value.module_path] = _handler(value, worker_id)
     return registry
+
+
+def _keep_pgworkerd_logging(
+    logger: logging.Logger, handlers: list[logging.Handler], level: int, propagate: bool
+) -> None:
+    """Undo what the project's LOGGING did to pgworkerd's own loggers in django.setup().
+
+    dictConfig's `disable_existing_loggers` (True unless LOGGING says False) disabled
+    every logger not named in LOGGING, pgworkerd's among them: the worker logged no line
+    at all (no job started, failed, no error). pgworkerd's loggers are enabled again,
+    and the handler `pgworkerd run` set (pgworkerd/logs.py, setup) put back, unless
+    LOGGING configures a pgworkerd logger itself (then it is the project's choice)."""
+    for name, each in logging.root.manager.loggerDict.items():
+        if (name == "pgworkerd" or name.startswith("pgworkerd.")) and isinstance(
+            each, logging.Logger
+        ):
+            each.disabled = False
+    configured = getattr(settings, "LOGGING", None) or {}
+    named = configured.get("loggers", {}) if isinstance(configured, dict) else {}
+    if any(name == "pgworkerd" or name.startswith("pgworkerd.") for name in named):
+        return
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
 
 
 def _handler(task: Task, worker_id: str) -> Handler:
@@ -212,14 +344,34 @@ def _handler(task: Task, worker_id: str) -> Handler:
             result = _running(task, job, worker_id)
             await sync_to_async(close_old_connections)()
             await task_started.asend(PgworkerdBackend, task_result=result)
+            interrupted = False
             try:
-                value = await task.acall(*_call_args(task, result), **result.kwargs)
+                # normalize_json inside the try: a value that is not JSON is a failure
+                # like any, with its task_finished signal.
+                value = _json_value(await task.acall(*_call_args(task, result), **result.kwargs))
+            except (asyncio.CancelledError, JobTimeout, JobCancelled) as exc:
+                # Stopped (max_runtime, a cancel) while its sync work (an ORM call via
+                # sync_to_async) may still run in asgiref's thread-sensitive executor: a
+                # signal's sync receivers and close_old_connections() would queue behind
+                # it, outlast the grace and get the whole worker SIGKILLed. The signal is
+                # given INTERRUPTED_SIGNAL_S; the connections are left to the next task's
+                # close_old_connections(), which runs in that thread after the work.
+                interrupted = True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        task_finished.asend(PgworkerdBackend, task_result=_failed(result, exc)),
+                        INTERRUPTED_SIGNAL_S,
+                    )
+                raise
             except BaseException as exc:
+                # In the sync thread, where its connections are: one left not idle.
+                await sync_to_async(_close_interrupted_connections)(exc)
                 await task_finished.asend(PgworkerdBackend, task_result=_failed(result, exc))
+                _name_the_class(exc)
                 raise
             finally:
-                await sync_to_async(close_old_connections)()
-            value = normalize_json(value)
+                if not interrupted:
+                    await sync_to_async(close_old_connections)()
             await task_finished.asend(PgworkerdBackend, task_result=_succeeded(result, value))
             return value
 
@@ -231,9 +383,11 @@ def _handler(task: Task, worker_id: str) -> Handler:
         close_old_connections()
         task_started.send(PgworkerdBackend, task_result=result)
         try:
-            value = normalize_json(task.call(*_call_args(task, result), **result.kwargs))
+            value = _json_value(task.call(*_call_args(task, result), **result.kwargs))
         except BaseException as exc:
+            _close_interrupted_connections(exc)
             task_finished.send(PgworkerdBackend, task_result=_failed(result, exc))
+            _name_the_class(exc)
             raise
         finally:
             close_old_connections()
@@ -243,6 +397,88 @@ def _handler(task: Task, worker_id: str) -> Handler:
     return run
 
 
+class ResultNotJSON(Discard):
+    """The task returned a value that is not JSON (Django's `normalize_json` refused it).
+
+    A Discard: the job ends `dead` (FAILED) at once. A failure retried would run the
+    task's work again for a value that would be refused again, the work's side effects
+    with it. The reason's last line is the refusal, `TypeError: ...`, so that the kept
+    error reads as that class."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(
+            "the task ran, but its return value is not JSON: the job ends failed, not "
+            "retried (a retry would run the task's work again)\n"
+            + "".join(traceback.format_exception_only(error)).strip()
+        )
+        self.error = error
+
+
+class ResultNotKept(Discard):
+    """The task returned JSON that pgworkerd cannot keep as it is (a NaN or an infinity,
+    over MAX_RESULT_BYTES of JSON): the worker would store a marker,
+    `{"pgworkerd_result_omitted": "..."}`, in its place, and the task read as SUCCESSFUL
+    with that marker as its return value. A Discard, as ResultNotJSON: FAILED at once,
+    not retried."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(
+            "the task ran, but its return value cannot be kept: the job ends failed, not "
+            f"retried (a retry would run the task's work again)\n{_class_path(ResultNotKept)}: "
+            + why
+        )
+
+
+# How a result that dump_result could not keep begins (encoding._omitted).
+_OMITTED_PREFIX = json.dumps({RESULT_OMITTED: ""})[:-2]
+
+
+def _json_value(value: Any) -> Any:
+    try:
+        value = normalize_json(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ResultNotJSON(exc) from exc
+    # Encoded as the worker will store it (once more: results are at most 1 MiB), to
+    # tell a value it would replace by its marker (a task's own dict of that one key
+    # would read as the marker too: refused alike).
+    stored = dump_result(value)
+    if stored is not None and stored.startswith(_OMITTED_PREFIX):
+        kept = json.loads(stored)
+        if set(kept) == {RESULT_OMITTED}:
+            raise ResultNotKept(str(kept[RESULT_OMITTED]))
+    return value
+
+
+def _class_path(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _close_interrupted_connections(exc: BaseException) -> None:
+    """Close this thread's Django connections that the task's end left unusable.
+
+    JobTimeout and JobCancelled are raised at the task's next Python instruction, which
+    may be inside psycopg between sending a query and reading its result: the
+    connection is then mid-command, and close_old_connections() keeps it (nothing marked
+    it broken), so the next task of the thread failed with "another command is already
+    in progress". Any other exception that left a connection not idle (a command or a
+    transaction still open) is handled alike."""
+    interrupted = isinstance(exc, JobTimeout | JobCancelled)
+    for wrapper in connections.all(initialized_only=True):
+        raw = wrapper.connection
+        if raw is None:
+            continue
+        if interrupted or not _idle(raw):
+            wrapper.close()
+
+
+def _idle(raw: Any) -> bool:
+    # A psycopg connection tells its state; another backend's cannot: kept as Django's
+    # own close_old_connections() would keep it.
+    if not isinstance(raw, psycopg.Connection):
+        return True
+    return bool(raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
+
 def _call_args(task: Task, result: TaskResult) -> list[Any]:
     """The positional arguments: the TaskContext first for a task that takes it."""
     context = [TaskContext(task_result=result)] if task.takes_context else []
@@ -250,7 +486,16 @@ def _call_args(task: Task, result: TaskResult) -> list[Any]:
 
 
 def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
-    payload = job.payload if isinstance(job.payload, dict) else {}
+    arguments = _arguments(job.payload)
+    if arguments is None:
+        # A payload enqueued by other code (pgworkerd.enqueue, a periodic entry) that
+        # Django could not have written: the task was called with no or wrong arguments
+        # (or not at all, and get_result failed on it). It never will be: dead at once.
+        raise Discard(
+            f"the payload of Django task {task.module_path} must be {PAYLOAD_SHAPE}, "
+            f"not {_short(job.payload)}"
+        )
+    args, kwargs = arguments
     now = timezone.now()
     result = TaskResult(
         task=task,
@@ -260,8 +505,8 @@ def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
         started_at=now,
         last_attempted_at=now,
         finished_at=None,
-        args=payload.get("args", []),
-        kwargs=payload.get("kwargs", {}),
+        args=args,
+        kwargs=kwargs,
         backend=task.backend,
         errors=[],
         worker_ids=[worker_id] * job.attempt,  # so that TaskContext.attempt is the attempt
@@ -272,6 +517,8 @@ def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
 def _failed(result: TaskResult, exc: BaseException) -> TaskResult:
     object.__setattr__(result, "status", TaskResultStatus.FAILED)
     object.__setattr__(result, "finished_at", timezone.now())
+    if isinstance(exc, ResultNotJSON):
+        exc = exc.error  # the signal names the refusal (as Django's ImmediateBackend does)
     kind = type(exc)
     result.errors.append(
         TaskError(

@@ -182,7 +182,7 @@ def worker_spec(
     registry: Mapping[str, Callable[..., Any]],
     log_format: str,
     supervisor_pid: int,
-    boot: Callable[[], Mapping[str, Callable[..., Any]]] | None = None,
+    boot: Callable[[str], Mapping[str, Callable[..., Any]]] | None = None,
 ) -> WorkerSpec:
     """What the child for `seat` is told at its fork, under `config`."""
     queues = tuple(config.claim_order(seat.pool))

@@ -21,7 +21,8 @@ def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBo
     status = StatusWriter(status_fd)
     try:
         if spec.boot is not None:  # after the fork: what must not cross it (Django)
-            spec = dataclasses.replace(spec, registry={**spec.registry, **spec.boot()})
+            loaded = spec.boot(spec.worker_id)  # the id the jobs' `worker` column gets
+            spec = dataclasses.replace(spec, registry={**spec.registry, **loaded})
         kind: type[BaseWorker] = Worker
         if spec.threads > 1:
             # Imported in the child only: its thread pool and event loop cost the

@@ -38,6 +38,12 @@ class Outcome:
         return lines[-1] if lines else ""
 
 
+# An Exception may carry the error text to record for it in this attribute, in place of
+# its formatted traceback (contrib/django: the raised class's import path on the first
+# line, which the errors' cut to their first characters keeps, then the traceback).
+ERROR_TEXT = "pgworkerd_error_text"
+
+
 def outcome_of_value(value: Any) -> Outcome:
     """A handler returned `value`: the job succeeded, its result kept as JSON."""
     return Outcome("succeeded", result_json=dump_result(value))
@@ -62,6 +68,9 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
         return Outcome("key_paused", delay_s=exc.after, until=exc.until, error=str(exc))
     if isinstance(exc, Discard):
         return Outcome("discarded", error=exc.reason or "discarded by handler")
+    own = getattr(exc, ERROR_TEXT, None)
+    if isinstance(own, str) and isinstance(exc, Exception):
+        return Outcome("failed", error=own)
     text = "".join(traceback.format_exception(exc))
     if isinstance(exc, JobTimeout):
         detail = f": {exc}" if str(exc) else ""

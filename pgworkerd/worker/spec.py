@@ -33,7 +33,8 @@ class WorkerSpec:
     worker_id: str  # written into jobs.worker: hostname:supervisor pid/pool#index
     threads: int = 1  # execution slots: jobs run at once (one start-board record each)
     # More handlers, loaded by the child after the fork (Django's: handlers.child_loader).
-    boot: Callable[[], Mapping[str, Callable[..., Any]]] | None = None
+    # Called with worker_id, the id this worker writes into jobs.worker.
+    boot: Callable[[str], Mapping[str, Callable[..., Any]]] | None = None
     # The flow-control limits of its limited queues (storage/limits.py); empty: none.
     limits: Mapping[str, QueueLimits] = field(default_factory=dict)
 

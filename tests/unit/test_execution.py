@@ -103,3 +103,31 @@ def test_a_coroutine_that_raised_leaves_a_fresh_event_loop_for_the_next() -> Non
         assert executor.run(returns, JOB).result_json == "7"
     finally:
         executor.close()
+
+
+def test_an_exception_carrying_its_error_text_is_recorded_with_it() -> None:
+    """contrib/django names a task's exception class on its error's first line so."""
+    from pgworkerd.worker.execution import ERROR_TEXT
+
+    def handler(job: Job) -> None:
+        error = ValueError("bad")
+        setattr(error, ERROR_TEXT, "builtins.ValueError: bad\nTraceback ...\nValueError: bad")
+        raise error
+
+    outcome = run(handler)
+    assert outcome.kind == "failed"  # retried as any failure
+    assert outcome.error == "builtins.ValueError: bad\nTraceback ...\nValueError: bad"
+    assert outcome.summary == "ValueError: bad"
+
+
+def test_an_error_text_never_makes_a_timeout_a_failure() -> None:
+    from pgworkerd.worker.execution import ERROR_TEXT
+
+    def handler(job: Job) -> None:
+        error = JobTimeout("late")
+        setattr(error, ERROR_TEXT, "not this")
+        raise error
+
+    outcome = run(handler)
+    assert outcome.kind == "timed_out" and outcome.error is not None
+    assert outcome.error.startswith("JobTimeout: late")
