@@ -242,6 +242,7 @@ class Supervisor:
                 problem="database settings changed: they need a restart",
             )
             return
+        new_config = self._keep_start_up_settings(new_config)
         logs.event(log, logging.INFO, "reloading: replacing workers")
         self.notifier.notify("RELOADING=1", "STATUS=reloading")
         self.config, self.registry = new_config, new_registry
@@ -252,6 +253,26 @@ class Supervisor:
         self.workforce.retire_all()
         self.workforce.staff(new_config)
         self.notifier.notify("READY=1", "STATUS=reloaded")
+
+    def _keep_start_up_settings(self, new_config: Config) -> Config:
+        """`new_config` with the running `lease_ttl` and `notifications`: the
+        housekeeping's renewal, rescue and connection were built from them at start-up
+        and do not follow a reload (docs/configuration.md, "Reloading"). Applied only
+        halfway, a new lease_ttl in the new workers' claims and the lapse checks but not
+        in the renewals, killed long jobs (lowered) or let a job be rescued while it
+        still ran (raised); so the reload keeps them everywhere and says so."""
+        kept = {"lease_ttl": self.config.lease_ttl, "notifications": self.config.notifications}
+        changed = [name for name, value in kept.items() if getattr(new_config, name) != value]
+        for name in changed:
+            logs.event(
+                log,
+                logging.WARNING,
+                "reload keeps a setting from start-up; restart the daemon to change it",
+                setting=name,
+                running=getattr(self.config, name),
+                file=getattr(new_config, name),
+            )
+        return new_config.model_copy(update=kept) if changed else new_config
 
     # -- children -------------------------------------------------------------------------
 

@@ -177,6 +177,31 @@ def test_hup_reloads_the_config_and_replaces_the_workers(start_daemon, history_c
     assert daemon.wait() == 0
 
 
+def test_a_reload_keeps_the_start_up_lease_ttl_everywhere(start_daemon, history_conn, tmp_path):
+    """The renewals keep the start-up lease_ttl (docs/configuration.md, "Reloading"):
+    so must the new workers' claims and the supervisor's lapse checks. A lease_ttl
+    lowered by a reload used to reach those two only: a job longer than the new
+    lease_ttl was killed as unrenewed (renewals came at a third of the old one),
+    attempt after attempt, until dead."""
+    daemon = start_daemon(workers=ONE_WORKER, lease_ttl="12s")
+    (old_worker,) = daemon.wait_for_workers(1)
+    from tests.daemon import write_config
+
+    write_config(tmp_path / "pgworkerd.yaml", workers=ONE_WORKER, lease_ttl="2s")
+    daemon.signal(signal.SIGHUP)
+    wait_until(
+        lambda: [p.pid for p in daemon.wait_for_workers(1)] != [old_worker.pid],
+        what="the new worker",
+    )
+    job_id = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 6})
+    wait_until(job_in_state(history_conn, job_id, "succeeded"), what="the job to succeed")
+    row = job(history_conn, job_id)
+    assert row["attempt"] == 1, row["errors"]
+    assert "restart the daemon to change it setting=lease_ttl" in daemon.log()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
 def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(
     start_daemon, history_conn, tmp_path
 ):
