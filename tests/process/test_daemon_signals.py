@@ -10,7 +10,7 @@ import time
 import psutil
 
 import pgworkerd
-from tests.daemon import job, job_in_state, states, wait_until
+from tests.daemon import REPO, job, job_in_state, states, wait_until
 
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 
@@ -200,6 +200,42 @@ def test_a_reload_keeps_the_start_up_lease_ttl_everywhere(start_daemon, history_
     assert "restart the daemon to change it setting=lease_ttl" in daemon.log()
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
+
+
+def test_a_reload_does_not_re_import_handler_code_a_restart_does(
+    start_daemon, history_conn, tmp_path
+):
+    """Pins what the docs say ("Reloading"): a HUP imports the modules of handlers it
+    has not imported before, but a module already imported keeps its code (re-running
+    a module's import in the supervisor would run its side effects again and leave
+    other modules holding the old objects); changed handler code needs a restart."""
+    (tmp_path / "deployed_handlers.py").write_text("def version(job):\n    return 'v1'\n")
+    handlers = {"version": "deployed_handlers:version"}
+    # No bytecode: v2 may be written within the second v1's .pyc was stamped with.
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PYTHONDONTWRITEBYTECODE": "1"}
+    daemon = start_daemon(workers=ONE_WORKER, handlers=handlers, env=env)
+    (old_worker,) = daemon.wait_for_workers(1)
+    first = pgworkerd.enqueue(history_conn, "version", {})
+    wait_until(job_in_state(history_conn, first, "succeeded"), what="the first job")
+    assert job(history_conn, first)["result"] == "v1"
+    (tmp_path / "deployed_handlers.py").write_text("def version(job):\n    return 'version 2'\n")
+    daemon.signal(signal.SIGHUP)
+    wait_until(
+        lambda: [p.pid for p in daemon.wait_for_workers(1)] != [old_worker.pid],
+        what="the new worker",
+    )
+    after_reload = pgworkerd.enqueue(history_conn, "version", {})
+    wait_until(job_in_state(history_conn, after_reload, "succeeded"), what="the job after HUP")
+    assert job(history_conn, after_reload)["result"] == "v1", "a reload keeps imported code"
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+    restarted = start_daemon("restarted", workers=ONE_WORKER, handlers=handlers, env=env)
+    restarted.wait_for_workers(1)
+    after_restart = pgworkerd.enqueue(history_conn, "version", {})
+    wait_until(job_in_state(history_conn, after_restart, "succeeded"), what="the job after restart")
+    assert job(history_conn, after_restart)["result"] == "version 2"
+    restarted.signal(signal.SIGTERM)
+    assert restarted.wait() == 0
 
 
 def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(
