@@ -85,6 +85,9 @@ class Supervisor:
         self.listener_selected = False
         self.http: HttpListener | None = None
         self._renewing: dict[ChildProcess, set[Lease]] = {}  # leases sent in the renewal
+        # Each child's highest claim number known when the renewal was sent: the held
+        # jobs numbered up to it were all in it (a child's claims are read in order).
+        self._renewing_through: dict[ChildProcess, int] = {}
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -295,6 +298,12 @@ class Supervisor:
     def _reap(self, *, block: bool = False) -> None:
         for child, status in self.workforce.reaped(block=block):
             self._read_child(child)  # what it said before it died still counts
+            if child.kill_reason is None and child.board.guard_fired():
+                # Its lease guard killed it: our renewals had stopped (this loop did not
+                # turn), as our own kill for unrenewed leases would have, and said so.
+                child.sync_starts()
+                child.kill_reason = KillReason.UNFENCED
+                child.ledger.blame(child.ledger.in_state(JobState.RUNNING))
             report = self.workforce.release(child, status)
             if self.housekeeper is not None:
                 self.housekeeper.settle(child.ledger.settlements(child.kill_reason, report.how))
@@ -338,6 +347,9 @@ class Supervisor:
 
     def _leases_to_renew(self) -> list[Lease]:
         self._renewing = {child: set(child.ledger.leases()) for child in self.children.values()}
+        self._renewing_through = {
+            child: child.ledger.claimed_through for child in self.children.values()
+        }
         return [lease for leases in self._renewing.values() for lease in leases]
 
     def jobs_running(self) -> int:
@@ -359,7 +371,12 @@ class Supervisor:
                 # holder: what the child wrote before that write is readable now.
                 self._read_child(child)
                 enforcement.judge_renewal(child, sent, renewal)
+            if child.pid in self.children and child.kill_reason is None:
+                # For the child's lease guard: its handlers run on only while renewals
+                # answer (a frozen supervisor posts nothing, and they stop themselves).
+                child.board.post_renewal(self._renewing_through.get(child, 0), renewal.sent_at)
         self._renewing = {}
+        self._renewing_through = {}
 
     def _next_lapse(self) -> float | None:
         return enforcement.next_lapse(self.children.values(), self.config.lease_ttl)

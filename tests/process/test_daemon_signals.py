@@ -10,7 +10,7 @@ import time
 import psutil
 
 import pgworkerd
-from tests.daemon import REPO, job, job_in_state, states, wait_until
+from tests.daemon import REPO, history, job, job_in_state, states, wait_until
 
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 
@@ -128,9 +128,14 @@ def test_a_frozen_host_cannot_overwrite_the_outcome_of_the_daemon_that_took_over
     # The frozen host wakes: its supervisor's next renewal finds the lease gone and
     # stops the worker, or the worker finishes first and its outcome is refused, or (a
     # loaded machine: the renewal does not answer before the lease would lapse) it stops
-    # the job it can no longer fence. Either way the job keeps the outcome of the daemon
+    # the job it can no longer fence, or the worker's own lease guard, awake first, sees
+    # no renewal and kills itself. Either way the job keeps the outcome of the daemon
     # that took over.
-    seen = ("lease lost", "cannot renew leases; stopping their jobs")
+    seen = (
+        "lease lost",
+        "cannot renew leases; stopping their jobs",
+        "leases not renewed by the supervisor",
+    )
     wait_until(
         lambda: any(line in frozen.log() for line in seen),
         timeout_s=40,
@@ -143,6 +148,44 @@ def test_a_frozen_host_cannot_overwrite_the_outcome_of_the_daemon_that_took_over
     row = job(history_conn, victim)
     assert (row["state"], row["result"], row["attempt"]) == ("succeeded", "attempt 2", 2)
     assert row["finished_at"] == taken["finished_at"]
+    for daemon in (frozen, taker):
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait() == 0
+
+
+def test_a_worker_whose_supervisor_stopped_renewing_stops_its_handler_before_a_rescue(
+    start_daemon, history_conn
+):
+    """Only the supervisor is stopped (SIGSTOP: as a loop stuck in a slow import on HUP
+    would be); its worker runs on. The worker's lease guard kills it at 90 % of
+    lease_ttl without a renewal, before the lease runs out: the other daemon's rescue
+    and rerun never overlap the first handler. Without the guard the first handler
+    ticked on beside the second."""
+    victim = pgworkerd.enqueue(history_conn, "tick", {"seconds": 12})
+    frozen = start_daemon("frozen", workers=ONE_WORKER, lease_ttl="2s")
+    worker = frozen.worker_running(victim, started_in=history_conn)
+    taker = start_daemon("taker", workers=ONE_WORKER, lease_ttl="2s")
+    taker.wait_for_workers(1)
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        wait_until(
+            lambda: any(r[1] == 2 and r[2] == "start" for r in history(history_conn, victim)),
+            what="the rescue and the second attempt's start",
+        )
+        assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    rows = history(history_conn, victim)
+    second_start = min(r[4] for r in rows if r[1] == 2 and r[2] == "start")
+    first_ticks = [r[4] for r in rows if r[1] == 1 and r[2] == "tick"]
+    assert max(first_ticks) < second_start, "the first handler ticked on beside the second"
+    assert "leases not renewed by the supervisor" in frozen.log()
+    # Awake, the supervisor reaps it as the kill for unrenewed leases it is (the guard
+    # said so on the board), not as a crash of the worker's own.
+    wait_until(
+        lambda: f'pid={worker.pid} how="killed by SIGKILL" reason=unfenced' in frozen.log(),
+        what="the supervisor's account of the worker's death",
+    )
     for daemon in (frozen, taker):
         daemon.signal(signal.SIGTERM)
         assert daemon.wait() == 0
