@@ -25,10 +25,9 @@ from typing import Any
 
 from setproctitle import setproctitle
 
-from pgworkerd import config as config_module
 from pgworkerd import handlers, logs
-from pgworkerd.config import Config, ConfigError
-from pgworkerd.handlers import Handler, HandlerError
+from pgworkerd.config import Config
+from pgworkerd.handlers import Handler
 from pgworkerd.housekeeping import Housekeeper, Renewal, Settlement
 from pgworkerd.ipc import Claimed, Idle, Stopping
 from pgworkerd.job import Lease
@@ -37,6 +36,7 @@ from pgworkerd.supervisor import enforcement, operating
 from pgworkerd.supervisor.children import ChildProcess
 from pgworkerd.supervisor.http import HttpListener
 from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
+from pgworkerd.supervisor.reloading import Loading
 from pgworkerd.supervisor.signals import SignalInbox
 from pgworkerd.supervisor.systemd import Notifier
 from pgworkerd.supervisor.wakeups import Wakeups
@@ -85,6 +85,8 @@ class Supervisor:
         self.listener_selected = False
         self.http: HttpListener | None = None
         self._renewing: dict[ChildProcess, set[Lease]] = {}  # leases sent in the renewal
+        self.loading: Loading | None = None  # a HUP's load, under way in its thread
+        self.hup_again = False  # a HUP came during that load: load again after it
         # Each child's highest claim number known when the renewal was sent: the held
         # jobs numbered up to it were all in it (a child's claims are read in order).
         self._renewing_through: dict[ChildProcess, int] = {}
@@ -124,6 +126,7 @@ class Supervisor:
 
     def _turn(self) -> None:
         self._wait_and_dispatch()
+        self._reloaded()
         self._reap()
         enforcement.enforce_runtimes(self.children.values(), time.monotonic())
         self._housekeeping()
@@ -221,15 +224,31 @@ class Supervisor:
         self.workforce.kill_all(KillReason.SHUTDOWN)
 
     def handle_hup(self) -> None:
+        """Start loading the file and its handlers in a thread (reloading.py); the loop
+        applies the result once it is there (_reloaded). A HUP during a load reads the
+        file again after it."""
         if self.state is not State.RUNNING:
             return
-        try:
-            new_config = config_module.load(self.config_path)
-            new_registry = handlers.load_registry(new_config.handlers, new_config.task_modules)
-            handlers.check_periodic_kinds(new_config, new_registry)
-            handlers.check_child_modules(new_config)
-        except (ConfigError, HandlerError) as exc:
-            for problem in exc.problems:
+        if self.loading is not None:
+            self.hup_again = True
+            return
+        logs.event(log, logging.INFO, "reload: loading the config and its handlers")
+        self.loading = Loading(self.config_path).start()
+
+    def _reloaded(self) -> None:
+        loading = self.loading
+        if loading is None or not loading.done:
+            return
+        self.loading = None
+        if self.state is State.RUNNING:
+            self._apply_reload(loading)
+        if self.hup_again:
+            self.hup_again = False
+            self.handle_hup()
+
+    def _apply_reload(self, loading: Loading) -> None:
+        if loading.loaded is None:
+            for problem in loading.problems:
                 logs.event(
                     log,
                     logging.ERROR,
@@ -237,6 +256,7 @@ class Supervisor:
                     problem=problem,
                 )
             return
+        new_config, new_registry = loading.loaded
         if new_config.database != self.config.database:
             logs.event(
                 log,
@@ -280,7 +300,8 @@ class Supervisor:
     # -- children -------------------------------------------------------------------------
 
     def _manage_children(self) -> None:
-        if self.state is State.RUNNING:
+        if self.state is State.RUNNING and self.loading is None:
+            # No fork while a reload's thread imports (reloading.py): respawns wait.
             self.workforce.spawn_due()
         elif self.state is State.DRAINING:
             if not self.children:
@@ -431,7 +452,9 @@ class Supervisor:
         now = time.monotonic()
         busy = any(child.ledger for child in self.children.values())
         moments = [
-            now + (BUSY_LOOP_WAIT_S if busy else MAX_LOOP_WAIT_S),
+            # A reload's load is looked at every BUSY_LOOP_WAIT_S: nothing wakes us
+            # when its thread is done.
+            now + (BUSY_LOOP_WAIT_S if busy or self.loading is not None else MAX_LOOP_WAIT_S),
             self.housekeeper.next_due_at() if self.housekeeper is not None else None,
             self._next_lapse(),
             enforcement.next_runtime_moment(self.children.values()),

@@ -281,6 +281,34 @@ def test_a_reload_does_not_re_import_handler_code_a_restart_does(
     assert restarted.wait() == 0
 
 
+def test_a_reload_whose_handler_imports_slowly_does_not_stop_the_renewals(
+    start_daemon, history_conn, tmp_path
+):
+    """A handler module that takes seconds to import (a model loaded at import time),
+    added by a HUP: the supervisor loads it in a thread while its loop renews the
+    running job's lease. Loaded inline, the loop stood still past the lease: the job
+    was stopped (and retried) or rescued elsewhere and run twice."""
+    (tmp_path / "slow_import.py").write_text(
+        "import time\ntime.sleep(5)\n\ndef fn(job):\n    return 'loaded'\n"
+    )
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PYTHONDONTWRITEBYTECODE": "1"}
+    daemon = start_daemon(workers=ONE_WORKER, lease_ttl="2s", env=env)
+    victim = pgworkerd.enqueue(history_conn, "tick", {"seconds": 8})
+    daemon.worker_running(victim, started_in=history_conn)
+    from tests.daemon import BASE_CONFIG, write_config
+
+    handlers = {**BASE_CONFIG["handlers"], "slow": "slow_import:fn"}
+    write_config(tmp_path / "pgworkerd.yaml", workers=ONE_WORKER, lease_ttl="2s", handlers=handlers)
+    daemon.signal(signal.SIGHUP)
+    wait_until(job_in_state(history_conn, victim, "succeeded"), 40, "the running job")
+    assert job(history_conn, victim)["attempt"] == 1, job(history_conn, victim)["errors"]
+    slow = pgworkerd.enqueue(history_conn, "slow", {})
+    wait_until(job_in_state(history_conn, slow, "succeeded"), 40, "a job of the new handler")
+    assert job(history_conn, slow)["result"] == "loaded"
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
 def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(
     start_daemon, history_conn, tmp_path
 ):
