@@ -44,6 +44,7 @@ BASE_CONFIG: dict[str, Any] = {
         "fail_then_succeed": "tests.handlers:fail_then_succeed",
         "discard": "tests.handlers:discard",
         "sleep": "tests.handlers:sleep",
+        "tick": "tests.handlers:tick",
         "block_in_c": "tests.handlers:block_in_c",
         "catch_timeout": "tests.handlers:catch_timeout",
         "crash": "tests.handlers:crash",

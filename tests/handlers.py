@@ -110,6 +110,18 @@ async def sleep_async(job: pgworkerd.Job) -> str:
     return "awaited"
 
 
+def tick(job: pgworkerd.Job) -> str:
+    """Records a "tick" every 0.1 s for payload["seconds"]: while it ticks, its
+    handler runs (a killed one stops ticking)."""
+    _record(job, "start")
+    deadline = time.monotonic() + job.payload.get("seconds", 1)
+    while time.monotonic() < deadline:
+        _record(job, "tick")
+        _pause(0.1)
+    _record(job, "end")
+    return "ticked"
+
+
 def spin(job: pgworkerd.Job) -> str:
     """Runs Python for payload["seconds"] in short sleeps, so that JobTimeout, raised in
     its thread, reaches it between two of them; records that it did."""

@@ -49,6 +49,22 @@ _provider.add_span_processor(SimpleSpanProcessor(TableExporter()))
 trace.set_tracer_provider(_provider)
 
 
+def put_back_once(job: pgworkerd.Job) -> str:
+    """Puts the job back at its first start (payload["how"]: "snooze" or
+    "pause_key"), counted in the `history` table; succeeds the next time."""
+    with psycopg.connect(os.environ["PGWORKERD_TEST_HISTORY_DSN"], autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM history WHERE job_id = %s", (job.id,)).fetchone()
+        conn.execute(
+            "INSERT INTO history (job_id, attempt, pid, event) VALUES (%s, %s, %s, 'start')",
+            (job.id, job.attempt, os.getpid()),
+        )
+    if row is not None and row[0] == 0:
+        if job.payload["how"] == "pause_key":
+            raise pgworkerd.PauseKey(0.2)
+        raise pgworkerd.Snooze(0.2)
+    return "ran"
+
+
 def fail_once(job: pgworkerd.Job) -> str:
     """Fails its first attempt (recorded on that span), succeeds the next."""
     if job.attempt == 1:

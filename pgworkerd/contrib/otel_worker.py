@@ -23,7 +23,7 @@ from pgworkerd.contrib.otel import (
     one_line,
     tracing,
 )
-from pgworkerd.job import Job, Retry
+from pgworkerd.job import Job, PauseKey, Retry, Snooze
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -89,15 +89,30 @@ def _consumer_span(job: Job) -> Iterator[Span]:
         context=parent,
         kind=SpanKind.CONSUMER,
         attributes=attributes,
-        record_exception=False,  # recorded below, where a Retry is told apart
+        record_exception=False,  # recorded below, where Retry, Snooze, PauseKey are told apart
         set_status_on_exception=False,
     ) as span:
         try:
             yield span
-        except Retry as exc:  # asked for, not a failure: an event, and the span stays OK
+        # Asked for by the handler, not failures: an event each, and the span stays OK
+        # (a Snooze or PauseKey is not even charged: an error there would page someone
+        # for a job doing what it was written to do).
+        except Retry as exc:
             span.add_event("pgworkerd.retry", {"pgworkerd.retry.after_s": exc.after})
+            raise
+        except Snooze as exc:
+            span.add_event("pgworkerd.snooze", {"pgworkerd.snooze.after_s": exc.after})
+            raise
+        except PauseKey as exc:
+            span.add_event("pgworkerd.pause_key", _pause_attributes(exc))
             raise
         except BaseException as exc:  # JobTimeout and JobCancelled included
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, one_line(exc)))
             raise
+
+
+def _pause_attributes(exc: PauseKey) -> dict[str, float | str]:
+    if exc.until is not None:
+        return {"pgworkerd.pause_key.until": exc.until.isoformat()}
+    return {"pgworkerd.pause_key.after_s": exc.after or 0.0}

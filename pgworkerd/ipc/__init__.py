@@ -29,7 +29,9 @@ Three channels, each with one writer and one reader:
    JobTimeout in it; SIGUSR1 follows the line, so the child is woken to read it) and
    `cancel <id>` (that running job was cancelled: JobCancelled, SIGUSR1 likewise).
    The supervisor counts the lines it wrote on the start board, so the child reads
-   the pipe only when that count moved.
+   the pipe only when that count moved. It also posts there each renewal of the
+   child's leases that answered (sent when, covering which claim numbers), which the
+   child's lease guard reads (worker/lease_guard.py).
 
 Ordering rules:
 

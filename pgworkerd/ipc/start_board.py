@@ -4,7 +4,12 @@ job and would cost a system call each way through a pipe:
   * which claimed job each execution slot of the child started last, and when
     (child -> supervisor);
   * how many lines the supervisor wrote to the child's control pipe (supervisor ->
-    child), so the child reads that pipe only when there is something in it.
+    child), so the child reads that pipe only when there is something in it;
+  * the last renewal of the child's leases that answered: when it was sent and the
+    highest claim number it covered (supervisor -> child), so a child whose supervisor
+    stopped renewing (frozen, stopped, stuck in a slow import) stops its handlers
+    before their leases run out (worker/lease_guard.py), and whether that guard
+    killed the child (child -> supervisor), so its reap says why.
 
 Each start record is (the job's claim number, its start time in integer nanoseconds, a
 check): integers only, so the check is two XORs, not a float's bits through struct on
@@ -26,6 +31,11 @@ _COUNTER = struct.Struct("<q")  # one of the header's two
 # Claim number, start time (time.monotonic_ns(): the clock of time.monotonic()), check.
 _RECORD = struct.Struct("<qqq")
 _CHECK_SEED = 0x5A17_0F_C0FFEE
+# After the slots: the highest claim number a renewal covered, its send time (the
+# monotonic clock's ns: the renewed leases run from no earlier), check; as a record.
+_RENEWAL = _RECORD
+# After it: non-zero once the child's lease guard killed the child (a counter's size).
+_GUARD = _COUNTER
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +52,12 @@ class StartBoard:
         self.slots = slots
         # Anonymous and shared (mmap's default on Unix): the forked child writes the
         # very page the supervisor reads, and the other way round.
-        self._memory = mmap.mmap(-1, _HEADER.size + slots * _RECORD.size)
+        self._renewal_offset = _HEADER.size + slots * _RECORD.size
+        self._guard_offset = self._renewal_offset + _RENEWAL.size
+        self._memory = mmap.mmap(-1, self._guard_offset + _GUARD.size)
         for slot in range(slots):
             self._write_record(slot, 0, 0)
+        _RENEWAL.pack_into(self._memory, self._renewal_offset, 0, 0, _CHECK_SEED)
         self._starts_posted = 0  # the child's own count
         self._control_lines = 0  # the supervisor's own count
 
@@ -67,7 +80,34 @@ class StartBoard:
         """How many lines the supervisor has written to the control pipe so far."""
         return int(_COUNTER.unpack_from(self._memory, 8)[0])
 
+    def renewal(self) -> tuple[int, float]:
+        """(the highest claim number the last renewal that answered covered, when it
+        was sent); (0, 0.0) before the first. The jobs numbered up to it that the
+        child still held were in it: the supervisor knows a child's claims in order."""
+        while True:
+            number, sent_ns, check = _RENEWAL.unpack_from(self._memory, self._renewal_offset)
+            if check == number ^ sent_ns ^ _CHECK_SEED:
+                return number, sent_ns / 1e9
+
+    def post_guard_fired(self) -> None:
+        """The child's lease guard is about to kill the child."""
+        _GUARD.pack_into(self._memory, self._guard_offset, 1)
+
     # -- the supervisor's side ------------------------------------------------------------
+
+    def guard_fired(self) -> bool:
+        """Whether the child's lease guard killed it (read before close())."""
+        return bool(_GUARD.unpack_from(self._memory, self._guard_offset)[0])
+
+    def post_renewal(self, covered: int, sent_at: float) -> None:
+        """A renewal sent at `sent_at` (monotonic) answered for the child's jobs numbered
+        up to `covered`. Only ever moves forward."""
+        number, previous = self.renewal()
+        covered, sent_at = max(covered, number), max(sent_at, previous)
+        sent_ns = int(sent_at * 1e9)
+        _RENEWAL.pack_into(
+            self._memory, self._renewal_offset, covered, sent_ns, covered ^ sent_ns ^ _CHECK_SEED
+        )
 
     def starts_posted(self) -> int:
         """A counter that moves whenever a start is posted: unchanged, nothing is new."""

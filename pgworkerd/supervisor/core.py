@@ -25,10 +25,9 @@ from typing import Any
 
 from setproctitle import setproctitle
 
-from pgworkerd import config as config_module
 from pgworkerd import handlers, logs
-from pgworkerd.config import Config, ConfigError
-from pgworkerd.handlers import Handler, HandlerError
+from pgworkerd.config import Config
+from pgworkerd.handlers import Handler
 from pgworkerd.housekeeping import Housekeeper, Renewal, Settlement
 from pgworkerd.ipc import Claimed, Idle, Stopping
 from pgworkerd.job import Lease
@@ -37,6 +36,7 @@ from pgworkerd.supervisor import enforcement, operating
 from pgworkerd.supervisor.children import ChildProcess
 from pgworkerd.supervisor.http import HttpListener
 from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
+from pgworkerd.supervisor.reloading import Loading
 from pgworkerd.supervisor.signals import SignalInbox
 from pgworkerd.supervisor.systemd import Notifier
 from pgworkerd.supervisor.wakeups import Wakeups
@@ -85,6 +85,11 @@ class Supervisor:
         self.listener_selected = False
         self.http: HttpListener | None = None
         self._renewing: dict[ChildProcess, set[Lease]] = {}  # leases sent in the renewal
+        self.loading: Loading | None = None  # a HUP's load, under way in its thread
+        self.hup_again = False  # a HUP came during that load: load again after it
+        # Each child's highest claim number known when the renewal was sent: the held
+        # jobs numbered up to it were all in it (a child's claims are read in order).
+        self._renewing_through: dict[ChildProcess, int] = {}
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -121,6 +126,7 @@ class Supervisor:
 
     def _turn(self) -> None:
         self._wait_and_dispatch()
+        self._reloaded()
         self._reap()
         enforcement.enforce_runtimes(self.children.values(), time.monotonic())
         self._housekeeping()
@@ -218,15 +224,31 @@ class Supervisor:
         self.workforce.kill_all(KillReason.SHUTDOWN)
 
     def handle_hup(self) -> None:
+        """Start loading the file and its handlers in a thread (reloading.py); the loop
+        applies the result once it is there (_reloaded). A HUP during a load reads the
+        file again after it."""
         if self.state is not State.RUNNING:
             return
-        try:
-            new_config = config_module.load(self.config_path)
-            new_registry = handlers.load_registry(new_config.handlers, new_config.task_modules)
-            handlers.check_periodic_kinds(new_config, new_registry)
-            handlers.check_child_modules(new_config)
-        except (ConfigError, HandlerError) as exc:
-            for problem in exc.problems:
+        if self.loading is not None:
+            self.hup_again = True
+            return
+        logs.event(log, logging.INFO, "reload: loading the config and its handlers")
+        self.loading = Loading(self.config_path).start()
+
+    def _reloaded(self) -> None:
+        loading = self.loading
+        if loading is None or not loading.done:
+            return
+        self.loading = None
+        if self.state is State.RUNNING:
+            self._apply_reload(loading)
+        if self.hup_again:
+            self.hup_again = False
+            self.handle_hup()
+
+    def _apply_reload(self, loading: Loading) -> None:
+        if loading.loaded is None:
+            for problem in loading.problems:
                 logs.event(
                     log,
                     logging.ERROR,
@@ -234,6 +256,7 @@ class Supervisor:
                     problem=problem,
                 )
             return
+        new_config, new_registry = loading.loaded
         if new_config.database != self.config.database:
             logs.event(
                 log,
@@ -242,6 +265,7 @@ class Supervisor:
                 problem="database settings changed: they need a restart",
             )
             return
+        new_config = self._keep_start_up_settings(new_config)
         logs.event(log, logging.INFO, "reloading: replacing workers")
         self.notifier.notify("RELOADING=1", "STATUS=reloading")
         self.config, self.registry = new_config, new_registry
@@ -253,10 +277,31 @@ class Supervisor:
         self.workforce.staff(new_config)
         self.notifier.notify("READY=1", "STATUS=reloaded")
 
+    def _keep_start_up_settings(self, new_config: Config) -> Config:
+        """`new_config` with the running `lease_ttl` and `notifications`: the
+        housekeeping's renewal, rescue and connection were built from them at start-up
+        and do not follow a reload (docs/configuration.md, "Reloading"). Applied only
+        halfway, a new lease_ttl in the new workers' claims and the lapse checks but not
+        in the renewals, killed long jobs (lowered) or let a job be rescued while it
+        still ran (raised); so the reload keeps them everywhere and says so."""
+        kept = {"lease_ttl": self.config.lease_ttl, "notifications": self.config.notifications}
+        changed = [name for name, value in kept.items() if getattr(new_config, name) != value]
+        for name in changed:
+            logs.event(
+                log,
+                logging.WARNING,
+                "reload keeps a setting from start-up; restart the daemon to change it",
+                setting=name,
+                running=getattr(self.config, name),
+                file=getattr(new_config, name),
+            )
+        return new_config.model_copy(update=kept) if changed else new_config
+
     # -- children -------------------------------------------------------------------------
 
     def _manage_children(self) -> None:
-        if self.state is State.RUNNING:
+        if self.state is State.RUNNING and self.loading is None:
+            # No fork while a reload's thread imports (reloading.py): respawns wait.
             self.workforce.spawn_due()
         elif self.state is State.DRAINING:
             if not self.children:
@@ -274,6 +319,12 @@ class Supervisor:
     def _reap(self, *, block: bool = False) -> None:
         for child, status in self.workforce.reaped(block=block):
             self._read_child(child)  # what it said before it died still counts
+            if child.kill_reason is None and child.board.guard_fired():
+                # Its lease guard killed it: our renewals had stopped (this loop did not
+                # turn), as our own kill for unrenewed leases would have, and said so.
+                child.sync_starts()
+                child.kill_reason = KillReason.UNFENCED
+                child.ledger.blame(child.ledger.in_state(JobState.RUNNING))
             report = self.workforce.release(child, status)
             if self.housekeeper is not None:
                 self.housekeeper.settle(child.ledger.settlements(child.kill_reason, report.how))
@@ -317,6 +368,9 @@ class Supervisor:
 
     def _leases_to_renew(self) -> list[Lease]:
         self._renewing = {child: set(child.ledger.leases()) for child in self.children.values()}
+        self._renewing_through = {
+            child: child.ledger.claimed_through for child in self.children.values()
+        }
         return [lease for leases in self._renewing.values() for lease in leases]
 
     def jobs_running(self) -> int:
@@ -338,7 +392,12 @@ class Supervisor:
                 # holder: what the child wrote before that write is readable now.
                 self._read_child(child)
                 enforcement.judge_renewal(child, sent, renewal)
+            if child.pid in self.children and child.kill_reason is None:
+                # For the child's lease guard: its handlers run on only while renewals
+                # answer (a frozen supervisor posts nothing, and they stop themselves).
+                child.board.post_renewal(self._renewing_through.get(child, 0), renewal.sent_at)
         self._renewing = {}
+        self._renewing_through = {}
 
     def _next_lapse(self) -> float | None:
         return enforcement.next_lapse(self.children.values(), self.config.lease_ttl)
@@ -393,7 +452,9 @@ class Supervisor:
         now = time.monotonic()
         busy = any(child.ledger for child in self.children.values())
         moments = [
-            now + (BUSY_LOOP_WAIT_S if busy else MAX_LOOP_WAIT_S),
+            # A reload's load is looked at every BUSY_LOOP_WAIT_S: nothing wakes us
+            # when its thread is done.
+            now + (BUSY_LOOP_WAIT_S if busy or self.loading is not None else MAX_LOOP_WAIT_S),
             self.housekeeper.next_due_at() if self.housekeeper is not None else None,
             self._next_lapse(),
             enforcement.next_runtime_moment(self.children.values()),

@@ -47,6 +47,7 @@ from pgworkerd.storage.arrays import HEX_DIGITS
 from pgworkerd.storage.store import Completions, JobStore
 from pgworkerd.worker.connection import CONNECTION_FAULTS, WorkerConnection
 from pgworkerd.worker.execution import Outcome
+from pgworkerd.worker.lease_guard import GUARD_FRACTION, LeaseGuard
 from pgworkerd.worker.outcome_writer import OutcomeWriter
 from pgworkerd.worker.spec import WorkerSpec
 from pgworkerd.worker.success_buffer import Success, SuccessBuffer
@@ -93,6 +94,8 @@ class BaseWorker:
         # alike from our `claimed` messages.
         self._claimed_count = 0
         self._claim_number: dict[int, int] = {}  # job id -> its number, current batch
+        self._claim_sent_at = 0.0  # when the current batch's claim was sent
+        self.guard = LeaseGuard(board.renewal, spec.lease_ttl_s, self._on_lease_lapse)
         self.store = JobStore(spec.schema, backoff=spec.backoff, limits=spec.limits)
         self._wake_r, self._wake_w = os.pipe()
         self.connection = WorkerConnection(spec, self._wake_r, lambda: self.stopping, self.store)
@@ -120,6 +123,7 @@ class BaseWorker:
         progress.install(ProgressWriter(self._progress_connection, self.spec.schema))
         self.outcomes.log_jobs = log.isEnabledFor(logging.INFO)
         setproctitle(f"{self.title} idle")
+        self.guard.start()
 
     def _progress_connection(self) -> psycopg.Connection[Any]:
         spec = self.spec
@@ -137,6 +141,24 @@ class BaseWorker:
             self._stopping_deferred = True  # said by the decision step once it is out
         else:
             self.status.send(Stopping())
+
+    def _on_lease_lapse(self, job_ids: list[int]) -> None:
+        """In the guard's thread: our supervisor has not renewed these running jobs'
+        leases for GUARD_FRACTION of lease_ttl (it would have stopped them at 80 %):
+        end this process and its handlers' children before a rescue runs them again."""
+        logs.event(
+            log,
+            logging.CRITICAL,
+            "leases not renewed by the supervisor; killing this worker before they run out",
+            jobs=job_ids,
+            unrenewed_s=round(GUARD_FRACTION * self.spec.lease_ttl_s, 1),
+        )
+        self.board.post_guard_fired()  # for the supervisor's account of our death
+        # The supervisor made us a process group's leader: the handlers' children too.
+        pid = os.getpid()
+        if os.getpgid(0) == pid:
+            os.killpg(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
 
     def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
         """USR1 follows a `timeout` or `cancel` line. Here it only wakes the loop (by the
@@ -221,6 +243,7 @@ class BaseWorker:
             first = self._claimed_count + 1
             self._claimed_count += len(batch)
             self._claim_number = {job.id: first + n for n, job in enumerate(batch)}
+            self._claim_sent_at = claim.sent_at
             # The token as its hex digits (storage.arrays.HEX_DIGITS), not str(): a
             # fraction of the cost, on every job. Every claimed job has a token (the
             # field is optional in Job for the handlers' sake). The tuples are made in
@@ -265,7 +288,9 @@ class BaseWorker:
             if self.control.is_skipped(job.id, job.lease_token):
                 return NoStart.SKIP  # cancelled or rescued before it started: not ours to run
             slot = take_slot()
-            self.board.post_start(self._claim_number[job.id], slot)
+            number = self._claim_number[job.id]
+            self.board.post_start(number, slot)
+            self.guard.started(job.id, number, self._claim_sent_at)
             return slot
         finally:
             self._deciding = False
@@ -290,6 +315,7 @@ class BaseWorker:
 
     def _finished(self, job: Job, outcome: Outcome, ran_s: float) -> None:
         """A job's handler ran for `ran_s` seconds and ended with `outcome`."""
+        self.guard.ended(job.id)
         self.outcomes.record(job, outcome, ran_s)
         self.jobs_done += 1
 

@@ -131,6 +131,7 @@ class Worker(BaseWorker):
             finally:
                 self._running = None
         ran_s = time.monotonic() - started
+        self.guard.ended(job.id)
         control = self.control
         if control.cancels or control.timeouts:  # came as the handler returned: moot now
             control.cancels.discard(job.id)

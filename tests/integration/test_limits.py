@@ -112,6 +112,22 @@ def test_starts_leave_the_window_after_the_period(conn):
     assert conn.execute("SELECT count(*) FROM pgworkerd.starts").fetchone()[0] == 2
 
 
+def test_a_lengthened_period_counts_the_starts_a_shorter_one_left_behind(conn):
+    """A reload (or a daemon of a rolling deploy) lengthens the rate from 3/2s to 3/1m:
+    the starts of the last minute count, though claims under 3/2s ran meanwhile. Each
+    claim used to drop the starts older than its own config's longest period, so the
+    1-minute window found one start of four and let two more run."""
+    short = limited(default=QueueLimits(rate=(3, 2.0)))
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 6)
+    assert len(claim(short, conn, limit=3)) == 3
+    # Ten seconds pass (as the clock would): out of the 2 s window, in the minute's.
+    conn.execute("UPDATE pgworkerd.starts SET at = at - interval '10 seconds'")
+    assert len(claim(short, conn, limit=1)) == 1
+    longer = limited(default=QueueLimits(rate=(3, 60.0)))
+    assert claim(longer, conn, limit=3) == [], "the minute already holds four starts"
+    assert conn.execute("SELECT count(*) FROM pgworkerd.starts").fetchone()[0] == 4
+
+
 def test_an_unlimited_queue_in_the_same_claim_is_not_held_back(conn):
     store = limited(slow=QueueLimits(concurrency=1))
     pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}, "queue": "slow"}] * 3)

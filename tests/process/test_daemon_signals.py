@@ -10,7 +10,7 @@ import time
 import psutil
 
 import pgworkerd
-from tests.daemon import job, job_in_state, states, wait_until
+from tests.daemon import REPO, history, job, job_in_state, states, wait_until
 
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 
@@ -128,9 +128,14 @@ def test_a_frozen_host_cannot_overwrite_the_outcome_of_the_daemon_that_took_over
     # The frozen host wakes: its supervisor's next renewal finds the lease gone and
     # stops the worker, or the worker finishes first and its outcome is refused, or (a
     # loaded machine: the renewal does not answer before the lease would lapse) it stops
-    # the job it can no longer fence. Either way the job keeps the outcome of the daemon
+    # the job it can no longer fence, or the worker's own lease guard, awake first, sees
+    # no renewal and kills itself. Either way the job keeps the outcome of the daemon
     # that took over.
-    seen = ("lease lost", "cannot renew leases; stopping their jobs")
+    seen = (
+        "lease lost",
+        "cannot renew leases; stopping their jobs",
+        "leases not renewed by the supervisor",
+    )
     wait_until(
         lambda: any(line in frozen.log() for line in seen),
         timeout_s=40,
@@ -143,6 +148,44 @@ def test_a_frozen_host_cannot_overwrite_the_outcome_of_the_daemon_that_took_over
     row = job(history_conn, victim)
     assert (row["state"], row["result"], row["attempt"]) == ("succeeded", "attempt 2", 2)
     assert row["finished_at"] == taken["finished_at"]
+    for daemon in (frozen, taker):
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait() == 0
+
+
+def test_a_worker_whose_supervisor_stopped_renewing_stops_its_handler_before_a_rescue(
+    start_daemon, history_conn
+):
+    """Only the supervisor is stopped (SIGSTOP: as a loop stuck in a slow import on HUP
+    would be); its worker runs on. The worker's lease guard kills it at 90 % of
+    lease_ttl without a renewal, before the lease runs out: the other daemon's rescue
+    and rerun never overlap the first handler. Without the guard the first handler
+    ticked on beside the second."""
+    victim = pgworkerd.enqueue(history_conn, "tick", {"seconds": 12})
+    frozen = start_daemon("frozen", workers=ONE_WORKER, lease_ttl="2s")
+    worker = frozen.worker_running(victim, started_in=history_conn)
+    taker = start_daemon("taker", workers=ONE_WORKER, lease_ttl="2s")
+    taker.wait_for_workers(1)
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        wait_until(
+            lambda: any(r[1] == 2 and r[2] == "start" for r in history(history_conn, victim)),
+            what="the rescue and the second attempt's start",
+        )
+        assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    rows = history(history_conn, victim)
+    second_start = min(r[4] for r in rows if r[1] == 2 and r[2] == "start")
+    first_ticks = [r[4] for r in rows if r[1] == 1 and r[2] == "tick"]
+    assert max(first_ticks) < second_start, "the first handler ticked on beside the second"
+    assert "leases not renewed by the supervisor" in frozen.log()
+    # Awake, the supervisor reaps it as the kill for unrenewed leases it is (the guard
+    # said so on the board), not as a crash of the worker's own.
+    wait_until(
+        lambda: f'pid={worker.pid} how="killed by SIGKILL" reason=unfenced' in frozen.log(),
+        what="the supervisor's account of the worker's death",
+    )
     for daemon in (frozen, taker):
         daemon.signal(signal.SIGTERM)
         assert daemon.wait() == 0
@@ -173,6 +216,95 @@ def test_hup_reloads_the_config_and_replaces_the_workers(start_daemon, history_c
     assert old_worker.pid not in {p.pid for p in daemon.workers()}
     extra = pgworkerd.enqueue(history_conn, "record", {}, queue="extra")
     wait_until(job_in_state(history_conn, extra, "succeeded"), what="a job of the new queue")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_a_reload_keeps_the_start_up_lease_ttl_everywhere(start_daemon, history_conn, tmp_path):
+    """The renewals keep the start-up lease_ttl (docs/configuration.md, "Reloading"):
+    so must the new workers' claims and the supervisor's lapse checks. A lease_ttl
+    lowered by a reload used to reach those two only: a job longer than the new
+    lease_ttl was killed as unrenewed (renewals came at a third of the old one),
+    attempt after attempt, until dead."""
+    daemon = start_daemon(workers=ONE_WORKER, lease_ttl="12s")
+    (old_worker,) = daemon.wait_for_workers(1)
+    from tests.daemon import write_config
+
+    write_config(tmp_path / "pgworkerd.yaml", workers=ONE_WORKER, lease_ttl="2s")
+    daemon.signal(signal.SIGHUP)
+    wait_until(
+        lambda: [p.pid for p in daemon.wait_for_workers(1)] != [old_worker.pid],
+        what="the new worker",
+    )
+    job_id = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 6})
+    wait_until(job_in_state(history_conn, job_id, "succeeded"), what="the job to succeed")
+    row = job(history_conn, job_id)
+    assert row["attempt"] == 1, row["errors"]
+    assert "restart the daemon to change it setting=lease_ttl" in daemon.log()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_a_reload_does_not_re_import_handler_code_a_restart_does(
+    start_daemon, history_conn, tmp_path
+):
+    """Pins what the docs say ("Reloading"): a HUP imports the modules of handlers it
+    has not imported before, but a module already imported keeps its code (re-running
+    a module's import in the supervisor would run its side effects again and leave
+    other modules holding the old objects); changed handler code needs a restart."""
+    (tmp_path / "deployed_handlers.py").write_text("def version(job):\n    return 'v1'\n")
+    handlers = {"version": "deployed_handlers:version"}
+    # No bytecode: v2 may be written within the second v1's .pyc was stamped with.
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PYTHONDONTWRITEBYTECODE": "1"}
+    daemon = start_daemon(workers=ONE_WORKER, handlers=handlers, env=env)
+    (old_worker,) = daemon.wait_for_workers(1)
+    first = pgworkerd.enqueue(history_conn, "version", {})
+    wait_until(job_in_state(history_conn, first, "succeeded"), what="the first job")
+    assert job(history_conn, first)["result"] == "v1"
+    (tmp_path / "deployed_handlers.py").write_text("def version(job):\n    return 'version 2'\n")
+    daemon.signal(signal.SIGHUP)
+    wait_until(
+        lambda: [p.pid for p in daemon.wait_for_workers(1)] != [old_worker.pid],
+        what="the new worker",
+    )
+    after_reload = pgworkerd.enqueue(history_conn, "version", {})
+    wait_until(job_in_state(history_conn, after_reload, "succeeded"), what="the job after HUP")
+    assert job(history_conn, after_reload)["result"] == "v1", "a reload keeps imported code"
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+    restarted = start_daemon("restarted", workers=ONE_WORKER, handlers=handlers, env=env)
+    restarted.wait_for_workers(1)
+    after_restart = pgworkerd.enqueue(history_conn, "version", {})
+    wait_until(job_in_state(history_conn, after_restart, "succeeded"), what="the job after restart")
+    assert job(history_conn, after_restart)["result"] == "version 2"
+    restarted.signal(signal.SIGTERM)
+    assert restarted.wait() == 0
+
+
+def test_a_reload_whose_handler_imports_slowly_does_not_stop_the_renewals(
+    start_daemon, history_conn, tmp_path
+):
+    """A handler module that takes seconds to import (a model loaded at import time),
+    added by a HUP: the supervisor loads it in a thread while its loop renews the
+    running job's lease. Loaded inline, the loop stood still past the lease: the job
+    was stopped (and retried) or rescued elsewhere and run twice."""
+    (tmp_path / "slow_import.py").write_text(
+        "import time\ntime.sleep(5)\n\ndef fn(job):\n    return 'loaded'\n"
+    )
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PYTHONDONTWRITEBYTECODE": "1"}
+    daemon = start_daemon(workers=ONE_WORKER, lease_ttl="2s", env=env)
+    victim = pgworkerd.enqueue(history_conn, "tick", {"seconds": 8})
+    daemon.worker_running(victim, started_in=history_conn)
+    from tests.daemon import BASE_CONFIG, write_config
+
+    handlers = {**BASE_CONFIG["handlers"], "slow": "slow_import:fn"}
+    write_config(tmp_path / "pgworkerd.yaml", workers=ONE_WORKER, lease_ttl="2s", handlers=handlers)
+    daemon.signal(signal.SIGHUP)
+    wait_until(job_in_state(history_conn, victim, "succeeded"), 40, "the running job")
+    assert job(history_conn, victim)["attempt"] == 1, job(history_conn, victim)["errors"]
+    slow = pgworkerd.enqueue(history_conn, "slow", {})
+    wait_until(job_in_state(history_conn, slow, "succeeded"), 40, "a job of the new handler")
+    assert job(history_conn, slow)["result"] == "loaded"
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
 

@@ -38,6 +38,7 @@ CREATE TABLE spans (
 HANDLERS = {
     "fail_once": "tests.otel_handlers:fail_once",
     "succeed_async": "tests.otel_handlers:succeed_async",
+    "put_back_once": "tests.otel_handlers:put_back_once",
 }
 _EXPORTER = InMemorySpanExporter()
 
@@ -98,6 +99,22 @@ def test_a_trace_begun_in_the_producer_continues_in_the_handler_across_a_retry(
     assert first["status"] == "ERROR" and first["events"] == ["exception"]
     assert second["status"] == "UNSET" and second["events"] == []
     wait_until(lambda: job(history_conn, job_id)["state"] == "succeeded", what="succeeded")
+
+
+def test_a_snooze_or_a_pause_key_is_an_event_of_its_span_not_an_error(
+    start_daemon, history_conn, exporter
+):
+    """Like a Retry, they are what the handler asked for: each span stays OK (UNSET)
+    with an event saying which; they were recorded as exceptions with status ERROR."""
+    history_conn.execute(SPANS_TABLE)
+    snoozed = pgworkerd.enqueue(history_conn, "put_back_once", {"how": "snooze"})
+    paused = pgworkerd.enqueue(history_conn, "put_back_once", {"how": "pause_key"}, key="k")
+    start_daemon(handlers=HANDLERS)
+    for job_id, event in ((snoozed, "pgworkerd.snooze"), (paused, "pgworkerd.pause_key")):
+        put_back, ran = consumer_spans(history_conn, job_id, 2)
+        assert (put_back["status"], put_back["events"]) == ("UNSET", [event])
+        assert (ran["status"], ran["events"]) == ("UNSET", [])
+        wait_until(lambda j=job_id: job(history_conn, j)["state"] == "succeeded", what="succeeded")
 
 
 def test_an_enqueue_outside_a_request_starts_the_trace_at_its_producer_span(

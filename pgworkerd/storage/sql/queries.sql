@@ -727,9 +727,9 @@ FROM (SELECT pg_catalog.hashtextextended(%(schema_name)s::text || '.' || q.name,
 -- than every start a previous holder wrote. A job counts as running from its claim
 -- until its lease is settled (complete, fail, snooze, release, cancel, rescue); its
 -- start counts until it ages out of the window or a Snooze gives it back. The claim
--- writes its starts to the ledger and drops the queue's starts older than the window,
--- in this statement. No counter is kept anywhere: a crash or rollback undoes the
--- claim and its ledger rows together.
+-- writes its starts to the ledger and drops the queue's starts older than the window
+-- (an hour at least: see aged_out), in this statement. No counter is kept anywhere:
+-- a crash or rollback undoes the claim and its ledger rows together.
 -- A level scan takes at most min(limit, room) rows, then the picks of each queue are
 -- cut to its room across its priority levels (rows locked beyond it are let go at
 -- commit: no other claimer of the queue runs meanwhile). claim_meta's row also says
@@ -908,11 +908,18 @@ charged AS (
     JOIN limits AS l ON l.queue = c.queue
     WHERE l.rate_count IS NOT NULL OR l.key_rate_count IS NOT NULL
 ),
+-- Starts are kept for an hour at least, not only this config's longest period: a
+-- reload or a rolling deploy may lengthen the period (3/2s to 3/1m), and the longer
+-- window must still find the starts a claim under the shorter one would have dropped.
+-- Every period up to an hour is then exact across configs; a longer one keeps its own
+-- period. Not the longest period a rate may have (366 days): the ledger of a 100/s
+-- queue would grow to billions of rows, whereas an hour of it is 360,000.
 aged_out AS (
     DELETE FROM {schema}.starts AS s
     USING limits AS l
     WHERE s.queue = l.queue
-      AND s.at <= statement_timestamp() - greatest(l.rate_period, l.key_rate_period)
+      AND s.at <= statement_timestamp()
+                  - greatest(l.rate_period, l.key_rate_period, interval '1 hour')
 ),
 turned AS (  -- the key that had the last turn of each keyed level that claimed
     INSERT INTO {schema}.key_turns AS t (queue, priority, last_key)

@@ -1,0 +1,97 @@
+"""A worker's own watch over the leases of the handlers it runs: the backstop for a
+supervisor that stopped renewing them while its children ran on (stopped by SIGSTOP or
+a debugger, its loop stuck in a slow handler import on HUP, starved by the host). The
+supervisor stops a job whose lease went unrenewed for 80 % of lease_ttl itself
+(supervisor/limits.py); a supervisor that does not turn cannot, and the lease ran out
+under a running handler: another daemon rescued the job and ran it while the first
+handler still ran (two handlers of one job, of a concurrency-1 queue).
+
+The guard knows when each running job was claimed (its claim was sent: the lease runs
+from no earlier) and reads on the start board when the last renewal that answered was
+sent and which claims it covered. A running job whose lease has gone unrenewed for
+GUARD_FRACTION of lease_ttl stops the whole worker (SIGKILL to its process group, the
+handler's own children with it): its lease may be lost in a moment, and its outcome
+could no longer be written anyway. After the supervisor's 80 %, so that a supervisor
+that turns acts first, as it always did; before 100 %, when a rescue may take the job.
+
+Its thread sleeps until the earliest moment a running job could lapse (a renewal only
+moves moments later), or while nothing runs until a job starts: a wake-up per
+renewal interval at most, and nothing per job but a dict write.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+GUARD_FRACTION = 0.9
+
+
+class LeaseGuard:
+    def __init__(
+        self,
+        renewal: Callable[[], tuple[int, float]],  # StartBoard.renewal
+        lease_ttl_s: float,
+        on_lapse: Callable[[list[int]], None],  # the ids of the lapsed jobs; ends us
+        clock: Callable[[], float] = time.monotonic,  # a fake one in tests
+    ) -> None:
+        self.renewal = renewal
+        self.lease_ttl_s = lease_ttl_s
+        self.on_lapse = on_lapse
+        self.clock = clock
+        self._running: dict[int, tuple[int, float]] = {}  # id -> (claim number, claimed at)
+        self._idle = False  # the thread waits with no deadline: a start must wake it
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the worker's side (its main thread) ------------------------------------------------
+
+    def started(self, job_id: int, number: int, claimed_at: float) -> None:
+        self._running[job_id] = (number, claimed_at)
+        if self._idle:
+            self._wake.set()
+
+    def ended(self, job_id: int) -> None:
+        self._running.pop(job_id, None)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._watch, name="lease guard", daemon=True)
+        self._thread.start()
+
+    # -- the checks (pure but for the board's read) -----------------------------------------
+
+    def deadline(self) -> float | None:
+        """The earliest moment (monotonic) a running job's lease has gone unrenewed for
+        GUARD_FRACTION of lease_ttl; None: no job runs."""
+        moments = self._moments()
+        return min(moments.values(), default=None)
+
+    def lapsed(self, now: float) -> list[int]:
+        """The running jobs whose lease has gone unrenewed too long at `now`."""
+        return sorted(job_id for job_id, moment in self._moments().items() if now >= moment)
+
+    def _moments(self) -> dict[int, float]:
+        covered, renewed_at = self.renewal()
+        margin = GUARD_FRACTION * self.lease_ttl_s
+        return {
+            job_id: (max(claimed_at, renewed_at) if number <= covered else claimed_at) + margin
+            for job_id, (number, claimed_at) in list(self._running.items())
+        }
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while True:
+            # Idle first, then the deadline: a start in between is seen by one or the
+            # other (started() writes the job, then reads the flag).
+            self._idle = True
+            deadline = self.deadline()
+            if deadline is not None:
+                self._idle = False
+            self._wake.wait(None if deadline is None else max(0.0, deadline - self.clock()))
+            self._wake.clear()
+            lapsed = self.lapsed(self.clock())
+            if lapsed:
+                self.on_lapse(lapsed)
+                return
