@@ -46,6 +46,18 @@ def hostile(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 
 def test_no_statement_calls_a_public_overload_of_a_built_in(hostile):
     conn = hostile
+    # A user's audit trigger on jobs, naming its table unqualified, fires inside the
+    # release too: it must find its table by the session's search_path (a first 0016
+    # pinned the release's search_path, and such a trigger failed every completion).
+    conn.execute("CREATE TABLE public.audit (job_id bigint, state text)")
+    conn.execute(
+        "CREATE FUNCTION public.audit_jobs() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$BEGIN INSERT INTO audit VALUES (NEW.id, NEW.state); RETURN NULL; END$$"
+    )
+    conn.execute(
+        "CREATE TRIGGER audit AFTER UPDATE ON pgworkerd.jobs"
+        " FOR EACH ROW EXECUTE FUNCTION public.audit_jobs()"
+    )
     assert conn.execute("SHOW search_path").fetchone()[0] == '"$user", public'
     assert migrate(conn, "pgworkerd") == [], "up to date: the lock alone runs"
 
@@ -70,6 +82,8 @@ def test_no_statement_calls_a_public_overload_of_a_built_in(hostile):
         "SELECT state, count(*) FROM pgworkerd.jobs GROUP BY 1 ORDER BY 1"
     ).fetchall()
     assert states == [("cancelled", 1), ("dead", 1), ("queued", 2), ("succeeded", 1)]
+    released = conn.execute("SELECT count(*) FROM audit WHERE state IN ('queued', 'cancelled')")
+    assert released.fetchone()[0] >= 3, "the audit trigger saw the releases"
 
     store.prune_stale_daemons(conn, 60)
     store.prune_batch(conn, state="succeeded", retention_s=0, limit=10, archive=False)
