@@ -71,18 +71,8 @@ class Retry(Exception):
     """
 
     def __init__(self, after: float = 0.0, reason: str | None = None) -> None:
-        # Bounded as Snooze is: an infinite delay failed the retry's write in the
-        # database, and the worker with it, at every attempt; one of 1e11 s wrote a
-        # run_at in year ~5,000 that no reader could load back.
-        if (
-            isinstance(after, bool)
-            or not isinstance(after, int | float)
-            or not 0 <= after <= MAX_DURATION_S
-        ):
-            raise ValueError(
-                f"Retry(after=...) needs seconds from 0 to 100 years ({MAX_DURATION_S:.0f}), "
-                f"got {after!r}"
-            )
+        # Bounded as Snooze is (seconds only: no timedelta, as documented).
+        after = _bounded_seconds("Retry(after=...) needs seconds", after)
         # A reason is stored as text: Retry(reason=exc) passes the exception itself.
         reason = None if reason is None else str(reason)
         super().__init__(reason or f"retry requested in {after:g}s")
@@ -93,15 +83,20 @@ class Retry(Exception):
 def _snooze_seconds(what: str, after: float | timedelta) -> float:
     if isinstance(after, timedelta):
         after = after.total_seconds()
+    return _bounded_seconds(f"{what} needs seconds or a timedelta", after)
+
+
+def _bounded_seconds(needs: str, after: object) -> float:
+    """`after` as seconds from 0 to 100 years, else ValueError("<needs> from 0 to 100
+    years ..."): an infinite wait failed its write in the database, and the worker with
+    it, at every attempt; one of 1e11 s wrote a run_at in year ~5,000 that no reader
+    could load back."""
     if (
         isinstance(after, bool)
         or not isinstance(after, int | float)
         or not 0 <= after <= MAX_DURATION_S
     ):
-        raise ValueError(
-            f"{what} needs seconds or a timedelta from 0 to 100 years "
-            f"({MAX_DURATION_S:.0f} s), got {after!r}"
-        )
+        raise ValueError(f"{needs} from 0 to 100 years ({MAX_DURATION_S:.0f} s), got {after!r}")
     return float(after)
 
 

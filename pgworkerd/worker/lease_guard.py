@@ -14,9 +14,13 @@ handler's own children with it): its lease may be lost in a moment, and its outc
 could no longer be written anyway. After the supervisor's 80 %, so that a supervisor
 that turns acts first, as it always did; before 100 %, when a rescue may take the job.
 
-Its thread sleeps until the earliest moment a running job could lapse (a renewal only
-moves moments later), or while nothing runs until a job starts: a wake-up per
-renewal interval at most, and nothing per job but a dict write.
+Its thread looks every CHECK_FRACTION of lease_ttl (at most every second): nothing per
+job but a dict write and a delete. A first version slept until the earliest moment a
+running job could lapse and was woken by a job's start when idle (an Event set from the
+worker's main thread): between jobs it was often idle, and the wake-ups and the GIL's
+hand-overs they asked for cost the tuned row 10 % of its rate, the workers 20 % more
+CPU a job (bench/results/issue23-round21-20261129.md, section 6). Looking at a fixed
+pace, it acts by (GUARD_FRACTION + CHECK_FRACTION) of lease_ttl, before the lease ends.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import time
 from collections.abc import Callable
 
 GUARD_FRACTION = 0.9
+CHECK_FRACTION = 0.05
+MAX_CHECK_INTERVAL_S = 1.0
 
 
 class LeaseGuard:
@@ -41,16 +47,13 @@ class LeaseGuard:
         self.on_lapse = on_lapse
         self.clock = clock
         self._running: dict[int, tuple[int, float]] = {}  # id -> (claim number, claimed at)
-        self._idle = False  # the thread waits with no deadline: a start must wake it
-        self._wake = threading.Event()
+        self.interval_s = min(MAX_CHECK_INTERVAL_S, CHECK_FRACTION * lease_ttl_s)
         self._thread: threading.Thread | None = None
 
     # -- the worker's side (its main thread) ------------------------------------------------
 
     def started(self, job_id: int, number: int, claimed_at: float) -> None:
         self._running[job_id] = (number, claimed_at)
-        if self._idle:
-            self._wake.set()
 
     def ended(self, job_id: int) -> None:
         self._running.pop(job_id, None)
@@ -83,14 +86,7 @@ class LeaseGuard:
 
     def _watch(self) -> None:
         while True:
-            # Idle first, then the deadline: a start in between is seen by one or the
-            # other (started() writes the job, then reads the flag).
-            self._idle = True
-            deadline = self.deadline()
-            if deadline is not None:
-                self._idle = False
-            self._wake.wait(None if deadline is None else max(0.0, deadline - self.clock()))
-            self._wake.clear()
+            time.sleep(self.interval_s)
             lapsed = self.lapsed(self.clock())
             if lapsed:
                 self.on_lapse(lapsed)

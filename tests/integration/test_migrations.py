@@ -17,6 +17,7 @@ from psycopg import sql
 from pgworkerd.errors import SchemaError
 from pgworkerd.storage import migrations, queries
 from pgworkerd.storage.migrations import Migration
+from tests.integration.test_schema_names import migrate_cli
 
 
 def describe_schema(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[Any]]:
@@ -176,17 +177,7 @@ def test_migrate_refuses_a_schema_of_a_newer_pgworkerd_as_check_does(empty_db_ds
         with pytest.raises(SchemaError) as checked:
             migrations.check_version(conn, "pgworkerd")
         assert str(checked.value) == line
-    env = {**os.environ, "PGWORKERD_DATABASE_URL": empty_db_dsn}
-    env.pop("PGWORKERD_CONFIG", None)
-    env.pop("PGWORKERD_DATABASE__SCHEMA", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "pgworkerd", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = migrate_cli(empty_db_dsn, "pgworkerd")
     assert (done.returncode, done.stdout, done.stderr) == (1, "", f"pgworkerd: error: {line}\n")
 
 

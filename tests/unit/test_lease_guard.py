@@ -9,7 +9,7 @@ import os
 import time
 
 from pgworkerd.ipc import StartBoard
-from pgworkerd.worker.lease_guard import LeaseGuard
+from pgworkerd.worker.lease_guard import GUARD_FRACTION, LeaseGuard
 
 Lapses = list[list[int]]
 
@@ -83,8 +83,8 @@ def test_the_renewal_crosses_the_fork() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def test_its_thread_wakes_for_a_start_and_reports_the_lapse() -> None:
-    """The thread, on the real clock: idle, then woken by a start, then the lapse."""
+def test_its_thread_looks_at_its_pace_and_reports_the_lapse() -> None:
+    """The thread, on the real clock: a job starts, then its lapse is reported."""
     board, lapses = StartBoard(), Lapses()
     guard = LeaseGuard(board.renewal, 0.2, lapses.append)
     guard.start()
@@ -101,3 +101,10 @@ def test_the_board_tells_the_supervisor_the_guard_killed_the_child() -> None:
     board.post_guard_fired()
     assert board.guard_fired()
     assert board.renewal() == (0, 0.0) and board.records() == [], "nothing else moved"
+
+
+def test_it_looks_often_enough_to_act_before_the_lease_ends() -> None:
+    for ttl in (1.0, 30.0, 600.0):
+        guard = LeaseGuard(StartBoard().renewal, ttl, Lapses().append)
+        assert guard.interval_s <= 1.0
+        assert GUARD_FRACTION * ttl + guard.interval_s < ttl
