@@ -41,10 +41,16 @@ test-deps:
 # sub-make runs them side by side, each one's output printed whole when it ends. (The
 # two venvs are never built at once, even when pyproject.toml looks newer than .venv's
 # stamp: the Django venv's rule waits for .venv's, since each editable install writes
-# pgworkerd.egg-info in this directory.) The tests run one tier at a time, nothing beside.
+# pgworkerd.egg-info in this directory.) Then the tests: all but the slow scenarios on
+# two pytest-xdist workers, each with a PostgreSQL of its own (most tests wait on a
+# process or a timeout: one at a time, the suite kept 2 cores a quarter busy); then the
+# slow scenarios one at a time, nothing beside them, since they judge work under a held
+# snapshot, kill storms and restarts against deadlines; then the Django tier.
+XDIST := -n 2 --dist loadfile
 test: $(STAMP)
 	$(MAKE) --no-print-directory -j3 --output-sync=target checks $(DJANGO_STAMP) test-deps
-	$(BIN)/pytest --ignore=tests/django $(PYTEST_ARGS)
+	$(BIN)/pytest --ignore=tests/django -m "not slow" $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/pytest --ignore=tests/django -m slow $(PYTEST_ARGS)
 	$(DJANGO_VENV)/bin/pytest tests/django $(PYTEST_ARGS)
 
 # Only the Django tier.
@@ -53,7 +59,7 @@ test-django: $(DJANGO_STAMP)
 
 # For development: every tier but the long scenarios marked slow.
 test-fast: $(STAMP) test-deps
-	$(BIN)/pytest --ignore=tests/django -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest --ignore=tests/django -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 # Only the long fault and kill-storm scenarios.
 test-slow: $(STAMP) test-deps
