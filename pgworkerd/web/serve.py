@@ -16,6 +16,7 @@ from starlette.types import ASGIApp
 from pgworkerd.config import Config, ConfigError, host_port
 from pgworkerd.config.units import is_loopback
 from pgworkerd.errors import SchemaError
+from pgworkerd.listening import listening_socket
 from pgworkerd.storage import connections, migrations
 from pgworkerd.storage.connections import parsed_conninfo
 from pgworkerd.web.app import PASSWORD_ENV, LoopbackHostGuard, create_app
@@ -81,12 +82,10 @@ def _check_schema(config: Config) -> None:
 
 
 def bound_socket(host: str, port: int, setting: str, address: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    """The dashboard's listening socket; ConfigError (one line, exit 2) when the address
+    cannot be listened on, as `run`'s http.listen."""
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        # uvicorn's backlog, which its own bind would have used.
+        return listening_socket(host, port, backlog=2048)
     except OSError as exc:
-        sock.close()
         raise ConfigError([f"{setting}: cannot listen on {address}: {exc.strerror}"]) from None
-    return sock
