@@ -14,7 +14,6 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from pgworkerd.config import Config, ConfigError, host_port
-from pgworkerd.config.units import is_loopback
 from pgworkerd.errors import SchemaError
 from pgworkerd.listening import listening_socket
 from pgworkerd.storage import connections, migrations
@@ -30,13 +29,9 @@ def serve(config: Config, *, listen: str | None = None, read_only: bool = False)
         host, port = host_port(address)
     except ValueError as exc:
         raise ConfigError([f"--listen: {exc}"]) from None
-    if config.web.auth is None and not is_loopback(host):
-        raise ConfigError(
-            [
-                f"web: listening on {address} needs web.auth (a username, and the password "
-                f"in {PASSWORD_ENV}); without it the dashboard listens on loopback only"
-            ]
-        )
+    unguarded = None if listen is None else config.web.unguarded(listen, "--listen")
+    if unguarded is not None:  # the config's web.listen was checked with the config
+        raise ConfigError([unguarded])
     if config.web.auth is not None and not os.environ.get(PASSWORD_ENV):
         raise ConfigError([f"web.auth: set the password in {PASSWORD_ENV}"])
     if config.database.url is not None:  # DatabaseURLError (exit 2), not a 500 a page
