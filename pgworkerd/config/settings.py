@@ -116,6 +116,19 @@ class WebConfig(Section):
         None, description="absent: no auth, and `pgworkerd web` listens on loopback only"
     )
 
+    def unguarded(self, listen: str, setting: str) -> str | None:
+        """Why the dashboard may not listen on `listen` (a valid host:port, given as
+        `setting`), or None: the dashboard can retry and cancel jobs, so beyond
+        loopback it needs auth. The config's own web.listen is checked when the config
+        is (Config's validator: `check` refuses it too), `pgworkerd web --listen` by
+        the command."""
+        if self.auth is not None or is_loopback(host_port(listen)[0]):
+            return None
+        return (
+            f"{setting}: {listen} is beyond loopback and needs web.auth (a username, "
+            "and the password in PGWORKERD_WEB_PASSWORD)"
+        )
+
 
 class DjangoConfig(Section):
     """Django tasks (`pgworkerd[django]`): each worker sets Django up after the fork and
@@ -244,12 +257,9 @@ class Config(BaseSettings):
                     raise ValueError(
                         f"workers[{index}].queues: {name!r} is not declared under queues"
                     )
-        web = self.web  # here, not only in `pgworkerd web`: `check` reads the same file
-        if web.auth is None and not is_loopback(host_port(web.listen)[0]):
-            raise ValueError(
-                f"web.listen: {web.listen} is beyond loopback and needs web.auth (a username, "
-                "and the password in PGWORKERD_WEB_PASSWORD)"
-            )
+        unguarded = self.web.unguarded(self.web.listen, "web.listen")
+        if unguarded is not None:
+            raise ValueError(unguarded)
         tasks_too = bool(self.task_modules) or self.django is not None
         check_entries(self.periodic, self.queues, self.handlers, tasks_too=tasks_too)
         return self

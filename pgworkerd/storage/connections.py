@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import set_json_loads
 
 from pgworkerd.config import Config
@@ -49,11 +50,64 @@ def connect(
         url, **{**KEEPALIVE_OPTIONS, **options}, application_name=application_name
     )
     try:
-        conn = psycopg.connect(conninfo, autocommit=autocommit)
+        conn = psycopg.connect(conninfo, autocommit=autocommit, cursor_factory=Cursor)
     except psycopg.Error as exc:
         raise psycopg.OperationalError(describe_error(exc, url)) from None
     set_json_loads(json_loads, conn)
     return conn
+
+
+class StalePreparedStatement(psycopg.OperationalError):
+    """A statement prepared on this connection before a column it returns changed type
+    could not run, inside a transaction, which that failure ended: the caller treats it
+    as a lost connection (reconnects, runs the transaction again)."""
+
+
+def stale_prepared_statement(exc: psycopg.Error) -> bool:
+    """Whether `exc` is PostgreSQL's refusal to run a statement prepared before the
+    type of a column it returns changed (an ALTER TABLE ... TYPE, as a migration may
+    run: 0013): "cached plan must not change result type", SQLSTATE 0A000, raised
+    before the statement does anything. Known by the server function that raises it,
+    which lc_messages does not translate, or else by its message."""
+    if not isinstance(exc, psycopg.errors.FeatureNotSupported):
+        return False
+    diag = exc.diag
+    return (
+        diag.source_function == "RevalidateCachedQuery"
+        or diag.message_primary == "cached plan must not change result type"
+    )
+
+
+class Cursor(psycopg.Cursor[Any]):
+    """The cursor of every connection `connect` opens (the daemon's, the dashboard's,
+    the CLI's). psycopg prepares a statement at its sixth run on a connection, and the
+    worker prepares its own at connect (JobStore.warm); a migration that changes the
+    type of a column one of them returns makes each fail at its next run. A statement
+    that ran on its own (autocommit, no transaction open; it did nothing) is run again,
+    once, after the connection's prepared statements are dropped (psycopg then prepares
+    them afresh); one inside a transaction ended it: StalePreparedStatement, which the
+    daemon handles as a lost connection. A failure that is not this one costs nothing
+    more than psycopg's own; a statement one call frame more."""
+
+    def execute(
+        self,
+        query: Any,
+        params: Any = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool | None = None,
+    ) -> Cursor:
+        try:
+            return super().execute(query, params, prepare=prepare, binary=binary)
+        except psycopg.errors.FeatureNotSupported as exc:
+            if not stale_prepared_statement(exc):
+                raise
+            pgconn = self.connection.pgconn
+            if pgconn.transaction_status != TransactionStatus.IDLE or pgconn.pipeline_status:
+                raise StalePreparedStatement(describe_error(exc)) from exc
+        # psycopg sees the DEALLOCATE ALL and forgets the names it prepared.
+        self.connection.execute("DEALLOCATE ALL")
+        return super().execute(query, params, prepare=prepare, binary=binary)
 
 
 def bound_transaction(

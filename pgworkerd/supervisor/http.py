@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pgworkerd import logs
+from pgworkerd.listening import listening_socket
 
 log = logging.getLogger("pgworkerd.supervisor")
 
@@ -96,12 +97,8 @@ class HttpListener:
     connections: dict[socket.socket, Connection] = field(default_factory=dict)
 
     def listen(self, host: str, port: int) -> None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.set_inheritable(False)
-        sock.bind((host, port))
-        sock.listen(MAX_CONNECTIONS)
+        """Listen on `host`:`port`; OSError (the socket closed) when that fails."""
+        sock = listening_socket(host, port, MAX_CONNECTIONS)
         sock.setblocking(False)
         self.sock = sock
         self.selector.register(sock, selectors.EVENT_READ, self)

@@ -14,8 +14,8 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from pgworkerd.config import Config, ConfigError, host_port
-from pgworkerd.config.units import is_loopback
 from pgworkerd.errors import SchemaError
+from pgworkerd.listening import listening_socket
 from pgworkerd.storage import connections, migrations
 from pgworkerd.storage.connections import parsed_conninfo
 from pgworkerd.web.app import PASSWORD_ENV, LoopbackHostGuard, create_app
@@ -29,13 +29,9 @@ def serve(config: Config, *, listen: str | None = None, read_only: bool = False)
         host, port = host_port(address)
     except ValueError as exc:
         raise ConfigError([f"--listen: {exc}"]) from None
-    if config.web.auth is None and not is_loopback(host):
-        raise ConfigError(
-            [
-                f"web: listening on {address} needs web.auth (a username, and the password "
-                f"in {PASSWORD_ENV}); without it the dashboard listens on loopback only"
-            ]
-        )
+    unguarded = None if listen is None else config.web.unguarded(listen, "--listen")
+    if unguarded is not None:  # the config's web.listen was checked with the config
+        raise ConfigError([unguarded])
     if config.web.auth is not None and not os.environ.get(PASSWORD_ENV):
         raise ConfigError([f"web.auth: set the password in {PASSWORD_ENV}"])
     if config.database.url is not None:  # DatabaseURLError (exit 2), not a 500 a page
@@ -81,12 +77,10 @@ def _check_schema(config: Config) -> None:
 
 
 def bound_socket(host: str, port: int, setting: str, address: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    """The dashboard's listening socket; ConfigError (one line, exit 2) when the address
+    cannot be listened on, as `run`'s http.listen."""
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        # uvicorn's backlog, which its own bind would have used.
+        return listening_socket(host, port, backlog=2048)
     except OSError as exc:
-        sock.close()
         raise ConfigError([f"{setting}: cannot listen on {address}: {exc.strerror}"]) from None
-    return sock

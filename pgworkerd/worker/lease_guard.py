@@ -64,12 +64,6 @@ class LeaseGuard:
 
     # -- the checks (pure but for the board's read) -----------------------------------------
 
-    def deadline(self) -> float | None:
-        """The earliest moment (monotonic) a running job's lease has gone unrenewed for
-        GUARD_FRACTION of lease_ttl; None: no job runs."""
-        moments = self._moments()
-        return min(moments.values(), default=None)
-
     def lapsed(self, now: float) -> list[int]:
         """The running jobs whose lease has gone unrenewed too long at `now`."""
         return sorted(job_id for job_id, moment in self._moments().items() if now >= moment)

@@ -3,6 +3,8 @@ driven by a selector as the supervisor's loop drives it."""
 
 from __future__ import annotations
 
+import errno
+import os
 import selectors
 import socket
 import time
@@ -46,6 +48,25 @@ def test_listen_addresses() -> None:
     assert parse("log_format: json").log_format == "json"
     with pytest.raises(ConfigError):
         parse("log_format: xml")
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_taken_port_leaves_no_socket_open() -> None:
+    """The listen fails (the supervisor says so in one line, exit 2) and closes the
+    socket it made: the error's traceback, which the caller may keep, holds it."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        before = open_descriptors()
+        selector = selectors.DefaultSelector()
+        with pytest.raises(OSError) as refused:
+            HttpListener(selector, {}).listen("127.0.0.1", taken.getsockname()[1])
+        assert open_descriptors() == before + 1  # the selector's epoll descriptor only
+        assert refused.value.errno == errno.EADDRINUSE
+        selector.close()
 
 
 @pytest.fixture

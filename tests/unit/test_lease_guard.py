@@ -29,9 +29,8 @@ def guard_of(board: StartBoard, clock: Clock, lapses: Lapses) -> LeaseGuard:
 def test_a_job_never_renewed_lapses_at_nine_tenths_of_the_lease_ttl_from_its_claim() -> None:
     board, clock, lapses = StartBoard(), Clock(), Lapses()
     guard = guard_of(board, clock, lapses)
-    assert guard.deadline() is None, "nothing runs: nothing to watch"
+    assert guard.lapsed(2000.0) == [], "nothing runs: nothing to watch"
     guard.started(7, number=1, claimed_at=1000.0)
-    assert guard.deadline() == 1009.0
     assert guard.lapsed(1008.9) == []
     assert guard.lapsed(1009.0) == [7]
 
@@ -44,8 +43,8 @@ def test_a_renewal_that_covered_the_job_moves_its_moment_and_one_that_did_not_do
     # Sent at 1003, it covered the claims up to number 1: job 8's claim was not yet
     # known to the supervisor, so its lease was not in it.
     board.post_renewal(1, 1003.0)
-    assert guard.deadline() == 1011.0
-    assert guard.lapsed(1011.5) == [8]
+    assert guard.lapsed(1010.9) == []
+    assert guard.lapsed(1011.0) == [8]
     board.post_renewal(2, 1006.0)
     assert guard.lapsed(1014.9) == []
     assert guard.lapsed(1015.0) == [7, 8]
@@ -63,7 +62,7 @@ def test_a_job_that_ended_is_not_watched() -> None:
     guard = guard_of(board, clock, lapses)
     guard.started(7, number=1, claimed_at=1000.0)
     guard.ended(7)
-    assert guard.deadline() is None and guard.lapsed(2000.0) == []
+    assert guard.lapsed(2000.0) == []
 
 
 def test_the_renewal_crosses_the_fork() -> None:
