@@ -182,7 +182,10 @@ def test_as_pid_1_the_supervisor_reaps_orphaned_grandchildren_and_drains_on_term
 
         # TERM drains: the running job finishes, the supervisor exits 0.
         sleeper = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 1})
-        wait_until(lambda: job(history_conn, sleeper)["state"] == "running", what="the job")
+        # Its handler started (its own record), not only its row claimed: a claimed job
+        # whose handler has not started yet is given back at the drain (queued), as it
+        # was once when the machine was busy.
+        wait_until(lambda: _started(history_conn, sleeper), what="the job's handler")
         os.kill(supervisor.pid, signal.SIGTERM)
         assert runner.wait(timeout=20) == 0
         assert job(history_conn, sleeper)["state"] == "succeeded"
@@ -192,3 +195,9 @@ def test_as_pid_1_the_supervisor_reaps_orphaned_grandchildren_and_drains_on_term
             os.killpg(runner.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             runner.wait(timeout=10)
+
+
+def _started(conn, job_id: int) -> bool:
+    return conn.execute(
+        "SELECT EXISTS (SELECT FROM history WHERE job_id = %s AND event = 'start')", [job_id]
+    ).fetchone()[0]

@@ -24,7 +24,9 @@ def progress_row(conn: Any, job_id: int) -> tuple[Any, ...]:
 def test_progress_moves_while_the_job_runs_and_wait_returns_at_its_end(
     start_daemon, history_conn, db_dsn, tmp_path
 ):
-    job_id = pgworkerd.enqueue(history_conn, "progress_steps", {"steps": 10, "pause": 0.5})
+    # Ten steps of a second: the job still runs after three moves and two CLI starts,
+    # each of which took seconds on a busy machine (half a second a step was too short).
+    job_id = pgworkerd.enqueue(history_conn, "progress_steps", {"steps": 10, "pause": 1.0})
     start_daemon(workers=[{"queues": ["default"], "concurrency": 1, "threads": 2}])
     seen: list[float] = []
 
