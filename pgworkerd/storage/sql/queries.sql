@@ -56,14 +56,14 @@ inserted AS (
 -- poll). The payload is the queue name only (NOTIFY payloads are limited to 8000
 -- bytes); PostgreSQL delivers them at commit and folds duplicates within a transaction.
 notified AS (
-    SELECT pg_notify(%(channel)s, q.queue)
+    SELECT pg_notify(%(channel)s::text, q.queue)
     FROM (SELECT DISTINCT queue FROM inserted) AS q
 )
 SELECT input.id,
        -- a hashed subplan: one pass over `inserted`, whatever the list's length
        input.unique_key IS NOT NULL AND input.id NOT IN (SELECT id FROM inserted) AS left_out
 FROM input
-CROSS JOIN (SELECT count(*) FROM notified) AS force_notify  -- an unreferenced CTE never runs
+CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) AS force_notify  -- an unreferenced CTE never runs
 ORDER BY input.ord;
 
 
@@ -88,14 +88,14 @@ WITH inserted AS (
     RETURNING j.id, j.queue, j.run_at
 ),
 notified AS (  -- as in jobs_insert
-    SELECT pg_notify(%(channel)s, q.queue)
+    SELECT pg_notify(%(channel)s::text, q.queue)
     FROM (SELECT DISTINCT queue FROM inserted) AS q
 )
 -- The function scan yields the records in input order and nextval() numbers them as
 -- they come, increasing: ordered by id is ordered as given.
 SELECT inserted.id, false AS left_out
 FROM inserted
-CROSS JOIN (SELECT count(*) FROM notified) AS force_notify
+CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) AS force_notify
 ORDER BY inserted.id;
 
 
@@ -111,7 +111,7 @@ ORDER BY inserted.id;
 -- "The cost of one enqueue"), and PostgreSQL folds duplicates within a transaction.
 INSERT INTO {schema}.jobs
     (queue, kind, payload, priority, run_at, max_attempts, max_runtime, trace_context, key)
-VALUES (%s, %s, %s::jsonb, COALESCE(%s::int, 0),
+VALUES (%s::text, %s::text, %s::jsonb, COALESCE(%s::int, 0),
         COALESCE(%s::timestamptz, now() + make_interval(secs => COALESCE(%s::float8, 0))),
         %s::int, make_interval(secs => %s::float8), %s::jsonb, %s::text)
 RETURNING id, pg_notify({queue_channel}, queue);
@@ -125,7 +125,7 @@ RETURNING id, pg_notify({queue_channel}, queue);
 -- Three parameters instead of ten: psycopg's dumping of the seven NULLs was ~4,300
 -- client instructions a call (bench/results/enqueue-one-round9-20261127.md).
 INSERT INTO {schema}.jobs (queue, kind, payload)
-VALUES (%s, %s, %s::jsonb)
+VALUES (%s::text, %s::text, %s::jsonb)
 RETURNING id, pg_notify({queue_channel}, queue);
 
 
@@ -177,7 +177,7 @@ deps AS MATERIALIZED (
            (j.state NOT IN ('succeeded', 'dead', 'cancelled') AND NOT j.has_dependents)::int
                AS unmarked
     -- in id order: the nested loop keeps the order of its outer side
-    FROM (SELECT DISTINCT a.id FROM input AS i CROSS JOIN unnest(i.after) AS a(id)
+    FROM (SELECT DISTINCT a.id FROM input AS i CROSS JOIN pg_catalog.unnest(i.after) AS a(id)
           ORDER BY a.id) AS a
     -- LOCK MODE. A dependency that has the flag already is locked FOR SHARE: producers
     -- of its later dependents run side by side, one lookup each. One without it is
@@ -211,11 +211,11 @@ deps AS MATERIALIZED (
 named AS MATERIALIZED (
     SELECT i.id AS job_id, i.ord, a.id AS named_id, d.id, d.final, d.failed, d.unmarked
     FROM input AS i
-    CROSS JOIN unnest(i.after) AS a(id)
+    CROSS JOIN pg_catalog.unnest(i.after) AS a(id)
     LEFT JOIN deps AS d ON d.id = a.id
 ),
 facts AS (
-    SELECT n.job_id, count(n.id) FILTER (WHERE NOT n.final)::int AS pending,
+    SELECT n.job_id, pg_catalog.count(n.id) FILTER (WHERE NOT n.final)::int AS pending,
            min(n.id) FILTER (WHERE n.failed) AS failed_dependency
     FROM named AS n
     GROUP BY n.job_id
@@ -243,7 +243,7 @@ inserted AS (
            max_attempts, make_interval(secs => max_runtime_s), trace_context, key, state,
            CASE WHEN state = 'cancelled' THEN now() END,
            CASE WHEN state = 'cancelled'
-                THEN format('cancelled: job %%s, which it was to run after, ended dead or '
+                THEN pg_catalog.format('cancelled: job %%s, which it was to run after, ended dead or '
                             'cancelled', failed_dependency) END,
            after, after_failure,
            CASE WHEN state = 'waiting' THEN pending ELSE 0 END
@@ -278,7 +278,7 @@ marked AS (
     WHERE j.id = m.id AND NOT j.has_dependents
 ),
 notified AS (  -- as in jobs_insert, for the jobs queued at once
-    SELECT pg_notify(%(channel)s, q.queue)
+    SELECT pg_notify(%(channel)s::text, q.queue)
     FROM (SELECT DISTINCT i.queue FROM inserted AS i WHERE i.state = 'queued') AS q
 )
 SELECT ARRAY(SELECT id FROM inserted ORDER BY id) AS ids,
@@ -286,7 +286,7 @@ SELECT ARRAY(SELECT id FROM inserted ORDER BY id) AS ids,
        ARRAY(SELECT n.named_id FROM named AS n WHERE n.ord = m.ord AND n.id IS NULL
              ORDER BY n.named_id) AS missing
 FROM first_missing AS m
-CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
+CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) AS force_notify;
 
 
 -- name: jobs_dependencies
@@ -294,12 +294,12 @@ CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
 -- (their after_ids name it: by jobs_after_idx). `relation` is 'dependency' or
 -- 'dependent'; a dependency pruned since shows with state and kind NULL.
 SELECT 'dependency' AS relation, a.id, j.state, j.kind
-FROM unnest((SELECT after_ids FROM {schema}.jobs WHERE id = %(id)s)) AS a(id)
+FROM pg_catalog.unnest((SELECT after_ids FROM {schema}.jobs WHERE id = %(id)s::bigint)) AS a(id)
 LEFT JOIN {schema}.jobs AS j ON j.id = a.id
 UNION ALL
 SELECT 'dependent', j.id, j.state, j.kind
 FROM {schema}.jobs AS j
-WHERE j.after_ids @> ARRAY[%(id)s::bigint] AND j.after_ids IS NOT NULL
+WHERE j.after_ids OPERATOR(pg_catalog.@>) ARRAY[%(id)s::bigint] AND j.after_ids IS NOT NULL
 ORDER BY 1, 2;
 
 
@@ -344,12 +344,12 @@ inserted AS (
     RETURNING j.id, j.queue
 ),
 notified AS (  -- as in jobs_insert
-    SELECT pg_notify(%(channel)s, q.queue)
+    SELECT pg_notify(%(channel)s::text, q.queue)
     FROM (SELECT DISTINCT queue FROM inserted) AS q
 )
 SELECT slot.job_id AS id
 FROM slot
-CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
+CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) AS force_notify;
 
 
 -- name: jobs_insert_debounced
@@ -390,13 +390,13 @@ inserted AS (
     RETURNING j.id, j.queue
 ),
 notified AS (  -- as in jobs_insert
-    SELECT pg_notify(%(channel)s, q.queue)
+    SELECT pg_notify(%(channel)s::text, q.queue)
     FROM (SELECT DISTINCT queue FROM inserted) AS q
 )
 SELECT slot.job_id AS id, slot.job_id = input.id AS created
 FROM slot
 CROSS JOIN input
-CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
+CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) AS force_notify;
 
 
 -- name: jobs_debounce_fold
@@ -419,7 +419,7 @@ folded AS (
         trace_context = input.trace_context,
         run_at = now() + make_interval(secs => input.debounce_s)
     FROM input
-    WHERE j.id = %(target)s AND j.state = 'queued'
+    WHERE j.id = %(target)s::bigint AND j.state = 'queued'
     RETURNING j.id
 ),
 inserted AS (
@@ -440,16 +440,16 @@ repointed AS (
     WHERE s.unique_key = input.unique_key
 ),
 notified AS (  -- as in jobs_insert
-    SELECT pg_notify(%(channel)s, q.queue)
+    SELECT pg_notify(%(channel)s::text, q.queue)
     FROM (SELECT DISTINCT queue FROM inserted) AS q
 )
 SELECT coalesce((SELECT id FROM folded), (SELECT id FROM inserted)) AS id
-FROM (SELECT count(*) FROM notified) AS force_notify;
+FROM (SELECT pg_catalog.count(*) FROM notified) AS force_notify;
 
 
 -- name: jobs_find_live_by_unique_key
 SELECT id FROM {schema}.jobs
-WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running');
+WHERE unique_key = %(unique_key)s::text AND state IN ('queued', 'running');
 
 
 -- name: jobs_claim
@@ -487,7 +487,8 @@ FULL JOIN ({claim_meta}) AS meta ON false;
 -- run_at, a run_at set in the past) is found by the sweep.
 queues AS (
     SELECT q.name, q.max_attempts, q.ord
-    FROM unnest(%(queues)s::text[], %(queue_max_attempts)s::int[])
+    FROM ROWS FROM (pg_catalog.unnest(%(queues)s::text[]),
+                    pg_catalog.unnest(%(queue_max_attempts)s::int[]))
          WITH ORDINALITY AS q(name, max_attempts, ord)
     WHERE NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = q.name)
 ),
@@ -495,8 +496,10 @@ levels AS (
     SELECT q.name, q.ord, l.priority,
            coalesce(l.after_run_at, '-infinity') AS after_run_at,
            coalesce(l.after_id, -1) AS after_id
-    FROM unnest(%(level_queues)s::text[], %(level_priorities)s::int[],
-                %(level_after_run_at)s::timestamptz[], %(level_after_id)s::bigint[])
+    FROM ROWS FROM (pg_catalog.unnest(%(level_queues)s::text[]),
+                    pg_catalog.unnest(%(level_priorities)s::int[]),
+                    pg_catalog.unnest(%(level_after_run_at)s::timestamptz[]),
+                    pg_catalog.unnest(%(level_after_id)s::bigint[]))
          AS l(queue, priority, after_run_at, after_id)
     JOIN queues AS q ON q.name = l.queue
 )
@@ -537,13 +540,13 @@ picked AS MATERIALIZED (
         SELECT j.id FROM {schema}.jobs AS j
         WHERE {level_ready}
         ORDER BY j.run_at, j.id
-        LIMIT %(limit)s
+        LIMIT %(limit)s::bigint
         -- SKIP LOCKED: rows another claimer is taking right now are passed over, not
         -- waited for; FOR UPDATE rechecks state = 'queued' on the newest row version,
         -- so a row claimed and committed meanwhile is never claimed twice.
         FOR UPDATE SKIP LOCKED
     ) AS ready
-    LIMIT %(limit)s
+    LIMIT %(limit)s::bigint
 )
 
 
@@ -577,17 +580,17 @@ SELECT now() AS db_now,
 --     is reached by primary key, whatever the estimates (below).
 UPDATE {schema}.jobs AS j
 SET state            = 'running',
-    attempt          = j.attempt + 1,          -- every start is charged
+    attempt          = j.attempt::int + 1,          -- every start is charged
     lease_token      = gen_random_uuid(),      -- a fresh token per claim: the FENCE
     lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s::float8),
-    worker           = %(worker)s,
+    worker           = %(worker)s::text,
     started_at       = {started_at},
     -- The queue's default and its place in the list by array_position, not a join
     -- to `queues`: the picks are all of unpaused queues already (claim_picks), and a
     -- join is two more plan nodes to start and run on every claim.
     max_attempts     = COALESCE(j.max_attempts,
                                 (%(queue_max_attempts)s::int[])[
-                                    array_position(%(queues)s::text[], j.queue)]),
+                                    pg_catalog.array_position(%(queues)s::text[], j.queue)]),
     progress         = NULL,                   -- each attempt reports its own
     progress_stage   = NULL,
     progress_at      = NULL
@@ -604,7 +607,7 @@ RETURNING j.id, j.queue, j.kind, j.payload::text AS payload_json, j.priority, j.
           j.max_attempts,
           extract(epoch FROM j.max_runtime)::float8 AS max_runtime_s, j.run_at,
           j.created_at, j.lease_token,
-          array_position(%(queues)s::text[], j.queue) AS queue_ord, j.key,
+          pg_catalog.array_position(%(queues)s::text[], j.queue) AS queue_ord, j.key,
           j.trace_context,  -- the handler's span continues the enqueuer's trace
           j.after_ids       -- job.after (workflows)
 
@@ -625,7 +628,7 @@ claimed AS (
 )
 SELECT claimed.*, done.*
 FROM claimed
-FULL JOIN (SELECT coalesce((SELECT array_agg(id) FROM completed), '{{}}') AS completed_ids,
+FULL JOIN (SELECT coalesce((SELECT pg_catalog.array_agg(id) FROM completed), '{{}}') AS completed_ids,
                   meta.*
            FROM ({claim_meta}) AS meta) AS done ON false;
 
@@ -687,10 +690,14 @@ limits AS (
            make_interval(secs => l.key_rate_period_s) AS key_rate_period,
            l.fair,
            (l.fair OR l.key_concurrency IS NOT NULL OR l.key_rate_count IS NOT NULL) AS keyed
-    FROM unnest(%(limit_queues)s::text[], %(limit_concurrency)s::int[],
-                %(limit_rate_count)s::int[], %(limit_rate_period_s)s::float8[],
-                %(limit_key_concurrency)s::int[], %(limit_key_rate_count)s::int[],
-                %(limit_key_rate_period_s)s::float8[], %(limit_fair)s::bool[])
+    FROM ROWS FROM (pg_catalog.unnest(%(limit_queues)s::text[]),
+                    pg_catalog.unnest(%(limit_concurrency)s::int[]),
+                    pg_catalog.unnest(%(limit_rate_count)s::int[]),
+                    pg_catalog.unnest(%(limit_rate_period_s)s::float8[]),
+                    pg_catalog.unnest(%(limit_key_concurrency)s::int[]),
+                    pg_catalog.unnest(%(limit_key_rate_count)s::int[]),
+                    pg_catalog.unnest(%(limit_key_rate_period_s)s::float8[]),
+                    pg_catalog.unnest(%(limit_fair)s::bool[]))
          AS l(queue, concurrency, rate_count, rate_period_s, key_concurrency,
               key_rate_count, key_rate_period_s, fair)
 )
@@ -709,10 +716,10 @@ limits AS (
 -- estimated cost can cross jit_above_cost on a big table (the key walk's estimates
 -- are blind), and compiling it costs seconds where running it costs a millisecond.
 -- hashtextextended and the lock named by their schema (see migrations_lock).
-SELECT set_config('jit', 'off', true), count(pg_catalog.pg_advisory_xact_lock(k.lock_key))
+SELECT set_config('jit', 'off', true), pg_catalog.count(pg_catalog.pg_advisory_xact_lock(k.lock_key))
 FROM (SELECT pg_catalog.hashtextextended(%(schema_name)s::text || '.' || q.name, 19::bigint)
              AS lock_key
-      FROM unnest(%(queues)s::text[]) AS q(name)
+      FROM pg_catalog.unnest(%(queues)s::text[]) AS q(name)
       ORDER BY 1) AS k;
 
 
@@ -754,7 +761,7 @@ running AS MATERIALIZED (
     -- jobs (by jobs_running_is_leased), however big the table. No index of its own: one
     -- would be written by every claim and renewal of every queue, limited or not. Not
     -- read at all (a one-time filter) when no queue of the claim limits concurrency.
-    SELECT j.queue, j.key, count(*) AS n
+    SELECT j.queue, j.key, pg_catalog.count(*) AS n
     FROM {schema}.jobs AS j
     WHERE j.lease_expires_at IS NOT NULL
       AND j.queue = ANY(%(limit_queues)s::text[])
@@ -768,9 +775,9 @@ room AS MATERIALIZED (
            -- limits takes the other's room; with neither (keyed only), NULL: no cap
            CASE WHEN l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL THEN
            greatest(0, least(
-               l.concurrency - coalesce((SELECT sum(r.n) FROM running AS r
+               l.concurrency - coalesce((SELECT sum(r.n)::bigint FROM running AS r
                                          WHERE r.queue = l.queue), 0),
-               l.rate_count - (SELECT count(*) FROM (
+               l.rate_count - (SELECT pg_catalog.count(*) FROM (
                    SELECT FROM {schema}.starts AS s
                    WHERE s.queue = l.queue AND s.at > statement_timestamp() - l.rate_period
                    LIMIT l.rate_count) AS window_starts)
@@ -794,7 +801,7 @@ level_picks AS MATERIALIZED (
         SELECT j.id, j.run_at FROM {schema}.jobs AS j
         WHERE {level_ready}
         ORDER BY j.run_at, j.id
-        LIMIT least(%(limit)s, l.room)  -- NULL room (an unlimited queue): the batch
+        LIMIT least(%(limit)s::bigint, l.room)  -- NULL room (an unlimited queue): the batch
         FOR UPDATE SKIP LOCKED  -- SKIP LOCKED (as in claim_picks)
     ) AS ready
 ),
@@ -848,7 +855,7 @@ key_picks AS MATERIALIZED (
                        l.key_concurrency - coalesce((SELECT r.n FROM running AS r
                                                      WHERE r.queue = l.name
                                                        AND r.key = g.key), 0),
-                       l.key_rate_count - (SELECT count(*) FROM (
+                       l.key_rate_count - (SELECT pg_catalog.count(*) FROM (
                            SELECT FROM {schema}.starts AS s
                            WHERE s.queue = l.name AND s.key = g.key
                              AND s.at > statement_timestamp() - l.key_rate_period
@@ -866,7 +873,7 @@ key_picks AS MATERIALIZED (
                     SELECT FROM {schema}.paused_keys AS pk
                     WHERE pk.key = j.key AND pk.until > now())
              ORDER BY j.run_at, j.id
-             LIMIT least(%(limit)s, l.room, key_room.room)
+             LIMIT least(%(limit)s::bigint, l.room, key_room.room)
              FOR UPDATE SKIP LOCKED) AS of_key
           UNION ALL
             -- ... or the jobs without a key, looked for among the level's first 1,000
@@ -882,10 +889,10 @@ key_picks AS MATERIALIZED (
                    LIMIT 1000))
                AND j.state = 'queued'
              ORDER BY j.run_at, j.id
-             LIMIT least(%(limit)s, l.room)
+             LIMIT least(%(limit)s::bigint, l.room)
              FOR UPDATE SKIP LOCKED) AS without_key
         ) AS job
-        LIMIT least(%(limit)s, l.room)  -- stops the walk once the level has enough
+        LIMIT least(%(limit)s::bigint, l.room)  -- stops the walk once the level has enough
     ) AS turn
 ),
 picked AS MATERIALIZED (
@@ -896,7 +903,7 @@ picked AS MATERIALIZED (
           FROM (SELECT * FROM level_picks UNION ALL SELECT * FROM key_picks) AS lp) AS p
     WHERE p.room IS NULL OR p.n <= p.room
     ORDER BY p.ord, p.priority DESC, p.step, p.run_at, p.id
-    LIMIT %(limit)s
+    LIMIT %(limit)s::bigint
 ),
 claimed AS (  -- started_at: the time after the lock, as the ledger has it
     {claim_update_after_lock}
@@ -937,10 +944,10 @@ FULL JOIN (
            -- queues whose walk ended before the batch was full (their ready jobs
            -- may all be held back by their keys' limits)
            ARRAY(SELECT r.queue FROM room AS r
-                 CROSS JOIN LATERAL (SELECT count(*) AS taken FROM picked AS p
+                 CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS taken FROM picked AS p
                                      WHERE p.name = r.queue) AS c
                  WHERE r.room <= c.taken
-                    OR (r.keyed AND c.taken < least(%(limit)s, r.room)))
+                    OR (r.keyed AND c.taken < least(%(limit)s::bigint, r.room)))
                AS held_queues,
            -- when the soonest start of a queue its rate holds back leaves the window
            -- (seconds from now), NULL when no queue's rate is what holds it back
@@ -951,7 +958,7 @@ FULL JOIN (
                 WHERE s.queue = r.queue AND s.at > statement_timestamp() - r.rate_period
                 ORDER BY s.at LIMIT 1) AS s
             WHERE r.rate_count IS NOT NULL
-              AND r.room <= (SELECT count(*) FROM picked AS p WHERE p.name = r.queue))::float8
+              AND r.room <= (SELECT pg_catalog.count(*) FROM picked AS p WHERE p.name = r.queue))::float8
                AS rate_wake_in_s
     FROM ({claim_meta}) AS claim_meta
 ) AS meta ON false;
@@ -969,17 +976,17 @@ FULL JOIN (
 -- second pass over the queue's ready jobs). bench/web_limits_cost.py gives the plans.
 WITH {limit_settings},
 running AS MATERIALIZED (  -- RUNNING, as in jobs_claim_limited: one pass over the leased rows
-    SELECT j.queue, j.key, count(*) AS n
+    SELECT j.queue, j.key, pg_catalog.count(*) AS n
     FROM {schema}.jobs AS j
     WHERE j.lease_expires_at IS NOT NULL AND j.queue = ANY(%(limit_queues)s::text[])
     GROUP BY j.queue, j.key
 ),
 counted AS MATERIALIZED (
     SELECT l.*,
-           coalesce((SELECT sum(r.n) FROM running AS r WHERE r.queue = l.queue), 0) AS running,
-           (SELECT count(*) FROM {schema}.starts AS s
+           coalesce((SELECT sum(r.n)::bigint FROM running AS r WHERE r.queue = l.queue), 0) AS running,
+           (SELECT pg_catalog.count(*) FROM {schema}.starts AS s
             WHERE s.queue = l.queue AND s.at > now() - l.rate_period) AS window_starts,
-           (SELECT count(*) FROM {schema}.jobs AS j
+           (SELECT pg_catalog.count(*) FROM {schema}.jobs AS j
             WHERE j.state = 'queued' AND j.queue = l.queue AND j.run_at <= now()) AS ready
     FROM limits AS l
 )
@@ -987,7 +994,7 @@ SELECT c.queue, c.running, c.window_starts, c.ready,
        CASE WHEN c.running >= c.concurrency OR c.window_starts >= c.rate_count THEN c.ready
             WHEN c.key_concurrency IS NULL AND c.key_rate_count IS NULL THEN 0
             ELSE (
-                SELECT count(*) FROM {schema}.jobs AS j
+                SELECT pg_catalog.count(*) FROM {schema}.jobs AS j
                 WHERE j.state = 'queued' AND j.queue = c.queue AND j.run_at <= now()
                   AND j.key IS NOT NULL
                   AND j.key IN (  -- the queue's keys at their per_key limit now
@@ -998,7 +1005,7 @@ SELECT c.queue, c.running, c.window_starts, c.ready,
                       SELECT s.key FROM {schema}.starts AS s
                       WHERE s.queue = c.queue AND s.key IS NOT NULL
                         AND s.at > now() - c.key_rate_period
-                      GROUP BY s.key HAVING count(*) >= c.key_rate_count))
+                      GROUP BY s.key HAVING pg_catalog.count(*) >= c.key_rate_count))
        END AS held_back
 FROM counted AS c
 ORDER BY c.queue;
@@ -1007,7 +1014,7 @@ ORDER BY c.queue;
 -- name: limits_notify
 -- LIMITS: a completion freed places in these concurrency-limited queues: wake their idle
 -- workers (delivered at commit, as jobs_insert's).
-SELECT count(pg_notify(%(channel)s, q.name)) FROM unnest(%(queues)s::text[]) AS q(name);
+SELECT pg_catalog.count(pg_notify(%(channel)s::text, q.name)) FROM pg_catalog.unnest(%(queues)s::text[]) AS q(name);
 
 
 -- name: wake_limited
@@ -1051,7 +1058,7 @@ levels AS (
 -- what the claims of a JobStore learn at each sweep. Paused queues included: their
 -- levels are known when they are resumed.
 WITH RECURSIVE queues AS (
-    SELECT q.name, q.ord FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
+    SELECT q.name, q.ord FROM pg_catalog.unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
 ),
 {queue_levels}
 SELECT name, priority FROM levels;
@@ -1066,15 +1073,17 @@ SELECT name, priority FROM levels;
 -- earliest end of a key pause counts as a run_at: the idle worker wakes when it ends
 -- (at worst once for a key none of its queues holds) and claims what it held back.
 WITH queues AS (
-    SELECT q.name, q.ord FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
+    SELECT q.name, q.ord FROM pg_catalog.unnest(%(queues)s::text[]) WITH ORDINALITY AS q(name, ord)
     WHERE NOT EXISTS (SELECT FROM {schema}.paused_queues AS p WHERE p.queue = q.name)
 ),
 levels AS (
     SELECT q.name, l.priority,
            coalesce(l.after_run_at, '-infinity') AS after_run_at,
            coalesce(l.after_id, -1) AS after_id
-    FROM unnest(%(level_queues)s::text[], %(level_priorities)s::int[],
-                %(level_after_run_at)s::timestamptz[], %(level_after_id)s::bigint[])
+    FROM ROWS FROM (pg_catalog.unnest(%(level_queues)s::text[]),
+                    pg_catalog.unnest(%(level_priorities)s::int[]),
+                    pg_catalog.unnest(%(level_after_run_at)s::timestamptz[]),
+                    pg_catalog.unnest(%(level_after_id)s::bigint[]))
          AS l(queue, priority, after_run_at, after_id)
     JOIN queues AS q ON q.name = l.queue
 )
@@ -1111,7 +1120,7 @@ SELECT extract(epoch FROM least(
 -- cost a test of a boolean.
 UPDATE {schema}.jobs AS j
 SET state            = 'succeeded',
-    result           = (%(results)s::text[])[array_position(%(ids)s::bigint[], j.id)]::jsonb,
+    result           = (%(results)s::text[])[pg_catalog.array_position(%(ids)s::bigint[], j.id)]::jsonb,
     finished_at      = now(),
     lease_expires_at = NULL
 WHERE j.id = ANY(%(ids)s::bigint[])                      -- by primary key
@@ -1135,14 +1144,14 @@ WHERE j.id = ANY(%(ids)s::bigint[])
 -- do not come back together; `dead` when attempts are exhausted or on a discard.
 WITH target AS (
     SELECT j.id, j.attempt, %(error)s::text AS error,
-           (%(discard)s OR j.attempt >= j.max_attempts) AS dead,
+           (%(discard)s::bool OR j.attempt::int >= j.max_attempts::int) AS dead,
            COALESCE(%(delay_s)s::float8,
                     random() * least(%(backoff_max_s)s::float8,
-                                     %(backoff_base_s)s::float8 * power(2::float8, (j.attempt - 1)::float8)))
+                                     %(backoff_base_s)s::float8 * power(2::float8, (j.attempt::int - 1)::float8)))
                AS delay_s
     FROM {schema}.jobs AS j
-    WHERE j.id = %(id)s
-      AND j.lease_token = %(token)s AND j.state = 'running'  -- FENCE
+    WHERE j.id = %(id)s::bigint
+      AND j.lease_token = %(token)s::uuid AND j.state = 'running'  -- FENCE
     FOR UPDATE
 )
 {apply_failure};
@@ -1155,15 +1164,15 @@ WITH target AS (
 -- completed, or was renewed or claimed afresh meanwhile, is left alone.
 WITH target AS (
     SELECT j.id, j.attempt,
-           format('lease expired: worker %%s stopped renewing it during attempt %%s',
+           pg_catalog.format('lease expired: worker %%s stopped renewing it during attempt %%s',
                   j.worker, j.attempt) AS error,
-           j.attempt >= j.max_attempts AS dead,
+           j.attempt::int >= j.max_attempts::int AS dead,
            random() * least(%(backoff_max_s)s::float8,
-                            %(backoff_base_s)s::float8 * power(2::float8, (j.attempt - 1)::float8)) AS delay_s
+                            %(backoff_base_s)s::float8 * power(2::float8, (j.attempt::int - 1)::float8)) AS delay_s
     FROM {schema}.jobs AS j
     WHERE j.state = 'running' AND j.lease_expires_at < now()
     ORDER BY j.lease_expires_at
-    LIMIT %(limit)s
+    LIMIT %(limit)s::bigint
     FOR UPDATE SKIP LOCKED
 )
 {apply_failure};
@@ -1181,7 +1190,7 @@ SET state            = CASE WHEN t.dead THEN 'dead' ELSE 'queued' END,
     -- the last 20 errors, newest last, each cut to 4000 characters
     errors           = CASE WHEN t.error IS NULL THEN j.errors
                             ELSE jsonb_path_query_array(
-                                j.errors || jsonb_build_array(jsonb_build_object(
+                                j.errors::jsonb || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
                                     'attempt', t.attempt, 'at', now(),
                                     'error', left(t.error, 4000))),
                                 '$[last-19 to last]')
@@ -1202,7 +1211,7 @@ RETURNING j.id, j.state, j.run_at, j.attempt,
 -- (Ids and tokens matched as in jobs_complete.)
 UPDATE {schema}.jobs AS j
 SET state            = 'queued',
-    attempt          = j.attempt - 1,
+    attempt          = j.attempt::int - 1,
     lease_token      = NULL,
     lease_expires_at = NULL,
     started_at       = NULL
@@ -1222,19 +1231,19 @@ WITH target AS (
            coalesce(%(until)s::timestamptz,
                     now() + make_interval(secs => %(delay_s)s::float8)) AS run_at
     FROM {schema}.jobs AS j
-    WHERE j.id = %(id)s
-      AND j.lease_token = %(token)s AND j.state = 'running'  -- FENCE
+    WHERE j.id = %(id)s::bigint
+      AND j.lease_token = %(token)s::uuid AND j.state = 'running'  -- FENCE
     FOR UPDATE
 ),
 uncharged AS (  -- LIMITS: the start is given back to the rate too (fenced by target)
     DELETE FROM {schema}.starts AS s
     USING target AS t
-    WHERE s.lease_token = %(token)s
+    WHERE s.lease_token = %(token)s::uuid
 ),
 paused AS (
     INSERT INTO {schema}.paused_keys AS p (key, until)
     SELECT t.key, t.run_at FROM target AS t
-    WHERE %(pause_key)s AND t.key IS NOT NULL
+    WHERE %(pause_key)s::bool AND t.key IS NOT NULL
     ON CONFLICT (key) DO UPDATE
     SET until     = greatest(p.until, EXCLUDED.until),
         paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
@@ -1242,14 +1251,14 @@ paused AS (
 )
 UPDATE {schema}.jobs AS j
 SET state            = 'queued',
-    attempt          = j.attempt - 1,              -- not charged
+    attempt          = j.attempt::int - 1,              -- not charged
     run_at           = t.run_at,
     lease_token      = NULL,
     lease_expires_at = NULL,
     started_at       = NULL
 FROM target AS t
 WHERE j.id = t.id
-RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT count(*) FROM paused) AS keys_paused,
+RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT pg_catalog.count(*) FROM paused) AS keys_paused,
           {wake_limited};
 
 
@@ -1290,14 +1299,14 @@ freed AS (
 -- Tell the holders of the running ones now (delivered at commit), as "id:token" pairs,
 -- a hundred to a notification: NOTIFY payloads are limited to 8000 bytes.
 told AS (
-    SELECT pg_notify(%(channel)s, string_agg(c.id || ':' || c.lease_token, ' '))
+    SELECT pg_notify(%(channel)s::text, string_agg(c.id::text || ':' || c.lease_token::text, ' '))
     FROM (SELECT id, lease_token, (row_number() OVER ()) / 100 AS chunk
           FROM cancelled WHERE lease_token IS NOT NULL) AS c
     GROUP BY c.chunk
 )
 SELECT id FROM cancelled
-CROSS JOIN (SELECT count(*) FROM told) AS force_notify  -- an unreferenced CTE never runs
-CROSS JOIN (SELECT count(*) FROM freed) AS force_wake;
+CROSS JOIN (SELECT pg_catalog.count(*) FROM told) AS force_notify  -- an unreferenced CTE never runs
+CROSS JOIN (SELECT pg_catalog.count(*) FROM freed) AS force_wake;
 
 
 -- name: jobs_cancelled_among
@@ -1318,7 +1327,7 @@ SET state        = 'queued',
     run_at       = now(),
     finished_at  = NULL,
     lease_token  = NULL,
-    max_attempts = GREATEST(j.max_attempts, j.attempt + 1)
+    max_attempts = GREATEST(j.max_attempts, j.attempt::int + 1)
 WHERE j.state = ANY(%(states)s::text[])
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
@@ -1340,12 +1349,12 @@ RETURNING j.id;
 -- began, again and again. Rows that finished with an earlier finished_at and committed
 -- later are found by the next round, which starts from NULL.
 SELECT id FROM {schema}.jobs
-WHERE state = %(state)s
+WHERE state = %(state)s::text
   AND state IN ('succeeded', 'dead', 'cancelled')
   AND finished_at < now() - make_interval(secs => %(retention_s)s::float8)
   AND finished_at >= coalesce(%(after)s::timestamptz, '-infinity')  -- POSITIONS
 ORDER BY finished_at
-LIMIT %(limit)s
+LIMIT %(limit)s::bigint
 FOR UPDATE SKIP LOCKED
 
 
@@ -1358,7 +1367,7 @@ WITH removed AS (
     WHERE id IN ({prune_picks})
     RETURNING finished_at
 )
-SELECT count(*) AS removed, max(finished_at) AS position FROM removed;
+SELECT pg_catalog.count(*) AS removed, max(finished_at) AS position FROM removed;
 
 
 -- name: jobs_archive_move
@@ -1386,7 +1395,7 @@ archived AS (
     FROM moved
     RETURNING finished_at
 )
-SELECT count(*) AS removed, max(finished_at) AS position FROM archived;
+SELECT pg_catalog.count(*) AS removed, max(finished_at) AS position FROM archived;
 
 
 -- name: periodic_entries_register
@@ -1394,11 +1403,11 @@ SELECT count(*) AS removed, max(finished_at) AS position FROM archived;
 -- not missed slots. Returns the database clock, which the caller's slots are read on.
 WITH registered AS (
     INSERT INTO {schema}.periodic_entries (entry_key, last_slot_at)
-    SELECT k, now() FROM unnest(%(keys)s::text[]) AS k
+    SELECT k, now() FROM pg_catalog.unnest(%(keys)s::text[]) AS k
     ON CONFLICT (entry_key) DO NOTHING
     RETURNING entry_key
 )
-SELECT clock_timestamp() AS now, (SELECT count(*) FROM registered) AS new_entries;
+SELECT clock_timestamp() AS now, (SELECT pg_catalog.count(*) FROM registered) AS new_entries;
 
 
 -- name: periodic_entries_last
@@ -1416,36 +1425,36 @@ WHERE entry_key = ANY(%(keys)s::text[]);
 -- early, and the job still waits for its time on the database clock.
 WITH advanced AS (
     UPDATE {schema}.periodic_entries
-    SET last_slot_at = %(slot_at)s, last_job_id = nextval(%(sequence)s::regclass),
+    SET last_slot_at = %(slot_at)s::timestamptz, last_job_id = nextval(%(sequence)s::regclass),
         updated_at = now()
-    WHERE entry_key = %(key)s AND last_slot_at < %(slot_at)s
+    WHERE entry_key = %(key)s::text AND last_slot_at < %(slot_at)s::timestamptz
     RETURNING last_job_id
 ),
 inserted AS (
     INSERT INTO {schema}.jobs (id, queue, kind, payload, priority, run_at)
-    SELECT last_job_id, %(queue)s, %(kind)s, %(payload)s::jsonb, %(priority)s, %(slot_at)s
+    SELECT last_job_id, %(queue)s::text, %(kind)s::text, %(payload)s::jsonb, %(priority)s::int, %(slot_at)s::timestamptz
     FROM advanced
     RETURNING id, queue
 ),
 notified AS (
-    SELECT pg_notify(%(channel)s, queue) FROM inserted
+    SELECT pg_notify(%(channel)s::text, queue) FROM inserted
 )
-SELECT id FROM inserted CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;
+SELECT id FROM inserted CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) AS force_notify;
 
 
 -- name: jobs_get
-SELECT * FROM {schema}.jobs WHERE id = %(id)s;
+SELECT * FROM {schema}.jobs WHERE id = %(id)s::bigint;
 
 
 -- name: daemons_heartbeat
 -- Registers a daemon or refreshes its heartbeat (database clock).
 INSERT INTO {schema}.daemons AS d (id, hostname, pid, info)
-VALUES (%(id)s, %(hostname)s, %(pid)s, %(info)s::jsonb)
+VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::int, %(info)s::jsonb)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), info = EXCLUDED.info;
 
 
 -- name: daemons_remove
-DELETE FROM {schema}.daemons WHERE id = %(id)s;
+DELETE FROM {schema}.daemons WHERE id = %(id)s::text;
 
 
 -- name: daemons_prune_stale
@@ -1479,9 +1488,9 @@ SELECT pg_catalog.pg_advisory_xact_lock(
 SELECT current_user AS role,
        n.oid IS NOT NULL AS schema_exists,
        coalesce(has_schema_privilege(n.oid, 'CREATE'),
-                has_database_privilege(current_database(), 'CREATE')) AS may_create
+                has_database_privilege(current_database()::text, 'CREATE')) AS may_create
 FROM (VALUES (1)) AS one (x)
-LEFT JOIN pg_namespace AS n ON n.nspname = %(schema_name)s;
+LEFT JOIN pg_namespace AS n ON n.nspname = %(schema_name)s::name;
 
 
 -- name: migrations_create_schema
@@ -1503,15 +1512,15 @@ SELECT version FROM {schema}.migrations ORDER BY version;
 
 
 -- name: migrations_record
-INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s, %(name)s);
+INSERT INTO {schema}.migrations (version, name) VALUES (%(version)s::int, %(name)s::text);
 
 
 -- name: migrations_table_exists
-SELECT to_regclass(%(migrations_table)s) IS NOT NULL AS present;
+SELECT to_regclass(%(migrations_table)s::text) IS NOT NULL AS present;
 
 
 -- name: search_path_set
-SELECT set_config('search_path', %(search_path)s, true);
+SELECT set_config('search_path', %(search_path)s::text, true);
 
 
 -- name: jobs_status_by_queue
@@ -1520,15 +1529,15 @@ SELECT set_config('search_path', %(search_path)s, true);
 -- pass over the table (finished rows included, until pruned): an operator's read, not
 -- a hot path.
 SELECT queue,
-       count(*) FILTER (WHERE state = 'waiting')   AS waiting,
-       count(*) FILTER (WHERE state = 'queued')    AS queued,
-       count(*) FILTER (WHERE state = 'running')   AS running,
-       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE state = 'dead')      AS dead,
-       count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+       pg_catalog.count(*) FILTER (WHERE state = 'waiting')   AS waiting,
+       pg_catalog.count(*) FILTER (WHERE state = 'queued')    AS queued,
+       pg_catalog.count(*) FILTER (WHERE state = 'running')   AS running,
+       pg_catalog.count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+       pg_catalog.count(*) FILTER (WHERE state = 'dead')      AS dead,
+       pg_catalog.count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
        extract(epoch FROM now() - min(run_at) FILTER (
            WHERE state = 'queued' AND run_at <= now()))::float8 AS oldest_ready_age_s,
-       count(*) FILTER (WHERE finished_at >= now() - interval '5 minutes') AS finished_5m
+       pg_catalog.count(*) FILTER (WHERE finished_at >= now() - interval '5 minutes') AS finished_5m
 FROM {schema}.jobs
 GROUP BY queue
 ORDER BY queue;
@@ -1552,7 +1561,7 @@ WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
 ORDER BY id DESC
-LIMIT %(limit)s;
+LIMIT %(limit)s::bigint;
 
 
 -- name: jobs_states
@@ -1605,15 +1614,15 @@ LIMIT 1;
 SELECT n_live_tup AS live_tuples, n_dead_tup AS dead_tuples,
        greatest(last_autovacuum, last_vacuum) AS last_vacuum_at
 FROM pg_stat_user_tables
-WHERE schemaname = %(schema)s AND relname = 'jobs';
+WHERE schemaname = %(schema)s::name AND relname = 'jobs';
 
 
 -- name: queues_ready
 -- The metrics' queue depth: per queue, the jobs ready to run now and the age in seconds
 -- of the oldest of them (NULL: none). Sampled by the supervisor every few seconds
 -- (not per scrape); a range of jobs_claim_idx per queue and priority.
-SELECT q.name, count(j.id), extract(epoch FROM now() - min(j.run_at))::float8
-FROM unnest(%(queues)s::text[]) AS q(name)
+SELECT q.name, pg_catalog.count(j.id), extract(epoch FROM now() - min(j.run_at))::float8
+FROM pg_catalog.unnest(%(queues)s::text[]) AS q(name)
 LEFT JOIN {schema}.jobs AS j
     ON j.queue = q.name AND j.state = 'queued' AND j.run_at <= now()
 GROUP BY q.name;
@@ -1623,8 +1632,8 @@ GROUP BY q.name;
 -- The metrics' waiting gauge: per queue, the jobs waiting for the jobs they run after;
 -- the 'waiting' range of jobs_dead_or_waiting_idx (state, queue) (0014), which holds only
 -- dead and waiting jobs.
-SELECT q.name, count(j.id)
-FROM unnest(%(queues)s::text[]) AS q(name)
+SELECT q.name, pg_catalog.count(j.id)
+FROM pg_catalog.unnest(%(queues)s::text[]) AS q(name)
 LEFT JOIN {schema}.jobs AS j ON j.queue = q.name AND j.state = 'waiting'
 GROUP BY q.name;
 
@@ -1634,7 +1643,7 @@ GROUP BY q.name;
 -- from the next one on; running jobs finish. Returns the queues that were not paused
 -- already (pausing twice changes nothing, not even paused_at).
 INSERT INTO {schema}.paused_queues AS p (queue)
-SELECT DISTINCT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+SELECT DISTINCT q.name FROM pg_catalog.unnest(%(queues)s::text[]) AS q(name)
 ON CONFLICT (queue) DO NOTHING
 RETURNING p.queue;
 
@@ -1650,11 +1659,11 @@ WITH resumed AS (
     RETURNING p.queue
 ),
 notified AS (
-    SELECT pg_notify(%(channel)s, resumed.queue) FROM resumed
+    SELECT pg_notify(%(channel)s::text, resumed.queue) FROM resumed
 )
 SELECT resumed.queue
 FROM resumed
-CROSS JOIN (SELECT count(*) FROM notified) AS force_notify  -- an unreferenced CTE never runs
+CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) AS force_notify  -- an unreferenced CTE never runs
 ORDER BY resumed.queue;
 
 
@@ -1669,17 +1678,17 @@ SELECT queue, paused_at FROM {schema}.paused_queues ORDER BY queue;
 -- the table, as jobs_status_by_queue: an operator's read, not a hot path.
 WITH counts AS (
     SELECT queue,
-           count(*) FILTER (WHERE state = 'waiting')   AS waiting,
-           count(*) FILTER (WHERE state = 'queued')    AS queued,
-           count(*) FILTER (WHERE state = 'running')   AS running,
-           count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-           count(*) FILTER (WHERE state = 'dead')      AS dead,
-           count(*) FILTER (WHERE state = 'cancelled') AS cancelled
+           pg_catalog.count(*) FILTER (WHERE state = 'waiting')   AS waiting,
+           pg_catalog.count(*) FILTER (WHERE state = 'queued')    AS queued,
+           pg_catalog.count(*) FILTER (WHERE state = 'running')   AS running,
+           pg_catalog.count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+           pg_catalog.count(*) FILTER (WHERE state = 'dead')      AS dead,
+           pg_catalog.count(*) FILTER (WHERE state = 'cancelled') AS cancelled
     FROM {schema}.jobs
     GROUP BY queue
 ),
 named AS (
-    SELECT c.name AS queue FROM unnest(%(configured)s::text[]) AS c(name)
+    SELECT c.name AS queue FROM pg_catalog.unnest(%(configured)s::text[]) AS c(name)
   UNION
     SELECT queue FROM counts
   UNION
@@ -1710,7 +1719,10 @@ UPDATE {schema}.jobs AS j
 SET progress       = p.percent,
     progress_stage = p.stage,
     progress_at    = now()
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(percents)s::float8[], %(stages)s::text[])
+FROM ROWS FROM (pg_catalog.unnest(%(ids)s::bigint[]),
+                pg_catalog.unnest(%(tokens)s::uuid[]),
+                pg_catalog.unnest(%(percents)s::float8[]),
+                pg_catalog.unnest(%(stages)s::text[]))
      AS p(id, token, percent, stage)
 WHERE j.id = p.id                                        -- by primary key
   AND j.lease_token = p.token AND j.state IN ('running', 'succeeded')  -- FENCE
@@ -1725,13 +1737,13 @@ RETURNING j.id;
 -- job marking and reading it again in a loop, its timeout never checked.)
 UPDATE {schema}.jobs
 SET waited_on = true
-WHERE id = %(id)s AND state NOT IN ('succeeded', 'dead', 'cancelled')
+WHERE id = %(id)s::bigint AND state NOT IN ('succeeded', 'dead', 'cancelled')
 RETURNING state;
 
 
 -- name: jobs_outcome
 -- A job's state and result: what pgworkerd.wait() and pgworkerd.result() return.
-SELECT state, result FROM {schema}.jobs WHERE id = %(id)s;
+SELECT state, result FROM {schema}.jobs WHERE id = %(id)s::bigint;
 
 
 -- name: jobs_running_progress
@@ -1741,7 +1753,7 @@ SELECT id, queue, kind, progress, progress_stage, progress_at, started_at
 FROM {schema}.jobs
 WHERE lease_expires_at IS NOT NULL AND state = 'running' AND progress IS NOT NULL
 ORDER BY started_at, id
-LIMIT %(limit)s;
+LIMIT %(limit)s::bigint;
 
 
 -- name: finished_listen
@@ -1759,10 +1771,10 @@ UNLISTEN {finished_channel_name};
 -- contains the given JSON (jsonb containment; NULL: any payload), newest first.
 SELECT id, queue, kind, state, payload, run_at, priority
 FROM {schema}.jobs
-WHERE kind = %(kind)s AND state = ANY(%(states)s::text[])
+WHERE kind = %(kind)s::text AND state = ANY(%(states)s::text[])
   AND (%(subset)s::jsonb IS NULL OR payload @> %(subset)s::jsonb)
 ORDER BY id DESC
-LIMIT %(limit)s;
+LIMIT %(limit)s::bigint;
 
 
 -- name: dashboard_serial
@@ -1781,17 +1793,17 @@ SET max_parallel_workers_per_gather = 0;
 -- once vacuumed), jobs_lease_expiry_idx only leased (= running, by
 -- jobs_running_is_leased) rows, jobs_dead_or_waiting_idx (0014) only dead and waiting
 -- ones. Finished rows, however many, are in none of them.
-SELECT queue, 'queued' AS state, count(*) AS n,
+SELECT queue, 'queued' AS state, pg_catalog.count(*) AS n,
        extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
            AS oldest_ready_age_s
 FROM {schema}.jobs WHERE state = 'queued'
 GROUP BY queue
 UNION ALL
-SELECT queue, 'running', count(*), NULL
+SELECT queue, 'running', pg_catalog.count(*), NULL
 FROM {schema}.jobs WHERE lease_expires_at IS NOT NULL
 GROUP BY queue
 UNION ALL
-SELECT queue, 'waiting', count(*), NULL
+SELECT queue, 'waiting', pg_catalog.count(*), NULL
 FROM {schema}.jobs WHERE state = 'waiting'
 GROUP BY queue;
 
@@ -1800,7 +1812,7 @@ GROUP BY queue;
 -- Dead jobs per queue: the 'dead' range of jobs_dead_or_waiting_idx (state, queue) (0014),
 -- an index-only scan already in queue order. Dead jobs are few next to succeeded ones
 -- and wait for an operator; succeeded and cancelled totals are not counted at all (see dashboard_finished_by_minute).
-SELECT queue, count(*) AS n
+SELECT queue, pg_catalog.count(*) AS n
 FROM {schema}.jobs WHERE state = 'dead'
 GROUP BY queue;
 
@@ -1814,17 +1826,17 @@ GROUP BY queue;
 -- in float8 (date_part), not numeric (extract): 73 ms instead of 91 over the 42,000 rows
 -- of a busy hour (bench/web_overview_abab.py).
 SELECT queue, state,
-       floor(date_part('epoch', now() - finished_at) / 60)::int AS minutes_ago,
-       count(*) AS n
+       floor(date_part('epoch', now() - finished_at) / 60::float8)::int AS minutes_ago,
+       pg_catalog.count(*) AS n
 FROM (
     SELECT queue, state, finished_at FROM {schema}.jobs
-    WHERE state = 'succeeded' AND finished_at > now() - make_interval(mins => %(minutes)s)
+    WHERE state = 'succeeded' AND finished_at > now() - make_interval(mins => %(minutes)s::int)
     UNION ALL
     SELECT queue, state, finished_at FROM {schema}.jobs
-    WHERE state = 'dead' AND finished_at > now() - make_interval(mins => %(minutes)s)
+    WHERE state = 'dead' AND finished_at > now() - make_interval(mins => %(minutes)s::int)
     UNION ALL
     SELECT queue, state, finished_at FROM {schema}.jobs
-    WHERE state = 'cancelled' AND finished_at > now() - make_interval(mins => %(minutes)s)
+    WHERE state = 'cancelled' AND finished_at > now() - make_interval(mins => %(minutes)s::int)
 ) AS finished
 GROUP BY 1, 2, 3;
 
@@ -1840,10 +1852,10 @@ WITH paused AS MATERIALIZED (
     SELECT key, until, paused_at FROM {schema}.paused_keys
     WHERE until > now()
     ORDER BY key
-    LIMIT %(limit)s
+    LIMIT %(limit)s::bigint
 ),
 held AS (
-    SELECT j.key, count(*) AS ready
+    SELECT j.key, pg_catalog.count(*) AS ready
     FROM {schema}.jobs AS j
     WHERE j.state = 'queued' AND j.run_at <= now()
       AND j.key IN (SELECT key FROM paused)
@@ -1859,8 +1871,8 @@ ORDER BY p.key;
 -- The planner's estimate of the table's rows (as of the last ANALYZE): what the overview
 -- shows as "about N jobs", instead of counting them. NULL before the first ANALYZE
 -- (reltuples is -1 then).
-SELECT (SELECT CASE WHEN reltuples >= 0 THEN reltuples::bigint END FROM pg_class
-        WHERE oid = to_regclass(%(table)s)) AS estimate;
+SELECT (SELECT CASE WHEN reltuples >= 0::real THEN reltuples::bigint END FROM pg_class
+        WHERE oid = to_regclass(%(table)s::text)::oid) AS estimate;
 
 
 -- name: dashboard_jobs_page
@@ -1876,7 +1888,7 @@ WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND id < %(before)s::bigint AND id >= %(floor)s::bigint
 ORDER BY id DESC
-LIMIT %(limit)s;
+LIMIT %(limit)s::bigint;
 
 
 -- name: dashboard_jobs_page_by_key
@@ -1891,7 +1903,7 @@ WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND id < %(before)s::bigint AND id >= %(floor)s::bigint
   AND (%(key)s::text IS NULL OR key = %(key)s::text)
 ORDER BY id DESC
-LIMIT %(limit)s;
+LIMIT %(limit)s::bigint;
 
 
 -- name: jobs_max_id
@@ -1903,7 +1915,8 @@ SELECT coalesce(max(id), 0) AS max_id FROM {schema}.jobs;
 -- Whether the jobs table has the `key` column (flow control) the jobs page filters by.
 SELECT EXISTS (
     SELECT FROM information_schema.columns
-    WHERE table_schema = %(schema)s AND table_name = 'jobs' AND column_name = 'key');
+    WHERE table_schema::name = %(schema)s::name AND table_name::name = 'jobs'
+      AND column_name::name = 'key');
 
 
 -- name: keys_pause
@@ -1912,9 +1925,9 @@ SELECT EXISTS (
 -- (a handler's PauseKey never shortens an operator's pause); otherwise the new `until`
 -- replaces it (an operator's `keys pause` means what it says). Returns the pause's end.
 INSERT INTO {schema}.paused_keys AS p (key, until)
-VALUES (%(key)s, %(until)s::timestamptz)
+VALUES (%(key)s::text, %(until)s::timestamptz)
 ON CONFLICT (key) DO UPDATE
-SET until     = CASE WHEN %(extend)s THEN greatest(p.until, EXCLUDED.until)
+SET until     = CASE WHEN %(extend)s::bool THEN greatest(p.until, EXCLUDED.until)
                      ELSE EXCLUDED.until END,
     paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
 RETURNING p.until;
@@ -1923,9 +1936,9 @@ RETURNING p.until;
 -- name: keys_pause_for
 -- keys_pause for `seconds` from now (database clock).
 INSERT INTO {schema}.paused_keys AS p (key, until)
-VALUES (%(key)s, now() + make_interval(secs => %(seconds)s::float8))
+VALUES (%(key)s::text, now() + make_interval(secs => %(seconds)s::float8))
 ON CONFLICT (key) DO UPDATE
-SET until     = CASE WHEN %(extend)s THEN greatest(p.until, EXCLUDED.until)
+SET until     = CASE WHEN %(extend)s::bool THEN greatest(p.until, EXCLUDED.until)
                      ELSE EXCLUDED.until END,
     paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
 RETURNING p.until;
@@ -1938,17 +1951,17 @@ RETURNING p.until;
 -- (jobs_key_queued_idx, 0008, when the planner takes it): an operator's action.
 WITH resumed AS (
     DELETE FROM {schema}.paused_keys AS p
-    WHERE p.key = %(key)s
+    WHERE p.key = %(key)s::text
     RETURNING p.key, p.until > now() AS was_paused
 ),
 notified AS (
-    SELECT pg_notify(%(channel)s, q.queue)
+    SELECT pg_notify(%(channel)s::text, q.queue)
     FROM (SELECT DISTINCT j.queue FROM {schema}.jobs AS j
           WHERE j.state = 'queued' AND j.key IN (SELECT key FROM resumed)) AS q
 )
 SELECT coalesce(bool_or(resumed.was_paused), false) AS was_paused
 FROM resumed
-CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;  -- an unreferenced CTE never runs
+CROSS JOIN (SELECT pg_catalog.count(*) FROM notified) AS force_notify;  -- an unreferenced CTE never runs
 
 
 -- name: keys_list
@@ -1957,10 +1970,10 @@ CROSS JOIN (SELECT count(*) FROM notified) AS force_notify;  -- an unreferenced 
 -- its pause. One pass over the live jobs: an operator's read, not a hot path.
 WITH counts AS (
     SELECT key,
-           count(*) FILTER (WHERE state = 'running') AS running,
-           count(*) FILTER (WHERE state = 'queued' AND run_at <= now()) AS ready,
-           count(*) FILTER (WHERE state = 'queued') AS queued,
-           array_agg(DISTINCT queue ORDER BY queue) AS queues
+           pg_catalog.count(*) FILTER (WHERE state = 'running') AS running,
+           pg_catalog.count(*) FILTER (WHERE state = 'queued' AND run_at <= now()) AS ready,
+           pg_catalog.count(*) FILTER (WHERE state = 'queued') AS queued,
+           pg_catalog.array_agg(DISTINCT queue ORDER BY queue) AS queues
     FROM {schema}.jobs
     WHERE key IS NOT NULL AND state IN ('queued', 'running')
     GROUP BY key
@@ -1979,7 +1992,7 @@ SELECT coalesce(c.key, p.key) AS key,
 FROM counts AS c
 FULL JOIN paused AS p ON p.key = c.key
 ORDER BY 1
-LIMIT %(limit)s;
+LIMIT %(limit)s::bigint;
 
 
 -- name: keys_paused_holding
@@ -1988,13 +2001,13 @@ LIMIT %(limit)s;
 -- over the queued jobs, however many.
 SELECT p.key, p.until, p.paused_at,
        extract(epoch FROM p.until - now())::float8 AS paused_for_s,
-       (SELECT count(*) FROM {schema}.jobs AS j
+       (SELECT pg_catalog.count(*) FROM {schema}.jobs AS j
         WHERE j.key = p.key AND j.key IS NOT NULL AND j.state = 'queued'
           AND j.run_at <= now()) AS held_back
 FROM {schema}.paused_keys AS p
 WHERE p.until > now()
 ORDER BY p.key
-LIMIT %(limit)s;
+LIMIT %(limit)s::bigint;
 
 
 -- name: keys_paused_holding_by_queue
@@ -2005,7 +2018,7 @@ LIMIT %(limit)s;
 SELECT held.queue, sum(held.n)::bigint AS held_back
 FROM {schema}.paused_keys AS p
 CROSS JOIN LATERAL (
-    SELECT j.queue, count(*) AS n
+    SELECT j.queue, pg_catalog.count(*) AS n
     FROM {schema}.jobs AS j
     WHERE j.key = p.key AND j.key IS NOT NULL AND j.state = 'queued' AND j.run_at <= now()
       AND j.queue = ANY(%(queues)s::text[])
@@ -2040,4 +2053,4 @@ idle_slots AS (
           END
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM ended_pauses) AS pauses, (SELECT count(*) FROM idle_slots) AS slots;
+SELECT (SELECT pg_catalog.count(*) FROM ended_pauses) AS pauses, (SELECT pg_catalog.count(*) FROM idle_slots) AS slots;

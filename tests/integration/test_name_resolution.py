@@ -1,0 +1,120 @@
+"""Every operator and function our statements call is one another schema's object
+cannot take over (tests/integration/parse_trees.py says how that happens and how the
+parse tree shows it). test_search_path plants the overloads a review found and runs the
+paths; this reads every statement of queries.sql, and the workflows' release function,
+as PostgreSQL parsed them, so that a new statement is held to the rule without anyone
+guessing its overloads. A call passes when its parameter types are its arguments' own
+types; or, for a function, when the statement names it `pg_catalog.` everywhere; for
+an operator, `OPERATOR(pg_catalog.op)`."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+
+import pgworkerd
+from pgworkerd.storage import queries
+from pgworkerd.storage.store import JobStore
+from tests.integration.parse_trees import Call, Catalog, trees_of
+from tests.integration.store_helpers import claim
+
+# psycopg's placeholders, and the `%%` of a literal percent sign.
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%s")
+# What PREPARE cannot take: they call no operator nor function of ours to check.
+_UTILITY = ("SET ", "CREATE ", "LISTEN ", "UNLISTEN ")
+
+
+def _numbered(text: str) -> str:
+    """The statement with `$1`, `$2`... for psycopg's placeholders, as sent."""
+    order: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[0] == "%%":
+            return "%"
+        key = match[1] or f"#{len(order)}"
+        if key not in order:
+            order.append(key)
+        return f"${order.index(key) + 1}"
+
+    return _PLACEHOLDER.sub(number, text)
+
+
+def _unguarded(calls: list[Call], text: str) -> list[str]:
+    """The calls that `text` does not name by pg_catalog."""
+    left = []
+    for call in calls:
+        if call.kind == "function":
+            if re.search(rf"(?<![\w.]){re.escape(call.name)}\s*\(", text):
+                left.append(f"{call.signature}: {call.why}")
+        elif f"OPERATOR(pg_catalog.{call.name})" not in text:
+            left.append(f"{call.signature}: {call.why}")
+    return left
+
+
+def test_every_parameter_is_cast_to_its_type() -> None:
+    """A parameter's type is the one psycopg gives its Python value (an int small enough
+    goes as smallint): a call that took it through an implicit coercion could be taken
+    over for some values and not others, so each is cast where the statement uses it."""
+    statements = queries.statements("pgworkerd")
+    uncast = {
+        name: bare
+        for name in queries.names()
+        if (
+            bare := [
+                match[0]
+                for match in re.finditer(r"%\(\w+\)s|(?<!%)%s", statements[name].decode())
+                if not statements[name].decode()[match.end() :].startswith("::")
+            ]
+        )
+    }
+    assert uncast == {}
+
+
+def test_no_statement_calls_what_another_schema_could_take_over(
+    conn: psycopg.Connection[Any],
+) -> None:
+    catalog = Catalog(conn)
+    statements = queries.statements("pgworkerd")
+    trees = trees_of(conn)
+    open_calls = {}
+    prepared = 0
+    for number, name in enumerate(queries.names()):
+        text = statements[name].decode()
+        if text.lstrip().startswith(_UTILITY):
+            continue
+        trees.clear()
+        conn.execute(f"PREPARE statement_{number} AS {_numbered(text)}".encode(), prepare=False)
+        prepared += 1
+        assert trees, f"{name}: no parse tree reported"
+        calls = [call for tree, _ in trees for call in catalog.open_calls(tree)]
+        if left := _unguarded(calls, text):
+            open_calls[name] = sorted(set(left))
+    assert prepared > 70
+    assert open_calls == {}
+
+
+def test_the_release_function_calls_nothing_another_schema_could_take_over(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """release_dependents (PL/pgSQL) parses its statements when it first runs them, in
+    the session of whoever completes a job: its succeeded and its dead branch run here."""
+    catalog = Catalog(conn)
+    store = JobStore()
+    first = pgworkerd.enqueue(conn, "k", {}, max_attempts=1)
+    pgworkerd.enqueue_many(conn, [{"kind": "d", "payload": {}, "after": [first]}] * 2)
+    doomed = pgworkerd.enqueue(conn, "k", {}, queue="other", max_attempts=1)
+    pgworkerd.enqueue(conn, "d", {}, queue="other", after=[doomed])
+    [job] = claim(store, conn, limit=1)
+    [dead] = claim(store, conn, limit=1, queues=["other"])
+    trees = trees_of(conn)
+    store.complete(conn, [(job.lease, None)])
+    assert store.fail(conn, dead.lease, "boom").state == "dead"
+    in_function = [tree for tree, context in trees if "release_dependents" in context]
+    assert len(in_function) >= 2, "the release's statements were parsed here"
+    source = conn.execute(
+        "SELECT prosrc FROM pg_proc WHERE oid = 'pgworkerd.release_dependents'::regproc"
+    ).fetchone()[0]
+    calls = [call for tree in in_function for call in catalog.open_calls(tree)]
+    assert sorted(set(_unguarded(calls, source))) == []
