@@ -34,12 +34,36 @@ HOSTILE = [
 ]
 
 
+# Operators over the schema's domains (0013): an operator is found along the
+# search_path as a function is, and one whose operand types are the domains themselves
+# beats the built-in that takes their base types (round 22: `j.attempt >= j.max_attempts`
+# in jobs_fail, `j.attempt + 1` in the claim, `errors || ...` in the failure, the release's
+# `after_failure = 'cancel'`).
+HOSTILE_OPERATORS = [
+    (">=", "pgworkerd.job_attempt", "pgworkerd.job_max_attempts", "boolean"),
+    ("+", "pgworkerd.job_attempt", "integer", "integer"),
+    ("-", "pgworkerd.job_attempt", "integer", "integer"),
+    ("||", "pgworkerd.job_errors", "jsonb", "jsonb"),
+    ("=", "pgworkerd.job_after_failure", "pgworkerd.job_after_failure", "boolean"),
+]
+
+
 @pytest.fixture
 def hostile(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     for signature in HOSTILE:
         conn.execute(
             f"CREATE FUNCTION public.{signature} LANGUAGE plpgsql AS"
             f" $$BEGIN RAISE EXCEPTION 'hijacked: public.{signature.split(')')[0]})'; END$$"
+        )
+    for number, (operator, left, right, result) in enumerate(HOSTILE_OPERATORS):
+        conn.execute(
+            f"CREATE FUNCTION public.hostile_operator_{number}({left}, {right})"
+            f" RETURNS {result} LANGUAGE plpgsql AS"
+            f" $$BEGIN RAISE EXCEPTION 'hijacked: public.{operator}({left}, {right})'; END$$"
+        )
+        conn.execute(
+            f"CREATE OPERATOR public.{operator} (LEFTARG = {left}, RIGHTARG = {right},"
+            f" FUNCTION = public.hostile_operator_{number})"
         )
     return conn
 
