@@ -13,6 +13,7 @@ import json
 import json.encoder
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -139,6 +140,22 @@ def dump_result(value: Any, *, max_bytes: int = MAX_RESULT_BYTES) -> str | None:
     if size > max_bytes:
         return _omitted(f"{size} bytes of JSON, over the limit of {max_bytes} bytes")
     return text
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedResult:
+    """A handler's result already encoded by `dump_result`: the worker stores `text` as
+    it is (outcome_of_value) instead of encoding the value again. contrib/django
+    encodes a task's value to refuse one the worker would replace by its marker, and
+    hands over that text. Made by `encode_result` only: the worker trusts the text to
+    be what dump_result returns (JSON that PostgreSQL can store, or None)."""
+
+    text: str | None
+
+
+def encode_result(value: Any) -> EncodedResult:
+    """`dump_result(value)`, for a handler to return in place of `value`."""
+    return EncodedResult(dump_result(value))
 
 
 def _omitted(reason: str) -> str:

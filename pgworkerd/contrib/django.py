@@ -54,7 +54,7 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from pgworkerd.client.producer import Producer
-from pgworkerd.encoding import RESULT_OMITTED, dump_result
+from pgworkerd.encoding import RESULT_OMITTED, EncodedResult, encode_result
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 from pgworkerd.worker.execution import ERROR_TEXT
@@ -335,7 +335,8 @@ def _keep_pgworkerd_logging(
 
 def _handler(task: Task, worker_id: str) -> Handler:
     """The job's handler: Django's connections closed around it as a request cycle does,
-    the signals sent, the task called with the job's arguments; a coroutine function
+    the signals sent, the task called with the job's arguments, its value returned
+    encoded (an EncodedResult, which the worker stores as it is); a coroutine function
     stays one (the worker runs it on its event loop)."""
     if inspect.iscoroutinefunction(task.func):
 
@@ -348,7 +349,7 @@ def _handler(task: Task, worker_id: str) -> Handler:
             try:
                 # normalize_json inside the try: a value that is not JSON is a failure
                 # like any, with its task_finished signal.
-                value = _json_value(await task.acall(*_call_args(task, result), **result.kwargs))
+                value, encoded = _kept(await task.acall(*_call_args(task, result), **result.kwargs))
             except (asyncio.CancelledError, JobTimeout, JobCancelled) as exc:
                 # Stopped (max_runtime, a cancel) while its sync work (an ORM call via
                 # sync_to_async) may still run in asgiref's thread-sensitive executor: a
@@ -373,7 +374,7 @@ def _handler(task: Task, worker_id: str) -> Handler:
                 if not interrupted:
                     await sync_to_async(close_old_connections)()
             await task_finished.asend(PgworkerdBackend, task_result=_succeeded(result, value))
-            return value
+            return encoded
 
         return run_async
 
@@ -383,7 +384,7 @@ def _handler(task: Task, worker_id: str) -> Handler:
         close_old_connections()
         task_started.send(PgworkerdBackend, task_result=result)
         try:
-            value = _json_value(task.call(*_call_args(task, result), **result.kwargs))
+            value, encoded = _kept(task.call(*_call_args(task, result), **result.kwargs))
         except BaseException as exc:
             _close_interrupted_connections(exc)
             task_finished.send(PgworkerdBackend, task_result=_failed(result, exc))
@@ -392,7 +393,7 @@ def _handler(task: Task, worker_id: str) -> Handler:
         finally:
             close_old_connections()
         task_finished.send(PgworkerdBackend, task_result=_succeeded(result, value))
-        return value
+        return encoded
 
     return run
 
@@ -433,20 +434,23 @@ class ResultNotKept(Discard):
 _OMITTED_PREFIX = json.dumps({RESULT_OMITTED: ""})[:-2]
 
 
-def _json_value(value: Any) -> Any:
+def _kept(returned: Any) -> tuple[Any, EncodedResult]:
+    """What a task returned, as Django normalises it (the value task_finished reports)
+    and as the worker stores it: encoded here, once, and handed to the worker, which
+    writes that text as it is. ResultNotJSON for a value normalize_json refuses,
+    ResultNotKept for one the encoding replaced by pgworkerd's marker (a task's own
+    dict of that one key would read as the marker too: refused alike)."""
     try:
-        value = normalize_json(value)
+        value = normalize_json(returned)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ResultNotJSON(exc) from exc
-    # Encoded as the worker will store it (once more: results are at most 1 MiB), to
-    # tell a value it would replace by its marker (a task's own dict of that one key
-    # would read as the marker too: refused alike).
-    stored = dump_result(value)
+    encoded = encode_result(value)
+    stored = encoded.text
     if stored is not None and stored.startswith(_OMITTED_PREFIX):
         kept = json.loads(stored)
         if set(kept) == {RESULT_OMITTED}:
             raise ResultNotKept(str(kept[RESULT_OMITTED]))
-    return value
+    return value, encoded
 
 
 def _class_path(kind: type) -> str:

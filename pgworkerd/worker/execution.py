@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pgworkerd.encoding import dump_result
+from pgworkerd.encoding import EncodedResult, dump_result
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
 
 OutcomeKind = Literal[
@@ -45,7 +45,11 @@ ERROR_TEXT = "pgworkerd_error_text"
 
 
 def outcome_of_value(value: Any) -> Outcome:
-    """A handler returned `value`: the job succeeded, its result kept as JSON."""
+    """A handler returned `value`: the job succeeded, its result kept as JSON (an
+    EncodedResult's text as it is: contrib/django's tasks encode their value once)."""
+    # An exact type test: the one comparison every other result pays.
+    if type(value) is EncodedResult:
+        return Outcome("succeeded", result_json=value.text)
     return Outcome("succeeded", result_json=dump_result(value))
 
 

@@ -122,3 +122,14 @@ async def arecords(ref: str) -> None:
     from asgiref.sync import sync_to_async
 
     await sync_to_async(_ran)(ref)
+
+
+@task
+def echoes(value):
+    """Returns its argument (the payload's JSON): a result the test knows."""
+    return value
+
+
+@task
+async def aechoes(value):
+    return value

@@ -92,6 +92,9 @@ def test_committed_tasks_run_in_pgworkerd_run(django_dsn, pg, django_daemon):
 
     assert finished(plain).return_value == 42
     assert finished(coroutine).return_value == "hello ada?"
+    # pgworkerd's own result API reads the same values.
+    assert pgworkerd.result(pg, int(plain.id)) == 42
+    assert pgworkerd.result(pg, int(coroutine.id)) == "hello ada?"
     done = finished(orm)
     assert done.return_value == Order.objects.get(ref=ref).pk
     assert Order.objects.get(ref=ref).receipt_sent

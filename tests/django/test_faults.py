@@ -4,6 +4,7 @@ tests/django/faults.py listed beside shop.tasks."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -11,6 +12,10 @@ import pytest
 from django.tasks import TaskResultStatus, default_task_backend
 from django.tasks.exceptions import TaskResultDoesNotExist
 
+import pgworkerd
+from pgworkerd.contrib.django import worker_registry
+from pgworkerd.job import Job
+from pgworkerd.worker.execution import Executor
 from tests.daemon import job, wait_until
 
 TASKS = ["shop.tasks", "tests.django.faults"]
@@ -220,6 +225,51 @@ def test_a_nul_in_a_return_value_is_kept_escaped_as_documented(django_dsn, pg, d
     daemon()
     settled(pg, int(result.id))
     assert default_task_backend.get_result(result.id).return_value == "a\\u0000b"
+    assert pgworkerd.result(pg, int(result.id)) == "a\\u0000b"
+
+
+@pytest.mark.parametrize("name", ["echoes", "aechoes"])
+def test_a_tasks_result_is_encoded_once_and_stored_as_encoded(django_dsn, pg, monkeypatch, name):
+    """The worker's path, in this process: the registry's handler run by an Executor, as
+    in a worker child. The value was encoded twice (the handler's check that the worker
+    can keep it, then the worker's outcome_of_value), the text written the second one."""
+    from tests.django import faults
+
+    value = {"ref": ref_of(name), "items": [1, "two", None, {"n": 2.5}], "text": "é ☃"}
+    # A queue no daemon serves: the job is run here only.
+    result = getattr(faults, name).using(queue_name="nowhere").enqueue(value)
+    row = job(pg, int(result.id))
+    handler = worker_registry("mysite.settings", TASKS, worker_id="here")[row["kind"]]
+    # A result is encoded by json.dumps (encoding.dump_result): each of this value counted.
+    encodes: list[str] = []
+    dumps = json.dumps
+
+    def counted(obj: Any, *args: Any, **kwargs: Any) -> str:
+        text = dumps(obj, *args, **kwargs)
+        if obj == value:
+            encodes.append(text)
+        return text
+
+    monkeypatch.setattr(json, "dumps", counted)
+    claimed = Job(
+        id=row["id"],
+        kind=row["kind"],
+        queue=row["queue"],
+        payload=row["payload"],
+        attempt=1,
+        max_attempts=1,
+        created_at=row["created_at"],
+    )
+    executor = Executor()
+    try:
+        outcome = executor.run(handler, claimed)
+    finally:
+        executor.close()
+    monkeypatch.undo()  # the reads below are not the worker's
+    assert outcome.kind == "succeeded", outcome.error
+    assert encodes == [outcome.result_json]
+    assert json.loads(outcome.result_json) == value
+    assert signals(result.id) == [("started", "RUNNING"), ("finished", "SUCCESSFUL")]
 
 
 def test_a_result_kept_as_pgworkerds_marker_reads_failed(django_dsn, pg):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 import pgworkerd
+from pgworkerd.encoding import encode_result
 from pgworkerd.job import Job, JobTimeout
 from pgworkerd.worker.execution import Executor, Outcome
 
@@ -54,6 +56,21 @@ def test_each_way_out_of_a_handler() -> None:
     assert (run(retry).kind, run(retry).delay_s) == ("retry", 5.0)
     failed = run(fail)
     assert failed.kind == "failed" and failed.summary == "KeyError: 'missing'"
+
+
+def test_a_result_the_handler_encoded_is_stored_as_it_is() -> None:
+    """contrib/django's handlers return their value encoded (EncodedResult): the worker
+    writes that very text, not a second encoding of it (nor of the marker object)."""
+    encoded = encode_result({"a": "b\x00c", "n": [1, 2.5]})
+    # The NUL kept escaped, as the six characters \u0000 (jsonb holds no NUL).
+    assert json.loads(encoded.text or "") == {"a": "b\\u0000c", "n": [1, 2.5]}
+
+    async def coroutine(job: Job) -> object:
+        return encoded
+
+    assert run(lambda job: encoded).result_json is encoded.text
+    assert run(coroutine).result_json is encoded.text
+    assert run(lambda job: encode_result(None)) == Outcome("succeeded", result_json=None)
 
 
 def test_in_handler_is_true_exactly_while_the_handler_runs() -> None:
