@@ -247,17 +247,18 @@ def ticks_past_cancel(job: pgworkerd.Job) -> str:
     no notice of JobCancelled for payload["ignore_s"] seconds after it came (default
     for ever: only the SIGKILL after the grace ends it), then records "end" and
     returns (a success, as far as it knows), or with payload["then"] == "raise" raises
-    JobCancelled. Its last tick or end is when its handler last ran."""
+    JobCancelled. Its last tick or end is when its handler last ran. JobCancelled is
+    asked for once, and may come during a tick's own write as well as its sleep."""
     _record(job, "start")
     deadline = time.monotonic() + job.payload.get("seconds", 3600)
     stop_at: float | None = None
     while time.monotonic() < deadline and (stop_at is None or time.monotonic() < stop_at):
-        _record(job, "tick")
         try:
+            _record(job, "tick")
             _pause(0.05)
         except pgworkerd.JobCancelled:
-            _record(job, "cancelled")
             stop_at = time.monotonic() + job.payload.get("ignore_s", 3600)
+            _record(job, "cancelled")
     _record(job, "end")
     if stop_at is not None and job.payload.get("then") == "raise":
         raise pgworkerd.JobCancelled(f"job {job.id} stopped at last")
