@@ -57,6 +57,7 @@ BASE_CONFIG: dict[str, Any] = {
         "spin": "tests.handlers:spin",
         "until_cancelled": "tests.handlers:until_cancelled",
         "until_cancelled_async": "tests.handlers:until_cancelled_async",
+        "ticks_past_cancel": "tests.handlers:ticks_past_cancel",
         "progress_steps": "tests.handlers:progress_steps",
         "pause_key_once": "tests.handlers:pause_key_once",
     },

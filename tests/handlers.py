@@ -242,6 +242,29 @@ def until_cancelled(job: pgworkerd.Job) -> str:
     return "never cancelled"
 
 
+def ticks_past_cancel(job: pgworkerd.Job) -> str:
+    """Records a "tick" every 0.05 s for payload["seconds"] (default an hour), taking
+    no notice of JobCancelled for payload["ignore_s"] seconds after it came (default
+    for ever: only the SIGKILL after the grace ends it), then records "end" and
+    returns (a success, as far as it knows), or with payload["then"] == "raise" raises
+    JobCancelled. Its last tick or end is when its handler last ran. JobCancelled is
+    asked for once, and may come during a tick's own write as well as its sleep."""
+    _record(job, "start")
+    deadline = time.monotonic() + job.payload.get("seconds", 3600)
+    stop_at: float | None = None
+    while time.monotonic() < deadline and (stop_at is None or time.monotonic() < stop_at):
+        try:
+            _record(job, "tick")
+            _pause(0.05)
+        except pgworkerd.JobCancelled:
+            stop_at = time.monotonic() + job.payload.get("ignore_s", 3600)
+            _record(job, "cancelled")
+    _record(job, "end")
+    if stop_at is not None and job.payload.get("then") == "raise":
+        raise pgworkerd.JobCancelled(f"job {job.id} stopped at last")
+    return "ended all the same"
+
+
 async def until_cancelled_async(job: pgworkerd.Job) -> str:
     """Awaits payload["seconds"]; records "cancelled" when its task is interrupted."""
     await asyncio.to_thread(_record, job, "start")

@@ -174,7 +174,11 @@ def cmd_retry(args: argparse.Namespace) -> int:
         states = _existing(ops, conn, args.ids)
         done = ops.retry(conn, ids=args.ids)
     return _report(
-        "queued again", args.ids, done, states, "not dead or cancelled, or its unique key is live"
+        "queued again",
+        args.ids,
+        done,
+        states,
+        "not dead or cancelled, its unique key is live, or its cancelled handler still runs",
     )
 
 

@@ -52,7 +52,9 @@ SUMMARY_KEYS = (
 
 def cancel(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = None) -> bool:
     """Cancel a queued or running job; True if it was cancelled. A running job's holder
-    loses its lease: whatever outcome it writes later changes nothing. Runs in the
+    is told to stop the handler: whatever outcome it writes later changes nothing (the
+    job stays cancelled). Until that handler has ended, the job keeps its place under
+    its queue's (or key's) concurrency limit, and `retry` refuses it. Runs in the
     caller's transaction, like `enqueue`; `schema` defaults as `enqueue`'s does
     (`PGWORKERD_DATABASE__SCHEMA`, else `pgworkerd`)."""
     job_id = check_job_id(job_id)
@@ -62,7 +64,9 @@ def cancel(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = N
 def retry(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = None) -> bool:
     """Queue a dead or cancelled job again, to run now (with one more attempt if it had
     used them all); True if it was queued. False for a job that is missing, in another
-    state, or whose unique_key a live job holds meanwhile."""
+    state, whose unique_key a live job holds meanwhile, or cancelled while it ran and
+    whose handler has not ended yet (within the cancel's grace of 3 s, or until its
+    lease expires if its worker died): retried then, it could run beside itself."""
     job_id = check_job_id(job_id)
     return JobStore(schema_of(schema)).retry_finished(conn, ids=[job_id]) == [job_id]
 

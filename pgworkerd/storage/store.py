@@ -6,6 +6,11 @@
                          |--release--> queued (start not charged)
     queued | running --cancel--> cancelled;   dead | cancelled --retry--> queued
 
+A running job cancelled keeps its lease on the cancelled row (HELD in sql/queries.sql)
+until its handler has ended: each write of an outcome that finds its lease on a
+cancelled row (the handler ran on after the cancel) releases it instead
+(`release_cancelled`), and `rescue` releases those whose lease expired.
+
 Each method runs one statement on the caller's connection and leaves the transaction
 to the caller (workers use autocommit connections). Writes after a claim take the
 job's Lease and report which leases still held: a write on a lost lease changes
@@ -536,7 +541,14 @@ class JobStore:
         if len(kept) == len(done):
             return kept
         rows = execute(conn, self._sql["jobs_completed_by_leases"], params).fetchall()
-        return kept | {row[0] for row in rows}
+        kept = kept | {row[0] for row in rows}
+        # The others' leases are gone; those cancelled under them held on (HELD) while
+        # the handler ran, which it no longer does.
+        self.release_cancelled(
+            conn,
+            [Lease(i, t) for i, t in zip(done.ids, done.tokens, strict=True) if i not in kept],
+        )
+        return kept
 
     def fail(
         self,
@@ -584,14 +596,30 @@ class JobStore:
             "wake_queues": self._wake_on_snooze,
         }
         row = execute(conn, self._sql["jobs_snooze"], params).fetchone()
-        return FailedAttempt(*row[:4]) if row else None
+        if row is None:
+            self.release_cancelled(conn, [lease])
+            return None
+        return FailedAttempt(*row[:4])
 
     def release(self, conn: psycopg.Connection[Any], leases: Iterable[Lease]) -> set[int]:
         """Give jobs back to `queued` at once without charging the start."""
         # They keep their run_at, behind the positions claims have passed: this
         # process's next claim sweeps (others find them at their own next sweep).
         self.positions.sweep_soon()
-        return self._by_leases(conn, "jobs_release", leases, wake_queues=self._wake_on_settle)
+        leases = list(leases)
+        released = self._by_leases(conn, "jobs_release", leases, wake_queues=self._wake_on_settle)
+        if len(released) < len(leases):
+            self.release_cancelled(
+                conn, [lease for lease in leases if lease.job_id not in released]
+            )
+        return released
+
+    def release_cancelled(self, conn: psycopg.Connection[Any], leases: Iterable[Lease]) -> set[int]:
+        """The handlers that ran under these leases have ended: the rows cancelled
+        under them give their lease up (and their place under a concurrency limit);
+        they stay cancelled. Returns their ids. Called when a fenced write missed: a
+        lease that is not on a cancelled row (rescued, already released) is left alone."""
+        return self._by_leases(conn, "jobs_release_cancelled", leases)
 
     def renew(
         self, conn: psycopg.Connection[Any], leases: Iterable[Lease], lease_ttl_s: float
@@ -605,10 +633,13 @@ class JobStore:
         return self._by_leases(conn, "jobs_cancelled_among", leases)
 
     def rescue(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[FailedAttempt]:
-        """Retry or dead-letter up to `limit` jobs whose lease expired."""
+        """Retry or dead-letter up to `limit` jobs whose lease expired, and release the
+        leases, expired too, of up to `limit` jobs cancelled while they ran (their
+        holder never said the handler ended): those stay `cancelled`."""
         params = {"limit": limit, "wake_queues": self._wake_on_settle, **self._backoff_params()}
         rows = conn.execute(self._sql["jobs_rescue"], params).fetchall()
-        return [FailedAttempt(*row[:4]) for row in rows]
+        released = conn.execute(self._sql["jobs_rescue_cancelled"], {"limit": limit}).fetchall()
+        return [FailedAttempt(*row[:4]) for row in [*rows, *released]]
 
     def next_run_in(self, conn: psycopg.Connection[Any], queues: Sequence[str]) -> float | None:
         """Seconds until the earliest queued job of `queues` may run (<= 0: now), or
@@ -788,7 +819,10 @@ class JobStore:
             **self._backoff_params(),
         }
         row = execute(conn, self._sql["jobs_fail"], params).fetchone()
-        return FailedAttempt(*row[:4]) if row else None
+        if row is None:
+            self.release_cancelled(conn, [lease])
+            return None
+        return FailedAttempt(*row[:4])
 
     def _by_leases(
         self, conn: psycopg.Connection[Any], statement: str, leases: Iterable[Lease], **extra: Any

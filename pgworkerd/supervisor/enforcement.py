@@ -107,6 +107,14 @@ def stop_lapsing_leases(children: Iterable[ChildProcess], now: float, lease_ttl_
         (child, limits.check_lapses(child.ledger, now, lease_ttl_s))
         for child in _unkilled(children)
     ]
+    for child, verdict in verdicts:
+        if verdict.cancelled and not verdict.running:  # a renewal failure kills it anyway
+            _kill_for(
+                child,
+                verdict.cancelled,
+                KillReason.CANCELLED,
+                "cancelled job still running as its unrenewed lease nears its end",
+            )
     verdicts = [(child, v) for child, v in verdicts if v.running or v.unstarted]
     if not verdicts:
         return

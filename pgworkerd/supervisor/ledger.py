@@ -12,7 +12,12 @@ when the supervisor releases it itself. In between:
        v                         v   v                    |
     GIVEN_UP (told to skip)    LOST  CANCELLING ----------+
                                      (JobCancelled asked for; killed after the grace)
-    LOST and CANCELLING: the lease is gone, so never renewed nor settled by us.
+    LOST and CANCELLING: the lease is no longer ours to renew. A CANCELLING job's
+    cancelled row still holds it (HELD in storage/sql/queries.sql: its place under a
+    concurrency limit stays taken while the handler runs), so if its child dies it is
+    settled all the same: the settlement releases the lease and the job stays
+    cancelled. Unrenewed, that lease lapses: the child is killed before it does
+    (limits.check_lapses), so the place is never freed while the handler runs.
 
 A child runs several jobs at once when it has several execution slots: the ledger
 holds any number of RUNNING jobs, each with its own start, deadline and blame.
@@ -48,6 +53,7 @@ class JobState(Enum):
     GIVEN_UP = "given_up"  # lease lost before it started: the child was told to skip it
     LOST = "lost"  # lease lost while it ran: its child is killed; never settled by us
     CANCELLING = "cancelling"  # cancelled while it ran: JobCancelled asked for in it
+    # (its cancelled row holds the lease until settled: the handler's end, or its kill)
 
 
 class KillReason(Enum):
@@ -550,6 +556,9 @@ class ChildLedger:
                         next_runtime = moment
             elif state is JobState.CANCELLING and job.cancelled_at is not None:
                 next_runtime = min(next_runtime, job.cancelled_at + CANCEL_GRACE_S)
+                # Not renewed any more: its lease lapses from its last renewal on.
+                if job.renewed_at < earliest_renewal:
+                    earliest_renewal = job.renewed_at
         next_start, unmade = self._next_start, self._unmade
         for batch in self._batches:
             # Its jobs without a record: CLAIMED from _next_start on, FINISHING before.
@@ -572,9 +581,17 @@ class ChildLedger:
         """What to write for each job of a child that is gone: `reason` is why we killed
         it (None: it died by itself), `how` its wait status in words."""
         settled = []
-        for job in self.held():
-            error = None if job.state is JobState.CLAIMED else self._charge(job, reason, how)
-            settled.append(Settlement(job.lease, error))
+        for job in self.jobs.values():
+            if job.state in HELD:
+                error = None if job.state is JobState.CLAIMED else self._charge(job, reason, how)
+                settled.append(Settlement(job.lease, error))
+            elif job.state is JobState.CANCELLING or (
+                job.state is JobState.GIVEN_UP and job.cancelled_at is not None
+            ):
+                # Cancelled under our lease, which its row still holds (HELD): the
+                # handler is over now, so the release gives the place up (the row is
+                # cancelled: it stays so, nothing is charged).
+                settled.append(Settlement(job.lease, None))
         return settled
 
     def _charge(self, job: LedgerJob, reason: KillReason | None, how: str) -> str | None:

@@ -10,6 +10,11 @@ Lease lapse: a lease is renewed every lease_ttl / 3. When renewals keep failing 
 job's last good renewal is UNFENCED_FRACTION of lease_ttl old, its lease is about to
 lapse: a handler still running would soon run unfenced, so its process is killed, and
 jobs not started are given up (their child told to skip them) and left for a rescue.
+A cancelled job still running (CANCELLING) is not renewed, but its cancelled row holds
+its lease and its place under a concurrency limit until the handler ends (HELD in
+storage/sql/queries.sql): its process is killed at the same moment before that lease
+lapses, if the cancel's grace has not ended it first, so that a rescue never frees the
+place while the handler runs.
 """
 
 from __future__ import annotations
@@ -68,6 +73,9 @@ _NO_RUNTIME_ACTION = RuntimeVerdict([], [])
 class LapseVerdict:
     running: list[LedgerJob]  # their handlers run: kill the process (KillReason.UNFENCED)
     unstarted: list[LedgerJob]  # give them up
+    # cancelled, still running as their held lease nears its end: kill the process for
+    # their sake (KillReason.CANCELLED)
+    cancelled: list[LedgerJob] = field(default_factory=list)
 
 
 def lapse_moment(job: LedgerJob, lease_ttl_s: float) -> float:
@@ -82,12 +90,13 @@ def check_lapses(ledger: ChildLedger, now: float, lease_ttl_s: float) -> LapseVe
     lapsing = [
         job
         for job in ledger.jobs.values()
-        if job.state in (JobState.CLAIMED, JobState.RUNNING)
+        if job.state in (JobState.CLAIMED, JobState.RUNNING, JobState.CANCELLING)
         and now >= lapse_moment(job, lease_ttl_s)
     ]
     return LapseVerdict(
         [job for job in lapsing if job.state is JobState.RUNNING],
         [job for job in lapsing if job.state is JobState.CLAIMED],
+        [job for job in lapsing if job.state is JobState.CANCELLING],
     )
 
 

@@ -60,7 +60,10 @@ LIMITS_VERSION = 7
 # request sends is reflected into the page.
 NOTICES = {
     "retried": "Job queued again.",
-    "not_retried": "Not retried: the job is not dead or cancelled, or its unique key is live.",
+    "not_retried": (
+        "Not retried: the job is not dead or cancelled, its unique key is live, or its "
+        "cancelled handler is still running (try again in a few seconds)."
+    ),
     "cancelled": "Job cancelled.",
     "not_cancelled": "Not cancelled: the job is no longer queued or running.",
     "paused": "Queue paused: no daemon claims its jobs; running jobs finish.",

@@ -73,7 +73,9 @@ def test_a_renewal_miss_is_a_cancel_only_if_cancelled_under_that_lease(conn: Con
     expire_leases(conn)
     store.rescue(conn)  # `rescued` and `held` go back to queued: not cancels
     assert store.cancelled_among(conn, leases) == {cancelled.id}
-    # A job retried by hand and cancelled again is not a cancel of the old lease.
+    # A job retried by hand (once its handler has ended: its holder releases the lease
+    # the cancelled row kept) and cancelled again is not a cancel of the old lease.
+    assert store.release_cancelled(conn, [cancelled.lease, rescued.lease]) == {cancelled.id}
     store.retry_finished(conn, ids=[cancelled.id])
     (again,) = [job for job in claim(store, conn, limit=3) if job.id == cancelled.id]
     store.cancel(conn, [again.id])

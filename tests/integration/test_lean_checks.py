@@ -276,4 +276,18 @@ def test_0015_refuses_exactly_the_rows_the_three_table_checks_refused(conn, empt
         "jobs_running_is_leased",
         "jobs_state_valid",
     ]
+    with psycopg.connect(empty_db_dsn, autocommit=True) as after:
+        migrate(after, "pgworkerd", target=15)
+        assert _outcomes(after) == expected
+
+
+def test_0017_lets_only_a_cancelled_row_with_its_token_keep_a_lease(conn, empty_db_dsn):
+    """A job cancelled while it ran keeps its lease until its handler has ended (HELD in
+    storage/sql/queries.sql): 0017 accepts that one combination more, and refuses every
+    other row 0015 refused, under the same names."""
+    with psycopg.connect(empty_db_dsn, autocommit=True) as before:
+        migrate(before, "pgworkerd", target=16)
+        expected = _outcomes(before)
+    assert expected[("cancelled", True, True, True)] == "jobs_running_is_leased"
+    expected[("cancelled", True, True, True)] = "accepted"
     assert _outcomes(conn) == expected

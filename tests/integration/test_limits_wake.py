@@ -41,7 +41,7 @@ def enqueue(conn: psycopg.Connection[Any], count: int) -> None:
 
 def test_each_way_a_place_frees_wakes_the_limited_queue(conn, db_dsn):
     store = JobStore(limits={"default": QueueLimits(concurrency=1)})
-    enqueue(conn, 6)
+    enqueue(conn, 7)
     with listening(db_dsn) as heard:
         heard()  # the enqueue's own notification
         (job,) = claim(store, conn)
@@ -62,8 +62,18 @@ def test_each_way_a_place_frees_wakes_the_limited_queue(conn, db_dsn):
         assert len(store.rescue(conn)) == 1
         assert heard() == ["default"]
 
+        # A cancel frees no place while the handler may still run (HELD): the end of
+        # the handler does, or the rescue of its expired lease.
         (job,) = claim(store, conn)
         assert store.cancel(conn, [job.id]) == [job.id]
+        assert heard() == []
+        assert store.release_cancelled(conn, [job.lease]) == {job.id}
+        assert heard() == ["default"]
+
+        (job,) = claim(store, conn)
+        store.cancel(conn, [job.id])
+        conn.execute("UPDATE pgworkerd.jobs SET lease_expires_at = now() WHERE id = %s", (job.id,))
+        assert [rescued.state for rescued in store.rescue(conn)] == ["cancelled"]
         assert heard() == ["default"]
 
 

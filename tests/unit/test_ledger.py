@@ -237,7 +237,7 @@ def test_a_lease_lost_kill_leaves_the_lost_job_and_spares_the_others() -> None:
 # -- cancelling a running job -------------------------------------------------------------
 
 
-def test_a_cancelled_running_job_is_neither_renewed_nor_settled_and_has_a_grace() -> None:
+def test_a_cancelled_running_job_is_not_renewed_has_a_grace_and_is_released_if_killed() -> None:
     ledger = ChildLedger()
     claim(ledger, [7, 8])
     ledger.observe_starts([StartRecord(0, 1, T0), StartRecord(1, 2, T0)])
@@ -245,7 +245,12 @@ def test_a_cancelled_running_job_is_neither_renewed_nor_settled_and_has_a_grace(
     assert states(ledger) == {7: JobState.CANCELLING, 8: JobState.RUNNING}
     assert ledger.leases() == [ledger.jobs[8].lease]  # its lease is gone: not renewed
     assert ledger.moments().next_runtime == T0 + 5 + CANCEL_GRACE_S  # before 8's deadline
-    assert [s.lease for s in ledger.settlements(None, "how")] == [ledger.jobs[8].lease]
+    # Its cancelled row still holds the lease (HELD): a settlement releases it, uncharged.
+    settled = {s.lease: s.charge_error for s in ledger.settlements(None, "died")}
+    assert settled == {
+        ledger.jobs[7].lease: None,
+        ledger.jobs[8].lease: "worker process died while running the job",
+    }
     assert ledger.cancelling(ledger.jobs[7], T0 + 6) is False  # asked once
     assert ledger.jobs[7].cancelled_at == T0 + 5
 
@@ -285,8 +290,8 @@ def test_a_cancel_kill_spares_every_other_job_of_the_child() -> None:
     ledger.cancelling(ledger.jobs[3], T0)
     ledger.blame([ledger.jobs[3]])
     settled = _settled(ledger, KillReason.CANCELLED)
-    assert 3 not in settled  # cancelled already: nothing to write
-    assert settled == {1: None, 2: None, 4: None}
+    # cancelled already: its held lease is released, nothing is charged
+    assert settled == {1: None, 2: None, 3: None, 4: None}
 
 
 def test_a_job_cancelled_as_it_started_is_interrupted_not_killed() -> None:

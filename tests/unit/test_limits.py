@@ -96,11 +96,20 @@ def test_a_cancelled_job_still_running_after_the_grace_is_killed() -> None:
     assert [job.id for job in limits.check_runtimes(ledger, T0 + 10).soft_timeout] == [1]
 
 
-def test_a_cancelled_job_is_past_the_lease_lapse_checks() -> None:
-    ledger = ledger_with([3600.0], started=1)
-    ledger.cancelling(ledger.jobs[1], T0)
-    assert limits.next_lapse(ledger, TTL) is None  # no lease left to lapse
-    assert limits.check_lapses(ledger, T0 + 10 * TTL, TTL).running == []
+def test_a_cancelled_job_still_running_is_killed_before_its_held_lease_lapses() -> None:
+    """Its cancelled row keeps the lease (and its place under a concurrency limit) until
+    the handler ends; unrenewed, that lease lapses from its last renewal on: the child is
+    killed for the job's sake before a rescue could free the place."""
+    ledger = ledger_with([3600.0, 3600.0], started=2)
+    ledger.cancelling(ledger.jobs[1], T0 + 1)
+    lapse = T0 + limits.UNFENCED_FRACTION * TTL
+    assert limits.next_lapse(ledger, TTL) == lapse
+    before = limits.check_lapses(ledger, lapse - 0.01, TTL)
+    assert (before.running, before.unstarted, before.cancelled) == ([], [], [])
+    ledger.renewal([ledger.jobs[2].lease], renewed={2}, sent_at=T0 + 5)  # only 2 renewed
+    verdict = limits.check_lapses(ledger, lapse, TTL)
+    assert [job.id for job in verdict.cancelled] == [1]
+    assert verdict.running == [] and verdict.unstarted == []  # 2's lease is fine
 
 
 def test_the_history_checker_counts_overlaps_and_windows() -> None:

@@ -30,6 +30,10 @@ SHIPPED = {
     ): "8610346eb0644f5c802a9506843e0f15dc72c923460232ff05fa120abc04b234",
     (15, "lifecycle_domain"): "af853331f745717e5412976d1ebde77104480481520da79ad7e49cb4bd2909cb",
     (16, "qualified_release"): "c080317e2bd4dd4227d4bda3fb33fa58e129ae602393b30ea48dac6981bd3f39",
+    (
+        17,
+        "cancelled_holds_lease",
+    ): "e8ad533b983d8df7598a223f794ee36abf077098dac0281cc35ff7ede47888e0",
     (18, "release_exact_types"): "f305cf3e6d37baa9cea6014ae3bde9bfc35920b7f7d543e2f6c0435b2be70ba5",
 }
 

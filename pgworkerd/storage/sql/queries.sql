@@ -11,6 +11,12 @@
 --     requires state = 'running'. A holder whose lease was rescued, cancelled or
 --     released can no longer change the job: its write matches no row and the caller
 --     is told the lease was lost.
+--   * HELD: a job cancelled while it ran keeps its lease (lease_expires_at, lease_token)
+--     on the cancelled row until its holder says the handler has ended
+--     (jobs_release_cancelled, after a fenced write found the row cancelled) or the
+--     rescue finds the lease expired (jobs_rescue_cancelled). Concurrency limits count
+--     leased rows, so its place stays taken while the handler may still run. Every
+--     other reader takes it for what its state says: cancelled.
 --   * SKIP LOCKED: claimers and rescuers never wait on each other's rows and never
 --     take the same row twice.
 --   * Every time that decides a lease or a schedule is the database's now().
@@ -732,7 +738,9 @@ FROM (SELECT pg_catalog.hashtextextended(%(schema_name)s::text || '.' || q.name,
 --   rate N      - its starts in (t - period, t] (starts_queue_idx, at most N entries read)
 -- where t = statement_timestamp(), this statement's start: after the lock, so later
 -- than every start a previous holder wrote. A job counts as running from its claim
--- until its lease is settled (complete, fail, snooze, release, cancel, rescue); its
+-- until its lease is settled (complete, fail, snooze, release, rescue); a job
+-- cancelled while it ran counts until its handler has ended (HELD: the cancelled row
+-- keeps the lease until jobs_release_cancelled or jobs_rescue_cancelled); its
 -- start counts until it ages out of the window or a Snooze gives it back. The claim
 -- writes its starts to the ledger and drops the queue's starts older than the window
 -- (an hour at least: see aged_out), in this statement. No counter is kept anywhere:
@@ -758,7 +766,9 @@ WITH RECURSIVE {claim_levels},
 running AS MATERIALIZED (
     -- RUNNING: the leased rows of the concurrency-limited queues, by queue and key, in
     -- one pass over jobs_lease_expiry_idx (0001), whose entries are the fleet's running
-    -- jobs (by jobs_running_is_leased), however big the table. No index of its own: one
+    -- jobs (by jobs_running_is_leased), however big the table, and the cancelled ones
+    -- whose handler may still run (HELD): counted by the lease, not the state, they
+    -- keep their place until the handler has ended. No index of its own: one
     -- would be written by every claim and renewal of every queue, limited or not. Not
     -- read at all (a one-time filter) when no queue of the claim limits concurrency.
     SELECT j.queue, j.key, pg_catalog.count(*) AS n
@@ -976,6 +986,7 @@ FULL JOIN (
 -- second pass over the queue's ready jobs). bench/web_limits_cost.py gives the plans.
 WITH {limit_settings},
 running AS MATERIALIZED (  -- RUNNING, as in jobs_claim_limited: one pass over the leased rows
+    -- (places taken: a cancelled job whose handler may still run counts, HELD)
     SELECT j.queue, j.key, pg_catalog.count(*) AS n
     FROM {schema}.jobs AS j
     WHERE j.lease_expires_at IS NOT NULL AND j.queue = ANY(%(limit_queues)s::text[])
@@ -1178,6 +1189,28 @@ WITH target AS (
 {apply_failure};
 
 
+-- name: jobs_rescue_cancelled
+-- HELD: cancelled rows whose lease expired (their holder died, froze or lost the
+-- database before it said the handler had ended): the lease is cleared, and the place
+-- it held under a concurrency limit is freed. The job stays cancelled and is not run
+-- again. SKIP LOCKED and the lease predicate rechecked under the row lock, as in
+-- jobs_rescue: a holder releasing it now, or a lease not yet expired, is left alone.
+-- The queues of the rows released are woken (WAKE), as jobs_release_cancelled's.
+WITH target AS (
+    SELECT j.id
+    FROM {schema}.jobs AS j
+    WHERE j.lease_expires_at < now() AND j.state = 'cancelled'
+    ORDER BY j.lease_expires_at
+    LIMIT %(limit)s::bigint
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET lease_expires_at = NULL
+FROM target AS t
+WHERE j.id = t.id
+RETURNING j.id, j.state, j.run_at, j.attempt, pg_notify({queue_channel}, j.queue);
+
+
 -- name: apply_failure
 -- Shared tail of jobs_fail and jobs_rescue: `target` holds locked rows with the
 -- error to record, whether the job is dead, and the retry delay.
@@ -1273,40 +1306,53 @@ RETURNING j.id;
 
 -- name: jobs_cancel
 -- Cancels waiting, queued or running jobs (a job with dependents releases them: the
--- release_dependents trigger of 0010_workflows.sql). A running job's holder loses its lease: its outcome
--- will match no row. The token stays on the row (only a running job has one: every
--- way back to queued clears it), so the holder's renewal can tell a cancel from a
--- rescue (jobs_cancelled_among).
+-- release_dependents trigger of 0010_workflows.sql). A running job's holder can no
+-- longer write its outcome (FENCE: state = 'running'), but the row keeps the lease
+-- (HELD): the job is cancelled, its place under a concurrency limit stays taken until
+-- the handler has ended (jobs_release_cancelled) or the lease has expired
+-- (jobs_rescue_cancelled). The token stays on the row (only a running job has one
+-- when cancelled: every way back to queued clears it), so the holder's renewal can
+-- tell a cancel from a rescue (jobs_cancelled_among). No place is freed here: the
+-- release wakes the queue's workers.
 WITH cancelled AS (
     UPDATE {schema}.jobs
     SET state            = 'cancelled',
-        finished_at      = now(),
-        lease_expires_at = NULL
+        finished_at      = now()
     WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'queued', 'running')
-    RETURNING id, queue, lease_token,
+    RETURNING id, queue, lease_token, lease_expires_at,
               -- FINISHED (as in complete_update)
               CASE WHEN waited_on THEN pg_notify({finished_channel}, id::text) END
-),
--- WAKE (as wake_limited): a running job cancelled frees its place at this commit, not
--- when its holder stops; the operator's side does not know which queues are limited,
--- so every queue that had one is told (an idle worker of an unlimited queue claims
--- once for nothing). Rare: an operator's action.
-freed AS (
-    SELECT pg_notify({queue_channel}, c.queue)
-    FROM cancelled AS c WHERE c.lease_token IS NOT NULL
-    GROUP BY c.queue
 ),
 -- Tell the holders of the running ones now (delivered at commit), as "id:token" pairs,
 -- a hundred to a notification: NOTIFY payloads are limited to 8000 bytes.
 told AS (
     SELECT pg_notify(%(channel)s::text, string_agg(c.id::text || ':' || c.lease_token::text, ' '))
     FROM (SELECT id, lease_token, (row_number() OVER ()) / 100 AS chunk
-          FROM cancelled WHERE lease_token IS NOT NULL) AS c
+          FROM cancelled WHERE lease_expires_at IS NOT NULL) AS c
     GROUP BY c.chunk
 )
 SELECT id FROM cancelled
-CROSS JOIN (SELECT pg_catalog.count(*) FROM told) AS force_notify  -- an unreferenced CTE never runs
-CROSS JOIN (SELECT pg_catalog.count(*) FROM freed) AS force_wake;
+CROSS JOIN (SELECT pg_catalog.count(*) FROM told) AS force_notify;  -- an unreferenced CTE never runs
+
+
+-- name: jobs_release_cancelled
+-- HELD: the holder of these leases says their handlers have ended (a fenced outcome
+-- write found the row cancelled, or the worker that ran it is gone): the cancelled rows
+-- still holding them give the lease up, and their place under a concurrency limit with
+-- it. Nothing else changes: the job stays cancelled, its handler's result or error is
+-- not recorded, finished_at is the cancel's. Each queue that had such a row is woken
+-- (WAKE, as wake_limited, at commit): this side does not know which queues are
+-- limited, and this is the rare path of a cancel. (Ids and tokens matched as in
+-- jobs_complete.)
+WITH released AS (
+    UPDATE {schema}.jobs AS j
+    SET lease_expires_at = NULL
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'cancelled'  -- FENCE
+      AND j.lease_expires_at IS NOT NULL
+    RETURNING j.id, j.queue
+)
+SELECT r.id, pg_notify({queue_channel}, r.queue) FROM released AS r;
 
 
 -- name: jobs_cancelled_among
@@ -1321,7 +1367,9 @@ WHERE j.id = ANY(%(ids)s::bigint[])
 -- name: jobs_retry_finished
 -- Puts dead (or, by id, cancelled) jobs back in their queue to run now, with one more
 -- attempt if they had used them all (attempt keeps counting every start). A job whose
--- unique_key is held by a live job meanwhile is left as it is.
+-- unique_key is held by a live job meanwhile is left as it is, and so is a cancelled
+-- job whose handler may still run (HELD: it holds its lease): retried now, it could
+-- start again beside that handler. It may be retried once the handler has ended.
 UPDATE {schema}.jobs AS j
 SET state        = 'queued',
     run_at       = now(),
@@ -1329,6 +1377,7 @@ SET state        = 'queued',
     lease_token  = NULL,
     max_attempts = GREATEST(j.max_attempts, j.attempt::int + 1)
 WHERE j.state = ANY(%(states)s::text[])
+  AND j.lease_expires_at IS NULL  -- HELD: not while a cancelled handler may run
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (j.unique_key IS NULL OR NOT EXISTS (
@@ -1341,7 +1390,8 @@ RETURNING j.id;
 -- Fragment of jobs_prune and jobs_archive_move: up to `limit` jobs of one finished state
 -- older than its retention, oldest first, by jobs_finished_idx, locked; a row another
 -- transaction holds is skipped: pruning never waits on a lock. The state is one of the
--- three finished ones: a queued or running job never matches.
+-- three finished ones: a queued or running job never matches, nor a cancelled one
+-- whose handler may still run (HELD: it holds its lease; pruned once released).
 -- POSITIONS, as the claim's: a round of pruning passes the oldest finished_at its
 -- previous batch removed (`after`; NULL from the start of the state). While a snapshot
 -- holds back vacuum, the rows a batch deleted stay in jobs_finished_idx, and a batch
@@ -1353,6 +1403,7 @@ WHERE state = %(state)s::text
   AND state IN ('succeeded', 'dead', 'cancelled')
   AND finished_at < now() - make_interval(secs => %(retention_s)s::float8)
   AND finished_at >= coalesce(%(after)s::timestamptz, '-infinity')  -- POSITIONS
+  AND lease_expires_at IS NULL  -- HELD
 ORDER BY finished_at
 LIMIT %(limit)s::bigint
 FOR UPDATE SKIP LOCKED
@@ -1380,6 +1431,7 @@ moved AS (
     DELETE FROM {schema}.jobs AS j
     USING picked
     WHERE j.id = picked.id AND j.state IN ('succeeded', 'dead', 'cancelled')
+      AND j.lease_expires_at IS NULL  -- HELD
     RETURNING j.*
 ),
 archived AS (
@@ -1790,9 +1842,10 @@ SET max_parallel_workers_per_gather = 0;
 --
 -- Queued, running and waiting jobs per queue, each from its partial index:
 -- jobs_claim_idx holds only queued rows (queue and run_at are in it: an index-only scan
--- once vacuumed), jobs_lease_expiry_idx only leased (= running, by
--- jobs_running_is_leased) rows, jobs_dead_or_waiting_idx (0014) only dead and waiting
--- ones. Finished rows, however many, are in none of them.
+-- once vacuumed), jobs_lease_expiry_idx only leased rows (the running ones, by
+-- jobs_running_is_leased, and the few cancelled ones still HELD, left out by state),
+-- jobs_dead_or_waiting_idx (0014) only dead and waiting ones. Finished rows, however
+-- many, are in none of them.
 SELECT queue, 'queued' AS state, pg_catalog.count(*) AS n,
        extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
            AS oldest_ready_age_s
@@ -1800,7 +1853,7 @@ FROM {schema}.jobs WHERE state = 'queued'
 GROUP BY queue
 UNION ALL
 SELECT queue, 'running', pg_catalog.count(*), NULL
-FROM {schema}.jobs WHERE lease_expires_at IS NOT NULL
+FROM {schema}.jobs WHERE lease_expires_at IS NOT NULL AND state = 'running'
 GROUP BY queue
 UNION ALL
 SELECT queue, 'waiting', pg_catalog.count(*), NULL

@@ -1,0 +1,125 @@
+"""A running job cancelled in a queue with a concurrency limit keeps its place until its
+handler has ended: the cancel keeps the lease on the cancelled row (a "held" cancelled
+row), which the limited claim counts, until the holder reports the handler's end (its
+fenced outcome, or the settlement of a killed worker) or a rescue clears the lease of a
+holder that died. Before, the cancel cleared the lease at once and a second job of a
+`concurrency: 1` queue started while the first handler still ran (up to the 3 s grace)."""
+
+from __future__ import annotations
+
+import signal
+from datetime import datetime
+from typing import Any
+
+import psutil
+import psycopg
+import pytest
+
+import pgworkerd
+from tests.daemon import Daemon, history, job, wait_until
+
+Conn = psycopg.Connection[Any]
+
+
+def solo_queue(**overrides: Any) -> dict[str, Any]:
+    """One queue of concurrency 1, served by two processes: each could run a job."""
+    return {
+        "queues": {"solo": {"concurrency": 1}},
+        "workers": [{"queues": ["solo"], "concurrency": 2}],
+        **overrides,
+    }
+
+
+def first_at(conn: Conn, job_id: int, event: str) -> datetime:
+    (at,) = [row[4] for row in history(conn, job_id) if row[2] == event][:1] or [None]
+    assert at is not None, f"job {job_id} recorded no {event}"
+    return at
+
+
+def last_sign_of_life(conn: Conn, job_id: int) -> datetime:
+    """When the handler last ran: its last recorded event (database clock)."""
+    return max(row[4] for row in history(conn, job_id))
+
+
+def handler_over(conn: Conn, job_id: int) -> bool:
+    """The job's handler has ended: it recorded its end, or its process is gone."""
+    rows = history(conn, job_id)
+    if "end" in [row[2] for row in rows]:
+        return True
+    (pid,) = {row[3] for row in rows}
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def started(conn: Conn, job_id: int) -> bool:
+    return any(row[2] == "start" for row in history(conn, job_id))
+
+
+@pytest.mark.parametrize(
+    ("payload", "lease_ttl"),
+    [
+        # ignores JobCancelled for good: killed after the grace (or as its unrenewed
+        # lease nears its end, with a 3 s lease), the settlement frees the place
+        ({}, "3s"),
+        ({}, "30s"),
+        # ignores it for 1.5 s, then returns: its success is not recorded, the place
+        # is freed by that fenced write
+        ({"ignore_s": 1.5}, "30s"),
+        # ignores it for 1.5 s, then lets JobCancelled go: likewise, by the failure write
+        ({"ignore_s": 1.5, "then": "raise"}, "30s"),
+    ],
+    ids=["killed-3s-lease", "killed-30s-lease", "returns", "raises"],
+)
+def test_a_cancelled_handler_keeps_its_place_until_it_has_ended(
+    start_daemon: Any, history_conn: Conn, payload: dict[str, Any], lease_ttl: str
+) -> None:
+    first = pgworkerd.enqueue(history_conn, "ticks_past_cancel", payload, queue="solo")
+    daemon: Daemon = start_daemon(**solo_queue(lease_ttl=lease_ttl))
+    wait_until(lambda: started(history_conn, first), what="the first job's start")
+    second = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
+    assert pgworkerd.cancel(history_conn, first) is True
+    wait_until(lambda: started(history_conn, second), timeout_s=15, what="the second job")
+    wait_until(lambda: handler_over(history_conn, first), timeout_s=15, what="the first's end")
+    assert first_at(history_conn, second, "start") > last_sign_of_life(history_conn, first), (
+        "the second job started while the cancelled handler still ran"
+    )
+    wait_until(lambda: job(history_conn, second)["state"] == "succeeded", what="second done")
+    row = job(history_conn, first)
+    assert (row["state"], row["attempt"], row["result"]) == ("cancelled", 1, None)
+    assert row["lease_expires_at"] is None, "its holder released the lease"
+    if "ignore_s" in payload:
+        assert "end" in [r[2] for r in history(history_conn, first)]
+        assert "killing worker" not in daemon.log()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_the_place_of_a_cancelled_job_whose_daemon_died_is_freed_when_its_lease_expires(
+    daemons: Any, db_dsn: str, history_conn: Conn
+) -> None:
+    """SIGKILL of the whole daemon just after the cancel: nobody is left to report the
+    handler's end. The row stays cancelled and holds its place until the lease it was
+    running under expires; then another daemon's rescue clears the lease (without
+    running the job again) and the next job starts."""
+    first = pgworkerd.enqueue(history_conn, "ticks_past_cancel", {}, queue="solo")
+    doomed: Daemon = daemons(db_dsn, "doomed", **solo_queue(lease_ttl="3s"))
+    wait_until(lambda: started(history_conn, first), what="the first job's start")
+    second = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
+    assert pgworkerd.cancel(history_conn, first) is True
+    doomed.kill_everything()
+    held = job(history_conn, first)
+    assert held["state"] == "cancelled"
+    assert held["lease_expires_at"] is not None, "the cancel kept the running job's lease"
+    survivor: Daemon = daemons(db_dsn, "survivor", **solo_queue(lease_ttl="3s"))
+    wait_until(lambda: started(history_conn, second), timeout_s=20, what="the second job")
+    assert first_at(history_conn, second, "start") >= held["lease_expires_at"]
+    wait_until(lambda: job(history_conn, second)["state"] == "succeeded", what="second done")
+    row = job(history_conn, first)
+    assert (row["state"], row["attempt"], row["result"]) == ("cancelled", 1, None)
+    assert row["lease_expires_at"] is None and row["finished_at"] == held["finished_at"]
+    assert [r[2] for r in history(history_conn, first)].count("start") == 1, "not run again"
+    assert "rescued job with expired lease" in survivor.log()
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait() == 0
