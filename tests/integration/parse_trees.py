@@ -161,6 +161,8 @@ class Catalog:
         node_type = node["_type"]
         if node_type in _CALLS and node.get("funcformat") not in ("1", "2", _SQL_SYNTAX):
             self._check_call(node, found)
+        elif node_type == "ROWCOMPAREEXPR":
+            self._check_row_comparison(node, found)
         for child in node.values():
             if isinstance(child, (dict, list)):
                 self._walk(child, found)
@@ -177,16 +179,38 @@ class Catalog:
         if polymorphic:
             found.append(Call(kind, signature, name, "a polymorphic or variadic parameter"))
         for argument in self._arguments(node):
-            coercion = _COERCIONS.get(argument["_type"])
-            if coercion and argument.get(coercion) == _IMPLICIT:
+            if self._implicitly_coerced(argument):
                 source = self._type_of(argument.get("arg") or (argument.get("args") or [{}])[0])
                 found.append(Call(kind, signature, name, f"an implicit coercion of {source}"))
+
+    def _check_row_comparison(self, node: dict[str, Any], found: list[Call]) -> None:
+        """`(a, b) < (c, d)`: an operator a pair (`opnos`, an oid list `(o ...)`)."""
+        operators = [oid for oid in node.get("opnos") or [] if oid != "o"]
+        pairs = zip(operators, node.get("largs") or [], node.get("rargs") or [], strict=False)
+        for oid, left, right in pairs:
+            name, signature = self.operators[oid]
+            for argument in (left, right):
+                if self._implicitly_coerced(argument):
+                    why = f"an implicit coercion of {self._type_of(argument.get('arg'))}"
+                    found.append(Call("operator", signature, name, why))
+
+    @staticmethod
+    def _implicitly_coerced(argument: Any) -> bool:
+        coercion = _COERCIONS.get(argument["_type"]) if isinstance(argument, dict) else None
+        return coercion is not None and argument.get(coercion) == _IMPLICIT
 
     @staticmethod
     def _arguments(node: dict[str, Any]) -> list[dict[str, Any]]:
         arguments = node.get("args") or []
         if node["_type"] == "AGGREF":  # target entries around each argument
             arguments = [entry.get("expr") for entry in arguments if isinstance(entry, dict)]
+        # `name => value`: the value, as the call takes it
+        arguments = [
+            argument.get("arg")
+            if isinstance(argument, dict) and argument["_type"] == "NAMEDARGEXPR"
+            else argument
+            for argument in arguments
+        ]
         return [argument for argument in arguments if isinstance(argument, dict)]
 
     def _type_of(self, node: Any) -> str:

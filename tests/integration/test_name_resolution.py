@@ -10,6 +10,7 @@ an operator, `OPERATOR(pg_catalog.op)`."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 import psycopg
@@ -42,14 +43,19 @@ def _numbered(text: str) -> str:
 
 
 def _unguarded(calls: list[Call], text: str) -> list[str]:
-    """The calls that `text` does not name by pg_catalog."""
+    """The calls that `text` does not name by pg_catalog: a function named without it
+    anywhere in the statement (quoted or not), or more open calls of an operator than
+    the statement writes `OPERATOR(pg_catalog.op)`."""
     left = []
     for call in calls:
-        if call.kind == "function":
-            if re.search(rf"(?<![\w.]){re.escape(call.name)}\s*\(", text):
-                left.append(f"{call.signature}: {call.why}")
-        elif f"OPERATOR(pg_catalog.{call.name})" not in text:
+        if call.kind == "function" and re.search(
+            rf'(?<![\w.]){re.escape(call.name)}\s*\(|(?<![\w.])"{re.escape(call.name)}"\s*\(', text
+        ):
             left.append(f"{call.signature}: {call.why}")
+    operators = Counter(call.name for call in calls if call.kind == "operator")
+    for name, count in operators.items():
+        if text.count(f"OPERATOR(pg_catalog.{name})") < count:
+            left += [f"{c.signature}: {c.why}" for c in calls if c.name == name]
     return left
 
 
@@ -118,3 +124,35 @@ def test_the_release_function_calls_nothing_another_schema_could_take_over(
     ).fetchone()[0]
     calls = [call for tree in in_function for call in catalog.open_calls(tree)]
     assert sorted(set(_unguarded(calls, source))) == []
+
+
+def _open_in(conn: psycopg.Connection[Any], catalog: Catalog, statement: str) -> list[str]:
+    trees = trees_of(conn)
+    conn.execute(f"PREPARE probe AS {statement}".encode(), prepare=False)
+    conn.execute("DEALLOCATE probe")
+    return _unguarded([call for tree, _ in trees for call in catalog.open_calls(tree)], statement)
+
+
+def test_the_check_finds_each_way_a_call_is_left_open(conn: psycopg.Connection[Any]) -> None:
+    """The check itself, on statements that each leave one call open (a review found
+    the first three passing it) and on their guarded forms."""
+    catalog = Catalog(conn)
+    jobs = "FROM pgworkerd.jobs AS j"
+    left_open = [
+        "SELECT make_interval(secs => 1::numeric)",  # a named argument, coerced
+        f"SELECT ARRAY[1] OPERATOR(pg_catalog.@>) ARRAY[1], j.attempt = 1 {jobs}",
+        'SELECT "array_position"(ARRAY[1], 1)',  # quoted
+        f"SELECT (j.attempt, 1) < (1, 2) {jobs}",  # a row comparison
+        f"SELECT j.attempt >= j.max_attempts {jobs}",
+        "SELECT unnest(ARRAY[1])",
+        "SELECT ARRAY[1::bigint] @> ARRAY[1::bigint]",
+    ]
+    guarded = [
+        "SELECT pg_catalog.make_interval(secs => 1::numeric)",
+        f"SELECT j.attempt::int = 1, j.attempt::int >= j.max_attempts::int {jobs}",
+        "SELECT pg_catalog.array_position(ARRAY[1], 1), pg_catalog.unnest(ARRAY[1])",
+        f"SELECT (j.attempt::int, 1) < (1, 2) {jobs}",
+        "SELECT ARRAY[1::bigint] OPERATOR(pg_catalog.@>) ARRAY[1::bigint]",
+    ]
+    assert [s for s in left_open if not _open_in(conn, catalog, s)] == []
+    assert {s: found for s in guarded if (found := _open_in(conn, catalog, s))} == {}
