@@ -67,8 +67,11 @@ def test_a_full_batch_wakes_a_sibling_to_share_the_rest(start_daemon, history_co
     )
     daemon.wait_for_workers(2)
     run_one_job(history_conn)
+    # Jobs of 4 s: the sibling has that long to be woken and claim the second one
+    # before the first worker, done with its job, claims it itself (2 s were once too
+    # short beside another test run on the 2 cores).
     ids = pgworkerd.enqueue_many(
-        history_conn, [{"kind": "sleep", "payload": {"seconds": 2}} for _ in range(2)]
+        history_conn, [{"kind": "sleep", "payload": {"seconds": 4}} for _ in range(2)]
     )
     history_conn.commit()
     wait_until(
