@@ -88,15 +88,22 @@ def rescue(session: DatabaseSession, store: JobStore) -> Result[int]:
     def work(conn: psycopg.Connection[Any]) -> int:
         rescued = store.rescue(conn)
         for failed in rescued:
+            # A cancelled row here was not rescued: it stays cancelled and is not run
+            # again; only the place its lease held under a limit is given back.
+            message = (
+                "released the expired lease of a cancelled job"
+                if failed.state == "cancelled"
+                else "rescued job with expired lease"
+            )
             logs.event(
                 log,
                 logging.WARNING,
-                "rescued job with expired lease",
+                message,
                 job=failed.job_id,
                 attempt=failed.attempt,
                 next_state=failed.state,
             )
-        return len(rescued)
+        return sum(1 for failed in rescued if failed.state != "cancelled")
 
     return session.attempt("rescue", work)
 

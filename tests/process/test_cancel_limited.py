@@ -120,6 +120,7 @@ def test_the_place_of_a_cancelled_job_whose_daemon_died_is_freed_when_its_lease_
     assert (row["state"], row["attempt"], row["result"]) == ("cancelled", 1, None)
     assert row["lease_expires_at"] is None and row["finished_at"] == held["finished_at"]
     assert [r[2] for r in history(history_conn, first)].count("start") == 1, "not run again"
-    assert "rescued job with expired lease" in survivor.log()
+    assert "released the expired lease of a cancelled job" in survivor.log()
+    assert "rescued job with expired lease" not in survivor.log()
     survivor.signal(signal.SIGTERM)
     assert survivor.wait() == 0
