@@ -78,6 +78,7 @@ class ControlReader:
     timeouts: set[int] = field(default_factory=set)
     cancels: set[int] = field(default_factory=set)
     woken: bool = False  # a `wake` was read; the reader that acts on it resets this
+    new_skips: bool = False  # a `skip` was read; likewise
     _lines_read: int = 0  # the board's count of control lines when last read
     _buffer: bytes = b""
 
@@ -112,6 +113,7 @@ class ControlReader:
         verb, job_id, token = [*line.decode(errors="replace").split(" "), "", ""][:3]
         if verb == "skip" and job_id.isdigit():
             self.skipped.add((int(job_id), token))
+            self.new_skips = True
         elif verb == "timeout" and job_id.isdigit():
             self.timeouts.add(int(job_id))
         elif verb == "cancel" and job_id.isdigit():

@@ -3,8 +3,9 @@ what to write for each if the child dies. Pure: no I/O, times come from the call
 (host's CLOCK_MONOTONIC), so every transition is unit-tested with a fake clock.
 
 A job enters the ledger when the child says it claimed it, and leaves it when the
-child says its outcome is written (`done`) or that it gave it back (`released`), or
-when the supervisor releases it itself. In between:
+child says its outcome is written (`done`) or that it gave it back (`released`: also a
+job GIVEN_UP by a cancel, whose cancelled row's lease the child released as it skipped
+it), or when the supervisor releases it itself. In between:
 
     CLAIMED --start posted--> RUNNING --returned--> FINISHING --done--> (gone)
        |                         |   |                    ^

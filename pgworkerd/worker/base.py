@@ -40,7 +40,7 @@ from pgworkerd.ipc import (
     Stopping,
     claimed_job,
 )
-from pgworkerd.job import Job
+from pgworkerd.job import Job, Lease
 from pgworkerd.progress import ProgressWriter
 from pgworkerd.storage import connections
 from pgworkerd.storage.arrays import HEX_DIGITS
@@ -95,6 +95,13 @@ class BaseWorker:
         self._claimed_count = 0
         self._claim_number: dict[int, int] = {}  # job id -> its number, current batch
         self._claim_sent_at = 0.0  # when the current batch's claim was sent
+        # The leases of the jobs skipped (cancelled or rescued before they started)
+        # whose release is still to be written. A job cancelled under our lease keeps
+        # it on its cancelled row (HELD in storage/sql/queries.sql), and with it its
+        # place under a concurrency limit, until its holder says no handler runs it:
+        # the supervisor gave it up and settles it only if we die, so unreleased it
+        # would hold the place until the lease expired and a rescue ran.
+        self.skipped: list[Lease] = []
         self.guard = LeaseGuard(board.renewal, spec.lease_ttl_s, self._on_lease_lapse)
         self.store = JobStore(spec.schema, backoff=spec.backoff, limits=spec.limits)
         self._wake_r, self._wake_w = os.pipe()
@@ -286,7 +293,10 @@ class BaseWorker:
             if give_up is not None and give_up():
                 return NoStart.STOP
             if self.control.is_skipped(job.id, job.lease_token):
-                return NoStart.SKIP  # cancelled or rescued before it started: not ours to run
+                # Cancelled or rescued before it started: not ours to run. Its lease,
+                # if its row was cancelled under it, is released at our next write.
+                self.skipped.append(job.lease)
+                return NoStart.SKIP
             slot = take_slot()
             number = self._claim_number[job.id]
             self.board.post_start(number, slot)
@@ -327,6 +337,30 @@ class BaseWorker:
         # Said either way: if the release did not reach the database, the supervisor's
         # renewals stop and the leases expire into a rescue.
         self.status.send(Released(tuple(job.id for job in jobs)))
+
+    def _release_skipped(self) -> None:
+        """Release the skipped jobs' leases now, on this thread's connection (the
+        one-thread worker; the concurrent one sends the same call to its database
+        thread). A lease not on a cancelled row (rescued) is left alone. Not written
+        (the connection is lost): they expire into a rescue, or the supervisor settles
+        them when we exit."""
+        leases, self.skipped = self.skipped, []
+        conn = self.connection.conn
+        if conn is None:
+            return
+        try:
+            released = self.store.release_cancelled(conn, leases)
+        except CONNECTION_FAULTS as exc:
+            self.connection.lost(exc)
+            return
+        self._skipped_released(released)
+
+    def _skipped_released(self, released: set[int]) -> None:
+        """The cancelled rows of these skipped jobs gave their lease up: the supervisor,
+        which would settle them if we died, forgets them (only those: a skipped job
+        that was rescued may be claimed anew, by us too, under another lease)."""
+        if released:
+            self.status.send(Released(tuple(released)))
 
     # -- waiting --------------------------------------------------------------------------
 

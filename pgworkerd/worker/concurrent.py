@@ -22,11 +22,12 @@ import logging
 import os
 import select
 from collections import deque
+from dataclasses import dataclass
 
 from setproctitle import setproctitle
 
 from pgworkerd.ipc import ControlReader, ExitCode, Idle, StartBoard, StatusWriter
-from pgworkerd.job import Job, JobCancelled, JobTimeout
+from pgworkerd.job import Job, JobCancelled, JobTimeout, Lease
 from pgworkerd.worker.base import BaseWorker, ClaimRequest, NoStart
 from pgworkerd.worker.connection import CONNECTION_FAULTS
 from pgworkerd.worker.db_thread import DatabaseThread
@@ -40,6 +41,13 @@ log = logging.getLogger("pgworkerd.worker")
 BUSY_WAIT_S = 1.0  # while every slot is busy: wake at least this often (orphan check)
 
 
+@dataclass(frozen=True, slots=True)
+class SkippedRelease:
+    """A release of skipped jobs' leases on its way (BaseWorker.skipped)."""
+
+    leases: list[Lease]
+
+
 class ConcurrentWorker(BaseWorker):
     def __init__(
         self, spec: WorkerSpec, status: StatusWriter, control: ControlReader, board: StartBoard
@@ -50,7 +58,7 @@ class ConcurrentWorker(BaseWorker):
         os.set_blocking(jobs_w, False)
         self.slots = SlotPool(spec.threads, jobs_w)  # its threads start on first use
         self.database = DatabaseThread(jobs_w)  # likewise
-        self._sent: ClaimRequest | list[Success] | None = None  # its call under way
+        self._sent: ClaimRequest | list[Success] | SkippedRelease | None = None  # under way
         self.backlog: deque[Job] = deque()  # claimed, not started, in claim order
         self._backlog_epoch = 0  # the connection the backlog was claimed on
         self._recycle = False  # max jobs or memory reached: finish, then exit
@@ -85,7 +93,7 @@ class ConcurrentWorker(BaseWorker):
                 self.backlog.clear()
                 if not self.slots.busy:
                     return ExitCode.RECYCLED
-                self._send_successes_if_due()
+                self._send_writes()
             else:
                 if self.backlog and self.connection.epoch != self._backlog_epoch:
                     # Claimed on a connection since lost: their leases may have lapsed
@@ -94,10 +102,12 @@ class ConcurrentWorker(BaseWorker):
                     self._release(list(self.backlog))
                     self.backlog.clear()
                 self._start_waiting()
-                if self._wants_claim():
+                if self._wants_claim() and not self.skipped:
                     self._send_claim()
                 else:
-                    self._send_successes_if_due()
+                    # The skipped jobs' release first: the place under a concurrency
+                    # limit it frees may be the next claim's.
+                    self._send_writes()
             self._wait()
 
     # -- claims and writes, through the database thread -------------------------------------
@@ -118,6 +128,26 @@ class ConcurrentWorker(BaseWorker):
             return  # the connection is lost: a later turn reconnects
         self._sent = claim
         self.database.send(claim.call)
+
+    def _send_writes(self) -> None:
+        """The release of the skipped jobs' leases if there are any (at once: a place
+        under a concurrency limit may wait on it), else the successes if they are due;
+        when the database thread is free."""
+        if self.skipped:
+            self._send_skipped_release()
+        else:
+            self._send_successes_if_due()
+
+    def _send_skipped_release(self) -> None:
+        if self.database.busy:
+            return
+        try:
+            conn = self.connection.get(for_outcome=True)
+        except CONNECTION_FAULTS:
+            return  # orphaned: the turn ends it (the supervisor settles them)
+        sent = self._sent = SkippedRelease(self.skipped)
+        self.skipped = []
+        self.database.send(functools.partial(self.store.release_cancelled, conn, sent.leases))
 
     def _send_successes_if_due(self) -> None:
         """Write the pending successes if they are due (full, or the oldest waited long
@@ -145,6 +175,10 @@ class ConcurrentWorker(BaseWorker):
         try:
             answer = self.database.answer()
         except CONNECTION_FAULTS as exc:
+            if isinstance(sent, SkippedRelease):
+                self.skipped[:0] = sent.leases  # sent again, on the next connection
+                self.connection.lost(exc)
+                return
             # Neither the write nor the claim happened: the successes are written again.
             self._claim_failed(
                 sent.successes if isinstance(sent, ClaimRequest) else sent or [], exc
@@ -153,6 +187,9 @@ class ConcurrentWorker(BaseWorker):
         if isinstance(sent, ClaimRequest):
             kept, batch, full = answer
             self._claimed(sent, self._claim_answered(sent, kept, batch, full))
+        elif isinstance(sent, SkippedRelease):
+            self.connection.succeeded()
+            self._skipped_released(answer)
         else:
             self.connection.succeeded()
             self.outcomes.written(sent or [], answer)
@@ -234,6 +271,21 @@ class ConcurrentWorker(BaseWorker):
         if self.control.woken:  # the supervisor no longer counts us idle
             self.control.woken = False
             self._said_idle = False
+        if self.control.new_skips:
+            self._set_aside_skipped()
+
+    def _set_aside_skipped(self) -> None:
+        """Take the jobs we were told to skip out of the backlog now, not when a slot
+        frees for them: one cancelled there holds its place under a concurrency limit
+        (its row keeps our lease) until we release it, which the next turn sends."""
+        self.control.new_skips = False
+        waiting: deque[Job] = deque()
+        for job in self.backlog:
+            if self.control.is_skipped(job.id, job.lease_token):
+                self.skipped.append(job.lease)
+            else:
+                waiting.append(job)
+        self.backlog = waiting
 
     def _wait_for_running(self) -> None:
         """Draining or recycling: every slot finishes; their outcomes are written."""
@@ -243,7 +295,7 @@ class ConcurrentWorker(BaseWorker):
             self._collect()
             if self.database.answered():
                 self._take_answer()
-            self._send_successes_if_due()
+            self._send_writes()
             if self.slots.busy:
                 timeout = BUSY_WAIT_S
                 successes_due_in = self.outcomes.successes.due_in_s()

@@ -108,6 +108,10 @@ class Worker(BaseWorker):
                 if started is NoStart.STOP:
                     return
                 if started is NoStart.SKIP:
+                    # At once, not after the batch: the jobs after it may run for long,
+                    # and a cancelled one's place under a concurrency limit waits on
+                    # this write. Rare (a cancel or a lost lease before the start).
+                    self._release_skipped()
                     continue
                 self._run_one(job)
         finally:

@@ -124,3 +124,79 @@ def test_the_place_of_a_cancelled_job_whose_daemon_died_is_freed_when_its_lease_
     assert "rescued job with expired lease" not in survivor.log()
     survivor.signal(signal.SIGTERM)
     assert survivor.wait() == 0
+
+
+def two_queues(threads: int) -> dict[str, Any]:
+    """One process serving `other` (no limit) before `solo` (concurrency 1), so that a
+    claim takes `other`'s jobs first and a `solo` job waits behind them, claimed and
+    not started. A 30 s lease, not renewed once its job is skipped: its expiry is far
+    from a release."""
+    return {
+        "queues": {"other": {}, "solo": {"concurrency": 1}},
+        "workers": [{"queues": ["other", "solo"], "concurrency": 1, "threads": threads}],
+        "lease_ttl": "30s",
+    }
+
+
+def test_a_job_cancelled_before_its_start_gives_its_place_up_with_one_thread(
+    start_daemon: Any, history_conn: Conn
+) -> None:
+    """The one-thread worker claims [busy, waiting] and runs `busy`; `waiting` is
+    cancelled meanwhile, so the worker skips it: it releases the lease its cancelled
+    row kept, and the next `solo` job starts as `busy` ends. Before, nothing released
+    it: the place stayed taken until the lease expired and a rescue ran (~35 s)."""
+    busy = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 3}, queue="other")
+    waiting = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
+    daemon: Daemon = start_daemon(**two_queues(threads=1))
+    wait_until(lambda: started(history_conn, busy), what="the busy job's start")
+    assert job(history_conn, waiting)["state"] == "running", "claimed with it, not started"
+    assert pgworkerd.cancel(history_conn, waiting) is True
+    held = job(history_conn, waiting)
+    assert held["lease_expires_at"] is not None, "the cancel kept its lease"
+    following = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
+    wait_until(lambda: started(history_conn, following), timeout_s=15, what="the next job")
+    assert first_at(history_conn, following, "start") < held["lease_expires_at"], (
+        "the next job waited for the skipped job's lease to expire"
+    )
+    row = job(history_conn, waiting)
+    assert (row["state"], row["lease_expires_at"]) == ("cancelled", None)
+    assert history(history_conn, waiting) == [], "never started"
+    assert "rescued job with expired lease" not in daemon.log()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_a_job_cancelled_in_the_backlog_gives_its_place_up_while_every_slot_is_busy(
+    start_daemon: Any, history_conn: Conn
+) -> None:
+    """The concurrent worker (2 threads) claims [busy, busy, waiting]: `waiting` stays
+    in its backlog while both slots run. Cancelled there, it is taken out of the
+    backlog and its lease released at once, not when a slot frees for it; the next
+    `solo` job starts as soon as a slot is free."""
+    busy = pgworkerd.enqueue_many(
+        history_conn,
+        [{"kind": "until_cancelled", "payload": {}, "queue": "other"} for _ in range(2)],
+    )
+    waiting = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
+    daemon: Daemon = start_daemon(**two_queues(threads=2))
+    wait_until(lambda: all(started(history_conn, b) for b in busy), what="the busy jobs")
+    assert job(history_conn, waiting)["state"] == "running", "claimed with them, not started"
+    assert pgworkerd.cancel(history_conn, waiting) is True
+    held = job(history_conn, waiting)
+    assert held["lease_expires_at"] is not None, "the cancel kept its lease"
+    wait_until(
+        lambda: job(history_conn, waiting)["lease_expires_at"] is None,
+        timeout_s=15,
+        what="the release of the skipped job's lease",
+    )
+    # The busy jobs run until cancelled: the release did not wait for a free slot.
+    assert all(job(history_conn, b)["state"] == "running" for b in busy)
+    following = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
+    assert pgworkerd.cancel(history_conn, busy[0]) is True  # a slot for it
+    wait_until(lambda: started(history_conn, following), timeout_s=15, what="the next job")
+    assert first_at(history_conn, following, "start") < held["lease_expires_at"]
+    assert job(history_conn, waiting)["state"] == "cancelled"
+    assert history(history_conn, waiting) == [], "never started"
+    assert pgworkerd.cancel(history_conn, busy[1]) is True
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
