@@ -161,7 +161,7 @@ def test_a_job_cancelled_before_its_start_gives_its_place_up_with_one_thread(
     row = job(history_conn, waiting)
     assert (row["state"], row["lease_expires_at"]) == ("cancelled", None)
     assert history(history_conn, waiting) == [], "never started"
-    assert "rescued job with expired lease" not in daemon.log()
+    assert "released the expired lease of a cancelled job" not in daemon.log()
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
 
