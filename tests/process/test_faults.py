@@ -191,10 +191,15 @@ def test_s25_no_connection_crosses_a_fork_and_the_supervisor_has_one_thread(star
     wait_until(job_in_state(recorder, crash, "dead"), what="the crash")
     workers = daemon.wait_for_workers(2)
     port = int(recorder.info.port)
+
+    def connections_of(worker: psutil.Process) -> list[Any]:
+        return [c for c in worker.net_connections(kind="inet") if c.raddr and c.raddr.port == port]
+
     for worker in workers:
-        sockets = [
-            c for c in worker.net_connections(kind="inet") if c.raddr and c.raddr.port == port
-        ]
+        # A worker's title says idle once it has booted, just before it connects (the
+        # respawned one was once caught in between): its connection, then no other.
+        wait_until(lambda w=worker: connections_of(w), what=f"worker {worker.pid} connected")
+        sockets = connections_of(worker)
         assert len(sockets) == 1, f"worker {worker.pid} holds {len(sockets)} connections"
         # Its main thread and its lease guard's (worker/lease_guard.py), which only waits.
         assert worker.num_threads() == 2
