@@ -45,6 +45,7 @@ _COERCIONS = {
     "ARRAYCOERCEEXPR": "coerceformat",
     "CONVERTROWTYPEEXPR": "convertformat",
 }
+_EXPLICIT_CAST = "1"
 _IMPLICIT = "2"
 _SQL_SYNTAX = "3"
 _POLYMORPHIC = [
@@ -159,7 +160,11 @@ class Catalog:
         if not isinstance(node, dict):
             return
         node_type = node["_type"]
-        if node_type in _CALLS and node.get("funcformat") not in ("1", "2", _SQL_SYNTAX):
+        if node_type in _CALLS and node.get("funcformat") not in (
+            _EXPLICIT_CAST,
+            _IMPLICIT,
+            _SQL_SYNTAX,
+        ):
             self._check_call(node, found)
         elif node_type == "ROWCOMPAREEXPR":
             self._check_row_comparison(node, found)
