@@ -59,6 +59,14 @@ def modules_loaded(job: pgworkerd.Job) -> list[str]:
     return [name for name in job.payload["names"] if name in sys.modules]
 
 
+def collector_generations(job: pgworkerd.Job) -> dict[str, int]:
+    """How many objects this worker's cyclic garbage collector keeps frozen (never
+    walked) and how many a full collection would walk."""
+    import gc
+
+    return {"frozen": gc.get_freeze_count(), "walked": len(gc.get_objects())}
+
+
 def record(job: pgworkerd.Job) -> dict[str, Any]:
     _record(job, "start")
     return {"pid": os.getpid()}

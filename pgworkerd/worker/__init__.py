@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pgworkerd import heap
 from pgworkerd.ipc import BootError, ControlReader, ExitCode, StartBoard, StatusWriter
 from pgworkerd.worker.base import BaseWorker
 from pgworkerd.worker.connection import WORKER_OPTIONS, WORKER_PLAN_CACHE_MODE
@@ -34,4 +35,5 @@ def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBo
     except Exception as exc:
         status.send(BootError(f"{type(exc).__name__}: {exc}"))
         return ExitCode.BOOT_ERROR
+    heap.freeze_start_up_heap()  # what the boot added (a Django project's apps, say)
     return worker.run()
