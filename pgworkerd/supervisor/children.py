@@ -165,7 +165,8 @@ def spawn(spec: WorkerSpec) -> ChildProcess:
                 os._exit(ExitCode.ORPHANED)
             signal.set_wakeup_fd(-1)
             osutil.close_inherited_fds(keep={status_w, control_r})
-            code = child_main(spec, status_w, control_r, board)
+            # What the boot added (a Django project's apps, say) is the child's for life.
+            code = child_main(spec, status_w, control_r, board, osutil.freeze_start_up_heap)
         except BaseException:
             traceback.print_exc()
         finally:

@@ -25,14 +25,14 @@ from typing import Any
 
 from setproctitle import setproctitle
 
-from pgworkerd import handlers, heap, logs
+from pgworkerd import handlers, logs
 from pgworkerd.config import Config
 from pgworkerd.handlers import Handler
 from pgworkerd.housekeeping import Housekeeper, Renewal, Settlement
 from pgworkerd.ipc import Claimed, Idle, Stopping
 from pgworkerd.job import Lease
 from pgworkerd.storage.store import Backoff, JobStore
-from pgworkerd.supervisor import enforcement, operating
+from pgworkerd.supervisor import enforcement, operating, osutil
 from pgworkerd.supervisor.children import ChildProcess
 from pgworkerd.supervisor.http import HttpListener
 from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
@@ -99,11 +99,11 @@ class Supervisor:
         self.selector.register(self.signals.fd, selectors.EVENT_READ, _SIGNALS)
         self.http = operating.start(self)  # None: no `http.listen` in the config
         self.workforce.staff(self.config)
-        heap.freeze_start_up_heap()  # before the forks: the children share it frozen
+        osutil.freeze_start_up_heap()  # before the forks: the children share it frozen
         self.workforce.spawn_due()  # forks first: no connection of ours exists to inherit
         self.housekeeper = self._housekeeper()
         operating.sample_queues(self)
-        heap.freeze_start_up_heap()  # and what the housekeeper and the listener added
+        osutil.freeze_start_up_heap()  # and what the housekeeper and the listener added
         logs.event(
             log,
             logging.INFO,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import os
 import signal
 
@@ -57,3 +58,27 @@ def kill_group(pid: int, sig: int) -> None:
 def signal_process(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
+
+
+def freeze_start_up_heap() -> None:
+    """Set what this process built while starting aside from the cyclic garbage
+    collector: collect once (start-up's own garbage must not be frozen with the rest: a
+    frozen object is never collected), then move every object still tracked to the
+    permanent generation, which no collection walks.
+
+    Why: a full (oldest-generation) collection walks every container object the process
+    holds. The supervisor's and a worker's start-up leave 50,000 and more of them (the
+    imported modules, psycopg, pydantic's models, the config; a Django project's apps
+    many more), so each full pass took 13-47 ms on the bench machine, and the collector
+    runs one every few seconds in a process that keeps allocating (the supervisor's
+    housekeeping, a worker's jobs). A job woken during one waited for it: the slowest
+    jobs of the idle latency runs (bench/results/issue23-round23-20261129.md). Those
+    objects live as long as the process, so walking them finds nothing.
+
+    Called when a process has finished starting: what it builds later (a reload's
+    config, a job's objects) is collected as before. In the supervisor, before it
+    forks: the children inherit the frozen generation, so their own call walks only
+    what their boot added, and their collections no longer write to the pages of the
+    objects they share with the supervisor (copy-on-write keeps them shared)."""
+    gc.collect()
+    gc.freeze()

@@ -6,8 +6,8 @@ waiting for one (success_buffer.py)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
-from pgworkerd import heap
 from pgworkerd.ipc import BootError, ControlReader, ExitCode, StartBoard, StatusWriter
 from pgworkerd.worker.base import BaseWorker
 from pgworkerd.worker.connection import WORKER_OPTIONS, WORKER_PLAN_CACHE_MODE
@@ -17,8 +17,15 @@ from pgworkerd.worker.spec import WorkerSpec
 __all__ = ["WORKER_OPTIONS", "WORKER_PLAN_CACHE_MODE", "WorkerSpec", "child_main"]
 
 
-def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBoard) -> int:
-    """Entry point in the forked child; returns the exit status."""
+def child_main(
+    spec: WorkerSpec,
+    status_fd: int,
+    control_fd: int,
+    board: StartBoard,
+    booted: Callable[[], None] = lambda: None,
+) -> int:
+    """Entry point in the forked child; returns the exit status. `booted` is called
+    once the worker is ready, before its first claim."""
     status = StatusWriter(status_fd)
     try:
         if spec.boot is not None:  # after the fork: what must not cross it (Django)
@@ -35,5 +42,5 @@ def child_main(spec: WorkerSpec, status_fd: int, control_fd: int, board: StartBo
     except Exception as exc:
         status.send(BootError(f"{type(exc).__name__}: {exc}"))
         return ExitCode.BOOT_ERROR
-    heap.freeze_start_up_heap()  # what the boot added (a Django project's apps, say)
+    booted()
     return worker.run()

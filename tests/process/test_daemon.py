@@ -47,9 +47,9 @@ def test_a_handler_finds_the_public_api_loaded_before_the_fork(start_daemon, his
 
 def test_a_worker_sets_its_start_up_heap_aside_from_the_collector(start_daemon, history_conn):
     """The supervisor's and the worker's start-up objects (modules, psycopg, the config)
-    live as long as the process: frozen (pgworkerd/heap.py), a full collection no longer
-    walks them. Before, it walked them all, 13-47 ms a pass, and a job woken meanwhile
-    waited for it."""
+    live as long as the process: frozen (supervisor/osutil.py), a full collection no
+    longer walks them. Before, it walked them all, 13-47 ms a pass, and a job woken
+    meanwhile waited for it."""
     probe = pgworkerd.enqueue(history_conn, "collector_generations", {})
     daemon = start_daemon()
     wait_until(job_in_state(history_conn, probe, "succeeded"), what="the probe job")
