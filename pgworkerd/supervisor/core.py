@@ -29,7 +29,7 @@ from pgworkerd import handlers, logs
 from pgworkerd.config import Config
 from pgworkerd.handlers import Handler
 from pgworkerd.housekeeping import Housekeeper, Renewal, Settlement
-from pgworkerd.ipc import Claimed, Idle, Stopping
+from pgworkerd.ipc import Claimed, Idle, Skipping, Stopping
 from pgworkerd.job import Lease
 from pgworkerd.storage.store import Backoff, JobStore
 from pgworkerd.supervisor import enforcement, operating
@@ -197,6 +197,12 @@ class Supervisor:
                 self.wakeups.went_idle(child, accepting=accepting)
             elif isinstance(message, Stopping):
                 self._settle(child.ledger.release_unstarted(), None)
+            elif isinstance(message, Skipping):
+                # Cancelled, claimed, and never to start: the child has read their skips
+                # (see ChildProcess.give_up). Released as a dead child's would be (fenced
+                # by the token; the child's own release when it comes to them, later,
+                # finds nothing left to release).
+                self._settle(child.ledger.skipping(message.ids), None)
 
     # -- signals --------------------------------------------------------------------------
 
