@@ -198,11 +198,25 @@ class Supervisor:
             elif isinstance(message, Stopping):
                 self._settle(child.ledger.release_unstarted(), None)
             elif isinstance(message, Skipping):
-                # Cancelled, claimed, and never to start: the child has read their skips
-                # (see ChildProcess.give_up). Released as a dead child's would be (fenced
-                # by the token; the child's own release when it comes to them, later,
-                # finds nothing left to release).
-                self._settle(child.ledger.skipping(message.ids), None)
+                self._release_skipping(child, message.ids)
+
+    def _release_skipping(self, child: ChildProcess, ids: Iterable[int]) -> None:
+        """Jobs claimed, cancelled, and never to start: the child has read their skips
+        (see ChildProcess.give_up) while a handler of its runs. Their cancelled rows'
+        leases are released as a dead child's would be: fenced by the token, and retried
+        until written; the child's own release when it comes to them, later, finds
+        nothing left to release."""
+        jobs = child.ledger.skipping(ids)
+        for job in jobs:
+            logs.event(
+                log,
+                logging.INFO,
+                "releasing the lease of a cancelled job its worker will not start",
+                job=job.id,
+                queue=job.queue,
+                worker=child.name,
+            )
+        self._settle(jobs, None)
 
     # -- signals --------------------------------------------------------------------------
 

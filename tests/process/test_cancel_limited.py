@@ -248,6 +248,9 @@ def test_a_job_cancelled_before_its_start_gives_its_place_up_while_one_thread_is
     assert row["finished_at"] == held["finished_at"]
     assert history(history_conn, waiting) == [], "never started"
     assert "released the expired lease of a cancelled job" not in daemon.log()
+    assert f"releasing the lease of a cancelled job its worker will not start job={waiting}" in (
+        daemon.log()
+    )
     for each in (daemon, other):
         each.signal(signal.SIGTERM)
         assert each.wait() == 0
