@@ -11,6 +11,8 @@ Three channels, each with one writer and one reader:
        finishing  these handlers returned; their outcomes are being written
        done       these outcomes are written (or their leases were found lost)
        released   these jobs were given back unstarted, uncharged
+       skipping   these claimed jobs will not start (their `skip` lines are read):
+                  the supervisor releases the leases their cancelled rows hold
        idle       nothing to claim: waiting for a `wake` on the control pipe
        stopping   no job starts after this line (drain, recycle)
        boot_error the child cannot work at all; it exits with ExitCode.BOOT_ERROR
@@ -24,7 +26,9 @@ Three channels, each with one writer and one reader:
    board on its own schedule instead.
 
 3. **Control pipe**, supervisor -> child (`control.py`): `skip <id> <token>` (the
-   lease of that unstarted job is gone: do not start it), `wake` (a job it can run
+   lease of that unstarted job is gone: do not start it; after the skips of a cancel,
+   SIGUSR1 to a one-thread child, whose handler runs in the thread that reads the
+   pipe), `wake` (a job it can run
    was enqueued), `timeout <id>` (that running job passed its max runtime: raise
    JobTimeout in it; SIGUSR1 follows the line, so the child is woken to read it) and
    `cancel <id>` (that running job was cancelled: JobCancelled, SIGUSR1 likewise).
@@ -52,6 +56,10 @@ Ordering rules:
   a SIGTERM that arrives in between is sent only after the post.
 * The supervisor writes a control line before counting it on the board; the child
   reads the count before the pipe, so no line is left unread.
+* A child says `skipping` only for jobs it has not come to yet, after reading their
+  `skip` lines, which its decision step then finds: so the supervisor may release
+  their leases without racing a start. It never releases a skipped job's lease on
+  its own (the child may have decided to start it before the `skip` came).
 * Lines on the status pipe are written whole, with the signals whose handlers also
   write to it held off, so they never interleave; a child killed mid-line leaves a
   fragment that the reader drops. Messages said at the same moment go in one write
@@ -70,6 +78,7 @@ from pgworkerd.ipc.messages import (
     Idle,
     Message,
     Released,
+    Skipping,
     Stopping,
     claimed_job,
 )
@@ -89,6 +98,7 @@ __all__ = [
     "Message",
     "Released",
     "Skip",
+    "Skipping",
     "StartBoard",
     "StartRecord",
     "StatusReader",

@@ -73,6 +73,16 @@ class Released:
 
 
 @dataclass(frozen=True, slots=True)
+class Skipping:
+    """Claimed, not started, and never to be: the child has read their `skip` lines, so
+    its decision step skips them when it comes to them. Said by a one-thread child
+    whose handler runs while jobs after it in its batch are cancelled: the supervisor
+    releases the leases their cancelled rows hold now, not when the child gets there."""
+
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Idle:
     """Nothing to claim: the child waits for a `wake` (or a timeout)."""
 
@@ -87,7 +97,7 @@ class BootError:
     reason: str
 
 
-Message = Claimed | Finishing | Done | Released | Idle | Stopping | BootError
+Message = Claimed | Finishing | Done | Released | Skipping | Idle | Stopping | BootError
 
 
 def encode(message: Message) -> bytes:
@@ -97,7 +107,7 @@ def encode(message: Message) -> bytes:
             fields = {"t": "claimed", "first": first, "at": at, "full": full, **_columns(jobs)}
         case Done(ids, outcomes) if outcomes:
             fields = {"t": "done", "ids": list(ids), **_outcome_columns(outcomes)}
-        case Finishing(ids) | Done(ids) | Released(ids):
+        case Finishing(ids) | Done(ids) | Released(ids) | Skipping(ids):
             fields = {"t": _TAGS[type(message)], "ids": list(ids)}
         case BootError(reason):
             fields = {"t": "boot_error", "reason": reason}
@@ -202,15 +212,17 @@ def _outcomes_of_columns(
     return tuple(zip(names, seconds, strict=True))
 
 
-_ID_MESSAGES: dict[str, type[Finishing] | type[Done] | type[Released]] = {
+_ID_MESSAGES: dict[str, type[Finishing] | type[Done] | type[Released] | type[Skipping]] = {
     "finishing": Finishing,
     "done": Done,
     "released": Released,
+    "skipping": Skipping,
 }
 _TAGS: dict[type, str] = {
     Finishing: "finishing",
     Done: "done",
     Released: "released",
+    Skipping: "skipping",
     Idle: "idle",
     Stopping: "stopping",
 }

@@ -126,9 +126,21 @@ class ChildProcess:
         """Tell the child not to start these jobs: their leases are gone (cancelled at
         `cancelled_at`, if that is why). By lease, not id: the same job may come back to
         this child, claimed anew."""
+        cancelled = False
         for job in jobs:
             self.ledger.give_up(job, cancelled_at)
             self.control.skip(Skip(job.id, str(job.lease.token)))
+            cancelled = cancelled or job.cancelled_at is not None
+        if cancelled and self.board.slots == 1:
+            # A one-thread child reads its pipe between jobs, and in its handler's
+            # thread on USR1: woken so, it says `skipping` for the cancelled jobs it has
+            # not come to, whose held leases we then release (core.py) while its
+            # handler runs on. Never released before it says so: it may have decided
+            # to start one just before the skip came (the start is posted after the
+            # decision), and a release then would free the place under its handler.
+            # A child with threads reads the pipe in its main thread, which selects on
+            # it, and releases them itself.
+            osutil.signal_process(self.pid, signal.SIGUSR1)
 
     def interrupt_cancelled(self, job: LedgerJob) -> None:
         """JobCancelled in the job (the ledger has it CANCELLING): the control line says

@@ -29,7 +29,7 @@ from pgworkerd import handlers, logs
 from pgworkerd.config import Config
 from pgworkerd.handlers import Handler
 from pgworkerd.housekeeping import Housekeeper, Renewal, Settlement
-from pgworkerd.ipc import Claimed, Idle, Stopping
+from pgworkerd.ipc import Claimed, Idle, Skipping, Stopping
 from pgworkerd.job import Lease
 from pgworkerd.storage.store import Backoff, JobStore
 from pgworkerd.supervisor import enforcement, operating, osutil
@@ -199,6 +199,26 @@ class Supervisor:
                 self.wakeups.went_idle(child, accepting=accepting)
             elif isinstance(message, Stopping):
                 self._settle(child.ledger.release_unstarted(), None)
+            elif isinstance(message, Skipping):
+                self._release_skipping(child, message.ids)
+
+    def _release_skipping(self, child: ChildProcess, ids: Iterable[int]) -> None:
+        """Jobs claimed, cancelled, and never to start: the child has read their skips
+        (see ChildProcess.give_up) while a handler of its runs. Their cancelled rows'
+        leases are released as a dead child's would be: fenced by the token, and retried
+        until written; the child's own release when it comes to them, later, finds
+        nothing left to release."""
+        jobs = child.ledger.skipping(ids)
+        for job in jobs:
+            logs.event(
+                log,
+                logging.INFO,
+                "releasing the lease of a cancelled job its worker will not start",
+                job=job.id,
+                queue=job.queue,
+                worker=child.name,
+            )
+        self._settle(jobs, None)
 
     # -- signals --------------------------------------------------------------------------
 

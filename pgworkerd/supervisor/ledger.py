@@ -5,7 +5,9 @@ what to write for each if the child dies. Pure: no I/O, times come from the call
 A job enters the ledger when the child says it claimed it, and leaves it when the
 child says its outcome is written (`done`) or that it gave it back (`released`: also a
 job GIVEN_UP by a cancel, whose cancelled row's lease the child released as it skipped
-it), or when the supervisor releases it itself. In between:
+it), or when the supervisor releases it itself (also a job GIVEN_UP by a cancel that
+the child says `skipping` for: it will not start it, and its cancelled row's lease is
+released by the supervisor at once, not by the child when it comes to it). In between:
 
     CLAIMED --start posted--> RUNNING --returned--> FINISHING --done--> (gone)
        |                         |   |                    ^
@@ -443,6 +445,19 @@ class ChildLedger:
         self._passes = [p for p in self._passes if p[1] > first]
 
     released = done  # given back by the child: the database has them queued again
+
+    def skipping(self, ids: Iterable[int]) -> list[LedgerJob]:
+        """The child says it will not start these (it read their skips): those given
+        up by a cancel are returned, their leases for the caller to release (their
+        cancelled rows hold them: HELD), and forgotten; the others, given up because
+        their leases are gone or lapsing, are left as they are (nothing to release)."""
+        cancelled = []
+        for job_id in ids:
+            job = self._jobs.get(job_id)  # a job given up has its record
+            if job is not None and job.state is JobState.GIVEN_UP and job.cancelled_at is not None:
+                cancelled.append(job)
+                self._forget(job_id)
+        return cancelled
 
     def release_unstarted(self) -> list[LedgerJob]:
         """The child will start nothing more: its unstarted jobs are ours to give back."""

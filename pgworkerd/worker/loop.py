@@ -3,13 +3,19 @@ main thread, record each outcome, repeat. What it shares with the child that run
 several at once (concurrent.py) is in base.py.
 
 USR1 (the control pipe says the running job passed its max runtime or was cancelled)
-raises JobTimeout or JobCancelled in the handler, which runs in this thread.
+raises JobTimeout or JobCancelled in the handler, which runs in this thread. It also
+follows the skips of jobs cancelled after their claim, before their start: while a
+handler runs, jobs after it in the batch may be cancelled, and each holds its place
+under a concurrency limit (its cancelled row keeps our lease) until it is released.
+The USR1 handler reads the skips and says `skipping` for those jobs, and the
+supervisor releases them at once, not after the handler has ended.
 """
 
 from __future__ import annotations
 
 import logging
 import select
+import signal
 import time
 from types import FrameType
 
@@ -20,6 +26,7 @@ from pgworkerd.ipc import (
     ControlReader,
     ExitCode,
     Idle,
+    Skipping,
     StartBoard,
     StatusWriter,
 )
@@ -42,21 +49,62 @@ class Worker(BaseWorker):
         self, spec: WorkerSpec, status: StatusWriter, control: ControlReader, board: StartBoard
     ) -> None:
         self.executor = Executor()
-        self._running: Job | None = None  # the job whose handler runs; for USR1
+        # The job started and not yet returned from `_run_one` (its handler runs, is
+        # about to, or has just returned); for USR1.
+        self._running: Job | None = None
+        self._batch: list[Job] = []  # the batch being run, for the skips read meanwhile
+        self._said_skipping: set[int] = set()  # its jobs we said `skipping` for
+        self._unread_interrupt = False  # a USR1 came while no job was in `_run_one`
         super().__init__(spec, status, control, board)
 
     def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
         job = self._running
-        if job is None or not self.executor.in_handler:
-            return  # the handler returned: nothing left to interrupt
-        # The main thread runs the handler, so it is not inside a read of the pipe.
+        if job is None:
+            # Between jobs: the main thread may be reading the pipe itself. The next
+            # decision reads it, and the next `_run_one` says what its skips are.
+            self._unread_interrupt = True
+            return
+        # The main thread is in `_run_one`, which does not read the pipe while
+        # `_running` is set (but with USR1 held off): it is not inside a read of it.
         control = self.control
         control.read()
+        if control.new_skips:
+            self._say_skipping(job)
+        if not self.executor.in_handler:
+            return  # the handler has not begun, or has returned: nothing to interrupt
         if job.id in control.cancels:
             control.cancels.discard(job.id)
             raise JobCancelled(f"job {job.id} ({job.kind}) was cancelled")
-        control.timeouts.discard(job.id)  # the supervisor sends USR1 for nothing else
-        raise JobTimeout(f"job {job.id} ({job.kind}) passed its max runtime")
+        if job.id in control.timeouts:
+            control.timeouts.discard(job.id)
+            raise JobTimeout(f"job {job.id} ({job.kind}) passed its max runtime")
+
+    def _say_skipping(self, running: Job) -> None:
+        """Say `skipping` for the jobs of the batch after `running` (not come to yet)
+        whose skips we have read: none of them will start, since the decision step
+        finds their skips (ControlReader.skipped keeps them), so the supervisor may
+        release the leases their cancelled rows hold now, while `running` runs on. Only
+        jobs after it: the job `running` itself was decided and started, and those
+        before it were decided too (a start of one, undone by a release, would free its
+        place under its handler). They are still skipped, and released, when we come to
+        them: the supervisor's release or ours, whichever comes second, finds nothing
+        (jobs_release_cancelled wants the row still leased, under that token)."""
+        control = self.control
+        control.new_skips = False
+        numbers, said = self._claim_number, self._said_skipping
+        after = numbers.get(running.id, 0)
+        skipping = tuple(
+            [
+                job.id
+                for job in self._batch
+                if numbers.get(job.id, 0) > after
+                and job.id not in said
+                and (job.id, str(job.lease_token)) in control.skipped
+            ]
+        )
+        if skipping:
+            said.update(skipping)
+            self.status.send(Skipping(skipping))
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -99,6 +147,8 @@ class Worker(BaseWorker):
             return True
 
         successes = self.outcomes.successes
+        self._batch = batch
+        self._said_skipping.clear()
         try:
             for position, job in enumerate(batch):  # noqa: B007 (give_up reads it)
                 if successes.due_before(job):
@@ -115,6 +165,7 @@ class Worker(BaseWorker):
                     continue
                 self._run_one(job)
         finally:
+            self._batch = []
             # Once a batch, not after every job: between two jobs of a batch the title
             # would say `idle` for microseconds, at the cost of a call per job.
             setproctitle(f"{self.title} idle")
@@ -129,19 +180,40 @@ class Worker(BaseWorker):
         if handler is None:
             outcome = outcome_of_unknown_kind(job)
         else:
+            control = self.control
+            if control.cancels or control.timeouts:
+                # Of an earlier run (came as its handler returned): moot now. None can
+                # be of this one yet: the supervisor asks for a stop only once it has
+                # seen the start posted, and nothing read the pipe since.
+                control.cancels.clear()
+                control.timeouts.clear()
             self._running = job
             try:
+                if self._unread_interrupt or control.new_skips:
+                    self._take_skips(job)
                 outcome = self.executor.run(handler, job)
             finally:
                 self._running = None
         ran_s = time.monotonic() - started
         self.guard.ended(job.id)
-        control = self.control
-        if control.cancels or control.timeouts:  # came as the handler returned: moot now
-            control.cancels.discard(job.id)
-            control.timeouts.discard(job.id)
         outcomes.record(job, outcome, ran_s)  # BaseWorker._finished, written out
         self.jobs_done += 1
+
+    def _take_skips(self, job: Job) -> None:
+        """Before `job`'s handler (rare): a USR1 came while no job was in `_run_one`,
+        or the decision step read skips of jobs after `job`: say `skipping` for them
+        now, not after the handler. USR1 is held off meanwhile: its handler reads the
+        pipe too, and a read within a read would lose lines."""
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        try:
+            self._unread_interrupt = False
+            control = self.control
+            if control.has_news():
+                control.read()
+            if control.new_skips:
+                self._say_skipping(job)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
     # -- waiting --------------------------------------------------------------------------
 

@@ -200,3 +200,57 @@ def test_a_job_cancelled_in_the_backlog_gives_its_place_up_while_every_slot_is_b
     assert pgworkerd.cancel(history_conn, busy[1]) is True
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
+
+
+def test_a_job_cancelled_before_its_start_gives_its_place_up_while_one_thread_is_busy(
+    start_daemon: Any, history_conn: Conn
+) -> None:
+    """The one-thread worker claims [busy, waiting] and runs `busy`, which runs until
+    cancelled; `waiting` is cancelled meanwhile. Its worker reads the skip in the
+    handler's thread (SIGUSR1) and says it will not start it; the supervisor releases
+    the lease its cancelled row kept, within seconds, while `busy` still runs: a `solo`
+    job starts elsewhere before `busy` ends. Before, the place stayed taken until the
+    worker came to `waiting` in its batch, after `busy` had ended."""
+    busy = pgworkerd.enqueue(history_conn, "until_cancelled", {}, queue="other")
+    waiting = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
+    daemon: Daemon = start_daemon(**two_queues(threads=1))
+    wait_until(lambda: started(history_conn, busy), what="the busy job's start")
+    assert job(history_conn, waiting)["state"] == "running", "claimed with it, not started"
+    assert pgworkerd.cancel(history_conn, waiting) is True
+    held = job(history_conn, waiting)
+    assert held["lease_expires_at"] is not None, "the cancel kept its lease"
+    wait_until(
+        lambda: job(history_conn, waiting)["lease_expires_at"] is None,
+        timeout_s=5,
+        what="the release of the skipped job's lease",
+    )
+    assert job(history_conn, busy)["state"] == "running", "released while busy still runs"
+    # A second daemon serving `solo` alone: the place the release freed is its to take.
+    following = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
+    other: Daemon = start_daemon(
+        "solo-only",
+        queues={"solo": {"concurrency": 1}},
+        workers=[{"queues": ["solo"], "concurrency": 1}],
+        lease_ttl="30s",
+    )
+    wait_until(lambda: started(history_conn, following), timeout_s=15, what="the next job")
+    assert job(history_conn, busy)["state"] == "running", "the next job started beside busy"
+    assert "end" not in [row[2] for row in history(history_conn, busy)]
+    assert first_at(history_conn, following, "start") < held["lease_expires_at"]
+    assert pgworkerd.cancel(history_conn, busy) is True
+    wait_until(
+        lambda: job(history_conn, busy)["lease_expires_at"] is None,
+        timeout_s=15,
+        what="the end of busy's handler",
+    )
+    row = job(history_conn, waiting)
+    assert (row["state"], row["lease_expires_at"]) == ("cancelled", None)
+    assert row["finished_at"] == held["finished_at"]
+    assert history(history_conn, waiting) == [], "never started"
+    assert "released the expired lease of a cancelled job" not in daemon.log()
+    assert f"releasing the lease of a cancelled job its worker will not start job={waiting}" in (
+        daemon.log()
+    )
+    for each in (daemon, other):
+        each.signal(signal.SIGTERM)
+        assert each.wait() == 0

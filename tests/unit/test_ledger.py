@@ -310,6 +310,28 @@ def test_a_job_cancelled_as_it_started_is_interrupted_not_killed() -> None:
     assert ledger.moments().next_runtime == T0 + 2 + CANCEL_GRACE_S
 
 
+def test_skipping_gives_the_cancelled_jobs_leases_to_release_and_forgets_them() -> None:
+    """The child will not start 7 (cancelled), 8 (given up to a rescue) nor 9 (no skip
+    of ours: still CLAIMED, a message that cannot be, changes nothing): only 7's lease
+    is for the supervisor to release; 8 stays as it was, out of the settlements."""
+    ledger = ChildLedger()
+    claim(ledger, [6, 7, 8, 9])
+    ledger.observe_starts([StartRecord(0, 1, T0)])
+    ledger.give_up(ledger.jobs[7], cancelled_at=T0 + 1)
+    ledger.give_up(ledger.jobs[8])
+    lease = ledger.jobs[7].lease
+    assert [job.lease for job in ledger.skipping([7, 8, 9, 99])] == [lease]
+    assert states(ledger) == {
+        6: JobState.RUNNING,
+        8: JobState.GIVEN_UP,
+        9: JobState.CLAIMED,
+    }
+    assert ledger.skipping([7]) == []  # said twice: released once
+    assert lease not in {s.lease for s in ledger.settlements(None, "killed by SIGKILL")}
+    ledger.released([7])  # the child's own release, later: nothing left to forget
+    assert 7 not in ledger.jobs
+
+
 def test_a_renewal_marks_an_unstarted_cancelled_job_for_interruption() -> None:
     ledger = ChildLedger()
     claim(ledger, [7])
