@@ -38,6 +38,7 @@ BASE_CONFIG: dict[str, Any] = {
         "public_names_not_loaded": "tests.handlers:public_names_not_loaded",
         "modules_loaded": "tests.handlers:modules_loaded",
         "collector_generations": "tests.handlers:collector_generations",
+        "c_sleep": "tests.handlers:c_sleep",
         "record": "tests.handlers:record",
         "follow_up": "tests.handlers:follow_up",
         "record_async": "tests.handlers:record_async",

@@ -59,6 +59,16 @@ def modules_loaded(job: pgworkerd.Job) -> list[str]:
     return [name for name in job.payload["names"] if name in sys.modules]
 
 
+def c_sleep(job: pgworkerd.Job) -> dict[str, float]:
+    """Blocks in C for payload["seconds"] (libc sleep(3), as a C extension's blocking
+    call would), which a signal cuts short; records its start. How long it slept, and
+    what it did not."""
+    _record(job, "start")
+    started = time.monotonic()
+    unslept = ctypes.CDLL(None, use_errno=True).sleep(int(job.payload["seconds"]))
+    return {"slept_s": round(time.monotonic() - started, 2), "unslept_s": unslept}
+
+
 def collector_generations(job: pgworkerd.Job) -> dict[str, int]:
     """How many objects this worker's cyclic garbage collector keeps frozen (never
     walked) and how many a full collection would walk."""

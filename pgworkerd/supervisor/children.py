@@ -44,6 +44,9 @@ class ChildProcess:
     control: ControlWriter
     board: StartBoard
     queues: frozenset[str]  # the queues it claims from
+    # Those of them whose concurrency limit (the queue's or per key) counts leased
+    # rows: a cancelled job of one holds a place until its lease is released.
+    placed_queues: frozenset[str] = frozenset()
     ledger: ChildLedger = field(default_factory=ChildLedger)
     spawned_at: float = field(default_factory=time.monotonic)
     kill_reason: KillReason | None = None
@@ -126,12 +129,14 @@ class ChildProcess:
         """Tell the child not to start these jobs: their leases are gone (cancelled at
         `cancelled_at`, if that is why). By lease, not id: the same job may come back to
         this child, claimed anew."""
-        cancelled = False
+        holds_a_place = False
         for job in jobs:
             self.ledger.give_up(job, cancelled_at)
             self.control.skip(Skip(job.id, str(job.lease.token)))
-            cancelled = cancelled or job.cancelled_at is not None
-        if cancelled and self.board.slots == 1:
+            holds_a_place = holds_a_place or (
+                job.cancelled_at is not None and job.queue in self.placed_queues
+            )
+        if holds_a_place and self.board.slots == 1:
             # A one-thread child reads its pipe between jobs, and in its handler's
             # thread on USR1: woken so, it says `skipping` for the cancelled jobs it has
             # not come to, whose held leases we then release (core.py) while its
@@ -139,7 +144,10 @@ class ChildProcess:
             # to start one just before the skip came (the start is posted after the
             # decision), and a release then would free the place under its handler.
             # A child with threads reads the pipe in its main thread, which selects on
-            # it, and releases them itself.
+            # it, and releases them itself. Only for a job whose held lease takes a
+            # place: USR1 cuts short a C call of the handler running (one that does not
+            # retry on EINTR, as Python's own calls do), which has nothing to do with
+            # the cancel; a job of a queue without such a limit waits for its turn.
             osutil.signal_process(self.pid, signal.SIGUSR1)
 
     def interrupt_cancelled(self, job: LedgerJob) -> None:
@@ -195,4 +203,7 @@ def spawn(spec: WorkerSpec) -> ChildProcess:
         control=ControlWriter(control_w, board),
         board=board,
         queues=frozenset(spec.queues),
+        placed_queues=frozenset(
+            queue for queue, limits in spec.limits.items() if limits.frees_on_completion
+        ),
     )

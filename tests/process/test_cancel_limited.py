@@ -8,6 +8,7 @@ holder that died. Before, the cancel cleared the lease at once and a second job 
 from __future__ import annotations
 
 import signal
+import time
 from datetime import datetime
 from typing import Any
 
@@ -254,3 +255,31 @@ def test_a_job_cancelled_before_its_start_gives_its_place_up_while_one_thread_is
     for each in (daemon, other):
         each.signal(signal.SIGTERM)
         assert each.wait() == 0
+
+
+def test_a_cancel_in_a_queue_without_a_limit_does_not_interrupt_the_running_handler(
+    start_daemon: Any, history_conn: Conn
+) -> None:
+    """The one-thread worker claims [busy, waiting], both of `other` (no limit), and
+    `waiting` is cancelled while `busy` blocks in C. Its lease takes no place, so the
+    supervisor does not signal the worker for it (it is skipped when its turn comes):
+    USR1 would have cut `busy`'s C call short (libc sleep returns early on a signal)."""
+    busy = pgworkerd.enqueue(history_conn, "c_sleep", {"seconds": 3}, queue="other")
+    waiting = pgworkerd.enqueue(history_conn, "record", {}, queue="other")
+    daemon: Daemon = start_daemon(**two_queues(threads=1))
+    wait_until(
+        lambda: job(history_conn, waiting)["state"] == "running", what="both jobs claimed"
+    )
+    wait_until(lambda: started(history_conn, busy), what="busy's start")
+    time.sleep(0.5)  # into its sleep
+    assert pgworkerd.cancel(history_conn, waiting) is True
+    wait_until(lambda: job(history_conn, busy)["state"] == "succeeded", what="busy's end")
+    assert job(history_conn, busy)["result"]["unslept_s"] == 0, "its sleep was cut short"
+    wait_until(
+        lambda: job(history_conn, waiting)["lease_expires_at"] is None,
+        what="the skipped job's release when its turn came",
+    )
+    assert job(history_conn, waiting)["state"] == "cancelled"
+    assert history(history_conn, waiting) == [], "never started"
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
