@@ -267,9 +267,7 @@ def test_a_cancel_in_a_queue_without_a_limit_does_not_interrupt_the_running_hand
     busy = pgworkerd.enqueue(history_conn, "c_sleep", {"seconds": 3}, queue="other")
     waiting = pgworkerd.enqueue(history_conn, "record", {}, queue="other")
     daemon: Daemon = start_daemon(**two_queues(threads=1))
-    wait_until(
-        lambda: job(history_conn, waiting)["state"] == "running", what="both jobs claimed"
-    )
+    wait_until(lambda: job(history_conn, waiting)["state"] == "running", what="both jobs claimed")
     wait_until(lambda: started(history_conn, busy), what="busy's start")
     time.sleep(0.5)  # into its sleep
     assert pgworkerd.cancel(history_conn, waiting) is True
