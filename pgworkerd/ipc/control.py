@@ -81,6 +81,14 @@ class ControlReader:
     new_skips: bool = False  # a `skip` was read; likewise
     _lines_read: int = 0  # the board's count of control lines when last read
     _buffer: bytes = b""
+    # A read runs in the main thread, and so does a signal's Python handler, at any
+    # bytecode of it: a handler that reads too (the worker's USR1) finds `_reading` set
+    # and leaves its lines to the read under way, which reads again before it returns
+    # (`_reread`). Blocking the signal in the main thread would not do: the kernel
+    # gives it to another thread (the lease guard's), and Python still runs the
+    # handler in the main thread.
+    _reading: bool = False
+    _reread: bool = False
 
     def __post_init__(self) -> None:
         os.set_blocking(self.fd, False)
@@ -89,7 +97,24 @@ class ControlReader:
         return self.board.control_lines() != self._lines_read
 
     def read(self) -> bool:
-        """Take in whatever lines wait; True if one of them was `wake`."""
+        """Take in whatever lines wait; True if one of them was `wake`. Called again
+        from a signal's handler while a read is under way, it returns False at once:
+        the read under way takes the lines in."""
+        if self._reading:
+            self._reread = True
+            return False
+        self._reading = True
+        woken = False
+        try:
+            while True:
+                self._reread = False
+                woken = self._read_once() or woken
+                if not self._reread:
+                    return woken
+        finally:
+            self._reading = False
+
+    def _read_once(self) -> bool:
         self._lines_read = self.board.control_lines()  # before: no line is missed
         with contextlib.suppress(BlockingIOError, OSError):
             while chunk := os.read(self.fd, _READ_SIZE):

@@ -99,10 +99,20 @@ class Executor:
         self.in_handler = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def run(self, handler: Callable[..., Any], job: Job) -> Outcome:
+    def run(
+        self,
+        handler: Callable[..., Any],
+        job: Job,
+        stop_if_asked: Callable[[Job], None] | None = None,
+    ) -> Outcome:
+        """`stop_if_asked(job)` raises JobCancelled or JobTimeout for a stop asked for
+        the job before its handler began (loop.py); asked with `in_handler` already set,
+        so a stop asked after this look raises from the signal's handler instead."""
         # The handler is called here, not through a helper of its own: a frame a job.
         self.in_handler = True
         try:
+            if stop_if_asked is not None:
+                stop_if_asked(job)
             value = handler(job)
             # None first: most handlers return it, and isawaitable() is three isinstance
             # checks (two against ABCs) on every job.

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import select
-import signal
 import time
 from types import FrameType
 
@@ -64,14 +63,23 @@ class Worker(BaseWorker):
             # decision reads it, and the next `_run_one` says what its skips are.
             self._unread_interrupt = True
             return
-        # The main thread is in `_run_one`, which does not read the pipe while
-        # `_running` is set (but with USR1 held off): it is not inside a read of it.
+        # The main thread is in `_run_one`: if it is reading the pipe (`_take_skips`),
+        # this read returns at once and that one takes the lines in.
         control = self.control
         control.read()
         if control.new_skips:
             self._say_skipping(job)
-        if not self.executor.in_handler:
-            return  # the handler has not begun, or has returned: nothing to interrupt
+        if self.executor.in_handler:
+            self._stop_if_asked(job)
+        # Else the handler has not begun (Executor.run asks again as it begins) or has
+        # returned: nothing to interrupt.
+
+    def _stop_if_asked(self, job: Job) -> None:
+        """Raise in `job` the stop the control pipe asked for it, if any: from the USR1
+        handler while its handler runs, and by Executor.run as the handler begins (a
+        USR1 that came between the start's post and then found no handler to raise in:
+        the supervisor sends a job's `cancel` or `timeout` only once it saw it start)."""
+        control = self.control
         if job.id in control.cancels:
             control.cancels.discard(job.id)
             raise JobCancelled(f"job {job.id} ({job.kind}) was cancelled")
@@ -191,7 +199,7 @@ class Worker(BaseWorker):
             try:
                 if self._unread_interrupt or control.new_skips:
                     self._take_skips(job)
-                outcome = self.executor.run(handler, job)
+                outcome = self.executor.run(handler, job, self._stop_if_asked)
             finally:
                 self._running = None
         ran_s = time.monotonic() - started
@@ -202,18 +210,14 @@ class Worker(BaseWorker):
     def _take_skips(self, job: Job) -> None:
         """Before `job`'s handler (rare): a USR1 came while no job was in `_run_one`,
         or the decision step read skips of jobs after `job`: say `skipping` for them
-        now, not after the handler. USR1 is held off meanwhile: its handler reads the
-        pipe too, and a read within a read would lose lines."""
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
-        try:
-            self._unread_interrupt = False
-            control = self.control
-            if control.has_news():
-                control.read()
-            if control.new_skips:
-                self._say_skipping(job)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        now, not after the handler. A USR1 meanwhile reads nothing itself
+        (ControlReader.read is under way here) and raises nothing (no handler runs)."""
+        self._unread_interrupt = False
+        control = self.control
+        if control.has_news():
+            control.read()
+        if control.new_skips:
+            self._say_skipping(job)
 
     # -- waiting --------------------------------------------------------------------------
 

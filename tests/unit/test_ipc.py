@@ -206,6 +206,40 @@ def test_timeout_and_cancel_lines_name_their_job(pipe: tuple[int, int]) -> None:
     board.close()
 
 
+def test_a_read_from_a_signal_handler_inside_a_read_leaves_the_lines_to_it(
+    pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's USR1 handler reads the pipe, and Python may run it in the middle of
+    a read of the main thread (a mask does not stop it when another thread takes the
+    signal). Here it comes just after the outer read took a chunk that ends inside a
+    line: a nested read took the line's rest and dropped it as a line of its own, and
+    the outer one lost the `cancel`; now the nested read leaves it to the outer one."""
+    r, w = pipe
+    board = StartBoard()
+    reader = ControlReader(r, board)
+    os.write(w, b"skip 1 tok\ncan")
+    board.wrote_control_line()
+    real_read = os.read
+    signalled: list[bool] = []
+    nested: list[bool] = []
+
+    def read_then_signal(fd: int, size: int) -> bytes:
+        chunk = real_read(fd, size)
+        if not signalled:  # the signal's handler runs here, once
+            signalled.append(True)
+            os.write(w, b"cel 2\n")
+            board.wrote_control_line()
+            nested.append(reader.read())
+        return chunk
+
+    monkeypatch.setattr(os, "read", read_then_signal)
+    assert reader.read() is False
+    assert nested == [False]
+    assert (reader.skipped, reader.cancels) == ({(1, "tok")}, {2})
+    assert not reader.has_news()
+    board.close()
+
+
 def test_a_snapshot_is_one_moment_across_slots() -> None:
     board = StartBoard(slots=2)
     board.post_start(1, slot=0)

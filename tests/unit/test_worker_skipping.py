@@ -27,7 +27,8 @@ CHILD = textwrap.dedent(
     from pgworkerd.worker.loop import Worker
     from pgworkerd.worker.spec import WorkerSpec
 
-    how = sys.argv[1]  # "signal": the skip comes with USR1; "line": the line alone
+    how = sys.argv[1]  # "signal": the skip comes with USR1; "line": the line alone;
+                       # "cancel": job 2 cancelled just after its start is posted
     ran, seen, outcomes, released = [], {}, [], []
     status_r, status_w = os.pipe()
     status = StatusReader(status_r)
@@ -69,6 +70,18 @@ CHILD = textwrap.dedent(
         for n in (1, 2, 3, 4)
     ]
     worker._claim_number = {job.id: job.id for job in batch}
+    if how == "cancel":
+        # The supervisor's cancel of job 2 as soon as it sees job 2's start posted, its
+        # USR1 before job 2's handler has begun (the window of a skip/start race).
+        post_start = board.post_start
+
+        def post_then_cancel(number, slot=0):
+            post_start(number, slot)
+            if number == 2:
+                control.cancel(2)
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+        board.post_start = post_then_cancel
     worker._run_batch(batch)
     print(json.dumps({"ran": ran, "seen": seen, "outcomes": outcomes,
                       "released": released, "after": said()}))
@@ -105,3 +118,13 @@ def test_a_skip_read_by_the_next_decision_is_said_before_the_next_handler() -> N
     assert result["seen"] == {"1": [], "2": ["Skipping [4]"], "3": []}
     assert result["ran"] == [1, 2, 3]
     assert result["released"] == [4]
+
+
+def test_a_cancel_that_comes_before_the_handler_begins_stops_it_as_it_begins() -> None:
+    """The supervisor cancels a job once it sees its start posted; the USR1 may come
+    before the handler has begun, when there is nothing to raise in. Executor.run asks
+    as the handler begins: the job ends cancelled, its handler never called. Before, the
+    handler ran to its end (or until the kill 3 s after the cancel)."""
+    result = run_batch("cancel")
+    assert result["ran"] == [1, 3], "job 2's handler was not called; job 4 was skipped"
+    assert result["outcomes"] == ["succeeded", "cancelled", "succeeded"]
