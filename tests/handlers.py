@@ -71,10 +71,13 @@ def c_sleep(job: pgworkerd.Job) -> dict[str, float]:
 
 def collector_generations(job: pgworkerd.Job) -> dict[str, int]:
     """How many objects this worker's cyclic garbage collector keeps frozen (never
-    walked) and how many a full collection would walk."""
+    walked), how many a full collection would walk, and how many of those are the
+    worker's own start-up objects (its Worker, made after the fork)."""
     import gc
 
-    return {"frozen": gc.get_freeze_count(), "walked": len(gc.get_objects())}
+    walked = gc.get_objects()
+    workers = [o for o in walked if type(o).__module__.startswith("pgworkerd.worker.")]
+    return {"frozen": gc.get_freeze_count(), "walked": len(walked), "workers": len(workers)}
 
 
 def record(job: pgworkerd.Job) -> dict[str, Any]:

@@ -56,6 +56,7 @@ def test_a_worker_sets_its_start_up_heap_aside_from_the_collector(start_daemon, 
     seen = job(history_conn, probe)["result"]
     assert seen["frozen"] > 20_000, seen
     assert seen["walked"] < seen["frozen"] / 5, seen
+    assert seen["workers"] == 0, "the worker's own boot (after the fork) is frozen too"
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
 
