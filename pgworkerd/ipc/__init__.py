@@ -26,9 +26,9 @@ Three channels, each with one writer and one reader:
    board on its own schedule instead.
 
 3. **Control pipe**, supervisor -> child (`control.py`): `skip <id> <token>` (the
-   lease of that unstarted job is gone: do not start it; after the skips of a cancel,
-   SIGUSR1 to a one-thread child, whose handler runs in the thread that reads the
-   pipe), `wake` (a job it can run
+   lease of that unstarted job is gone: do not start it; after the skips of a cancel
+   of a job whose queue has a concurrency limit, SIGUSR1 to a one-thread child, whose
+   handler runs in the thread that reads the pipe), `wake` (a job it can run
    was enqueued), `timeout <id>` (that running job passed its max runtime: raise
    JobTimeout in it; SIGUSR1 follows the line, so the child is woken to read it) and
    `cancel <id>` (that running job was cancelled: JobCancelled, SIGUSR1 likewise).
