@@ -6,12 +6,9 @@ job. In a process of its own: a Worker installs signal handlers and a wakeup fd.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.fresh_python import json_printed_last_by_new_python
 
 CHILD = textwrap.dedent(
     """
@@ -63,15 +60,7 @@ CHILD = textwrap.dedent(
 
 
 def run_batch_of_three(limit: dict[str, int]) -> dict[str, object]:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(limit)],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
-    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    result: dict[str, object] = json_printed_last_by_new_python(CHILD, json.dumps(limit))
     return result
 
 

@@ -8,13 +8,9 @@ and a wakeup fd."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.fresh_python import json_printed_last_by_new_python
 
 CHILD = textwrap.dedent(
     """
@@ -90,15 +86,7 @@ CHILD = textwrap.dedent(
 
 
 def run_batch(how: str) -> dict[str, object]:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, how],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
-    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    result: dict[str, object] = json_printed_last_by_new_python(CHILD, how)
     return result
 
 
