@@ -65,10 +65,7 @@ class Worker(BaseWorker):
             return
         # The main thread is in `_run_one`: if it is reading the pipe (`_take_skips`),
         # this read returns at once and that one takes the lines in.
-        control = self.control
-        control.read()
-        if control.new_skips:
-            self._say_skipping(job)
+        self._take_skips(job)
         if self.executor.in_handler:
             self._stop_if_asked(job)
         # Else the handler has not begun (Executor.run asks again as it begins) or has
@@ -208,10 +205,12 @@ class Worker(BaseWorker):
         self.jobs_done += 1
 
     def _take_skips(self, job: Job) -> None:
-        """Before `job`'s handler (rare): a USR1 came while no job was in `_run_one`,
-        or the decision step read skips of jobs after `job`: say `skipping` for them
-        now, not after the handler. A USR1 meanwhile reads nothing itself
-        (ControlReader.read is under way here) and raises nothing (no handler runs)."""
+        """Read what the control pipe holds, and say `skipping` for the jobs after
+        `job` whose skips have been read: on USR1 while `job` is in `_run_one`, and
+        before `job`'s handler when a USR1 came while no job was in `_run_one` or the
+        decision step read such skips (rare). A USR1 during this read reads nothing
+        itself (ControlReader.read is under way) and, before the handler, raises
+        nothing."""
         self._unread_interrupt = False
         control = self.control
         if control.has_news():
