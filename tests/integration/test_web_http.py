@@ -356,6 +356,21 @@ def test_a_listen_beyond_loopback_without_auth_is_refused(tmp_path, db_dsn):
     ]
 
 
+def test_an_empty_or_malformed_listen_is_one_line_and_exit_2(tmp_path, db_dsn):
+    # '' fell back to the config's web.listen for the address but not for the loopback
+    # check, which then read '' itself: a ValueError traceback and exit 1.
+    config = tmp_path / "c.yaml"
+    config.write_text(f"database: {{url: '{db_dsn}'}}\n")
+    for address in ("", "9188", "127.0.0.1:"):
+        done = run_cli("web", "-c", str(config), "--listen", address)
+
+        assert done.returncode == 2, (address, done.stderr)
+        assert done.stderr.strip().splitlines() == [
+            f"pgworkerd: error: --listen: must be host:port such as 127.0.0.1:9187, not {address!r}"
+        ]
+        assert done.stdout == ""
+
+
 def test_a_taken_port_is_one_line_and_exit_2(tmp_path, db_dsn):
     # uvicorn bound it: it printed our "serving" line, then its own error, and exit 3.
     config = tmp_path / "c.yaml"
