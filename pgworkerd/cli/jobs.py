@@ -25,12 +25,14 @@ from pgworkerd.cli.common import (
     knows_the_queues,
     load_config,
 )
+from pgworkerd.cli.queues import known_queues
 from pgworkerd.storage.states import STATES
 
 if TYPE_CHECKING:
     import psycopg
 
     from pgworkerd.client.operations import Operations
+    from pgworkerd.config import Config
 
 
 def register(command: CommandAdder, common: Parser) -> None:
@@ -166,8 +168,11 @@ def cmd_retry(args: argparse.Namespace) -> int:
         raise UsageError("jobs retry: give job ids or --dead, not both")
     if args.queue is not None and not args.dead:
         raise UsageError("jobs retry: --queue goes with --dead")
-    with _connect(args, "jobs retry") as (conn, ops):
+    config = load_config(args)
+    with _connect(args, "jobs retry", config) as (conn, ops):
         if args.dead:
+            if args.queue is not None:  # a typo is refused as `queues pause` refuses it
+                known_queues(conn, config, [args.queue], "jobs retry")
             done = ops.retry(conn, queue=args.queue)
             print(f"queued again: {len(done)} dead job(s)" + (f" ({_ids(done)})" if done else ""))
             return EXIT_OK
@@ -194,12 +199,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _connect(
-    args: argparse.Namespace, name: str
+    args: argparse.Namespace, name: str, config: Config | None = None
 ) -> Iterator[tuple[psycopg.Connection[Any], Operations]]:
-    """An autocommit connection and the operations of the configured schema."""
+    """An autocommit connection and the operations of the configured schema (`config`,
+    or the one `args` names)."""
     from pgworkerd.client.operations import Operations  # the client loads with the database
 
-    config = load_config(args)
+    config = config or load_config(args)
     with connect(config, name) as conn:
         yield conn, Operations(config.database.schema_name)
 

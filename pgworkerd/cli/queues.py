@@ -21,6 +21,7 @@ from pgworkerd.cli.common import EXIT_OK, CommandAdder, Parser, UsageError, conn
 
 if TYPE_CHECKING:
     from pgworkerd.client.pausing import QueuePauses
+    from pgworkerd.config import Config
 
 
 def register(command: CommandAdder, common: Parser) -> None:
@@ -84,15 +85,28 @@ def _change(
     config = load_config(args)
     pauses = QueuePauses(config.database.schema_name)
     with connect(config, name) as conn:
-        known = {q["queue"]: q for q in pauses.queues(conn, list(config.queues))}
-        unknown = [q for q in dict.fromkeys(args.queues) if q not in known]
-        if unknown:
-            raise UsageError(
-                f"{name}: unknown queue {unknown[0]!r}: not in the config, "
-                "named by no job, not paused"
-            )
+        known = known_queues(conn, config, args.queues, name)
         action(pauses, conn, known)
     return EXIT_OK
+
+
+def known_queues(
+    conn: Any, config: Config, names: list[str], command: str
+) -> dict[str, dict[str, Any]]:
+    """Every queue an operator can name (see the module's docstring), as `queues --json`
+    lists them; a UsageError (exit 2) for the first of `names` that is none of them.
+    Also `jobs retry --dead --queue`'s rule, so that a typo is refused alike."""
+    from pgworkerd.client.pausing import QueuePauses  # the client loads with the database
+
+    pauses = QueuePauses(config.database.schema_name)
+    known = {q["queue"]: q for q in pauses.queues(conn, list(config.queues))}
+    unknown = [q for q in dict.fromkeys(names) if q not in known]
+    if unknown:
+        raise UsageError(
+            f"{command}: unknown queue {unknown[0]!r}: not in the config, "
+            "named by no job, not paused"
+        )
+    return known
 
 
 def _say_left(what: str, asked: list[str], done: list[str]) -> None:

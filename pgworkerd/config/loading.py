@@ -4,6 +4,7 @@ line per problem naming the key path, e.g. `workers[0].concurrency: must be ≥ 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Hashable
 from typing import Any
 
@@ -52,12 +53,36 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
     """Read, parse and validate the config file; ConfigError lists every problem."""
     source = config_path(path)
     try:
-        text = source.read_text(encoding="utf-8")
+        text = _read_bounded(source).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError([f"{source}: no such config file"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{source}: cannot read: {exc}"]) from None
     return parse(text, origin=str(source))
+
+
+# A config is a few kilobytes; this is far more than any needs (a periodic payload may
+# have 1 MiB), yet bounded: PyYAML reads ~0.15 MB/s of dense mappings, so the worst file
+# is half a minute of parsing, not an endless read. Read at start and at each reload.
+MAX_CONFIG_BYTES = 4 * 2**20
+
+
+def _read_bounded(source: os.PathLike[str]) -> bytes:
+    """The file's bytes; ConfigError for what is not a regular file (/dev/zero read
+    without end; a FIFO blocked the open until a writer came, a reload too) or is over
+    MAX_CONFIG_BYTES. O_NONBLOCK: a FIFO opens at once, to be refused by its fstat."""
+    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError([f"{source}: not a regular file (a device, a FIFO or a directory)"])
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        limit = f"{MAX_CONFIG_BYTES // 2**20} MiB"
+        raise ConfigError([f"{source}: over {limit}; a config file may be at most {limit}"])
+    return data
 
 
 def parse(text: str, *, origin: str = "<config>") -> Config:

@@ -20,7 +20,13 @@ class PeriodicEntry(Section):
 
     kind: str = Field(min_length=1, max_length=255)
     cron: str | None = Field(None, description="five fields, read in `timezone`")
-    every: Seconds | None = Field(None, description="slots at multiples of it since the epoch")
+    # At least 1 s: each slot costs the periodic duty a database round and a job row, and
+    # slots are microsecond timestamps, so a tiny interval made the duty a busy loop
+    # (1e-9: 14,501 jobs in 8 s) and `check` print one instant as three slots. Cron's
+    # unit is the minute, sidekiq-cron's the second, as here.
+    every: Seconds | None = Field(
+        None, ge=1, description="slots at multiples of it since the epoch"
+    )
     timezone: str | None = Field(None, description="IANA zone of `cron` (default UTC)")
     queue: str = Field("default", min_length=1, max_length=255)
     payload: dict[str, Any] = Field(default_factory=dict)

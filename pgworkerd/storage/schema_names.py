@@ -21,6 +21,13 @@ MAX_SCHEMA_BYTES = MAX_IDENTIFIER_BYTES - max(len(s.encode()) for s in CHANNEL_S
 # schema name for the migration files, so exactly `$user` is special; `"$USER"` is not.
 SEARCH_PATH_USER = "$user"
 
+# Names PostgreSQL keeps for itself. CREATE SCHEMA refuses the prefix `pg_` (exactly,
+# case and all: IsReservedName), and pg_catalog exists and refuses new tables: migrate
+# failed with a server error (exit 1). information_schema, the standard's views, took
+# pgworkerd's tables, but pg_dump leaves that schema out: a backup had no jobs.
+RESERVED_PREFIX = "pg_"
+INFORMATION_SCHEMA = "information_schema"
+
 
 def schema_name_problem(schema: str) -> str | None:
     """Why `schema` cannot be pgworkerd's schema, or None when it can."""
@@ -30,6 +37,13 @@ def schema_name_problem(schema: str) -> str | None:
         return (
             f"{SEARCH_PATH_USER} names the current role's schema in a search_path, where "
             "migrate puts this schema: its tables would go there; choose another name"
+        )
+    if schema.startswith(RESERVED_PREFIX):
+        return f"names starting with {RESERVED_PREFIX} are reserved for PostgreSQL's own schemas"
+    if schema == INFORMATION_SCHEMA:
+        return (
+            f"{INFORMATION_SCHEMA} is PostgreSQL's schema of the standard's views, which "
+            "pg_dump leaves out; choose another name"
         )
     try:
         size = len(schema.encode("utf-8"))

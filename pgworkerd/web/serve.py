@@ -24,7 +24,9 @@ from pgworkerd.web.app import PASSWORD_ENV, LoopbackHostGuard, create_app
 def serve(config: Config, *, listen: str | None = None, read_only: bool = False) -> int:
     """Runs until SIGINT/SIGTERM; returns the exit status. ConfigError (exit 2) for a
     listen address that needs auth and has none, or auth without a password."""
-    address = listen or config.web.listen
+    # `is None`, not `or`: an empty --listen is the option's value to refuse, not a
+    # fallback (it reached the loopback check below unparsed: a traceback, exit 1).
+    address = config.web.listen if listen is None else listen
     try:
         host, port = host_port(address)
     except ValueError as exc:
@@ -42,7 +44,7 @@ def serve(config: Config, *, listen: str | None = None, read_only: bool = False)
         app = LoopbackHostGuard(app)
     # Bound here, not by uvicorn: a taken port is one line and exit 2 as `run`'s
     # http.listen is, where uvicorn logged it after our "serving" line and exited 3.
-    sock = bound_socket(host, port, "--listen" if listen else "web.listen", address)
+    sock = bound_socket(host, port, "web.listen" if listen is None else "--listen", address)
     mode = " (read-only)" if read_only or config.web.read_only else ""
     print(f"pgworkerd web: serving the dashboard on http://{address}/{mode}", flush=True)
     server = uvicorn.Server(

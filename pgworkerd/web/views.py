@@ -86,8 +86,10 @@ def routes(settings: Settings) -> list[Route]:
     return [
         Route("/", pages.overview, name="overview"),
         Route("/jobs", pages.jobs, name="jobs"),
-        Route("/jobs/{job_id:int}", pages.job, name="job"),
-        Route("/jobs/{job_id:int}/{action:str}", pages.job_action, methods=["POST"]),
+        # The id is read by _job_id, not by Starlette's int convertor, whose int() raised
+        # past 4,300 digits (a 500 and a logged traceback).
+        Route("/jobs/{job_id:str}", pages.job, name="job"),
+        Route("/jobs/{job_id:str}/{action:str}", pages.job_action, methods=["POST"]),
         Route("/queues/{action:str}", pages.queue_action, methods=["POST"]),
         Route("/keys/resume", pages.key_resume, methods=["POST"]),
     ]
@@ -221,7 +223,7 @@ class _Pages:
         return self._key_column
 
     async def job(self, request: Request) -> Response:
-        job_id = int(request.path_params["job_id"])
+        job_id = _job_id(request)
         detail = await self._db(lambda conn: self.ops.show(conn, job_id))
         if detail is None:
             raise HTTPException(404, f"There is no job {job_id}.")
@@ -238,9 +240,7 @@ class _Pages:
 
     async def job_action(self, request: Request) -> Response:
         form = await self._checked_form(request)
-        job_id = int(request.path_params["job_id"])
-        if not 0 < job_id < 2**63:  # no job has such an id; the server could not read it
-            raise HTTPException(404, f"There is no job {job_id}.")
+        job_id = _job_id(request)
         action = request.path_params["action"]
         perform: dict[str, Callable[[psycopg.Connection[Any]], bool]] = {
             "retry": lambda c: pgworkerd.retry(c, job_id, schema=self.settings.schema),
@@ -421,8 +421,18 @@ def _same_origin(request: Request) -> bool:
     return origin.split("://", 1)[-1] == request.headers.get("host", "")
 
 
+def _job_id(request: Request) -> int:
+    """The path's job id; 404 for anything no job's id can be: not digits, 0, or past
+    bigint, which the server could not read (a 500 and a logged traceback)."""
+    job_id = _positive_int(request.path_params["job_id"])
+    if job_id is None:
+        raise HTTPException(404, "There is no such job.")
+    return job_id
+
+
 def _positive_int(text: str | None) -> int | None:
-    if text is None or not text.isdigit() or len(text) > 19:
+    # ASCII first: "²" and other Unicode digits pass isdigit, and int() refuses some.
+    if text is None or not text.isascii() or not text.isdigit() or len(text) > 19:
         return None
     value = int(text)
     return value if 0 < value < 2**63 else None

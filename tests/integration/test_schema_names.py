@@ -155,3 +155,23 @@ def test_migrate_refuses_the_search_path_name_of_the_role_schema(empty_db_dsn: s
         assert migrations.check_version(conn, "$USER") == migrations.latest_version()
         tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (role,))
         assert tables.fetchone() == (0,)
+
+
+@pytest.mark.parametrize("schema", ["pg_x", "pg_catalog", "information_schema"])
+def test_names_postgresql_keeps_for_itself_are_refused_before_anything(
+    empty_db_dsn: str, schema: str
+) -> None:
+    # pg_x and pg_catalog: a server error, exit 1; information_schema was migrated into.
+    done = migrate_cli(empty_db_dsn, schema)
+    assert done.returncode == 2, done
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "pgworkerd: error: environment (PGWORKERD_DATABASE__SCHEMA): database.schema: "
+    ), lines
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        tables = conn.execute("SELECT count(*) FROM pg_tables WHERE tablename = 'migrations'")
+        assert tables.fetchone() == (0,)
+        with pytest.raises(ValueError, match=f"schema {schema!r}: "):
+            pgworkerd.Producer(schema=schema)
+        with pytest.raises(ValueError, match=f"schema {schema!r}: "):
+            migrations.migrate(conn, schema)

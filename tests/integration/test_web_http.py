@@ -164,10 +164,43 @@ def test_job_page_shows_payload_errors_and_progress(client, conn, store, db_dsn)
 
 
 def test_unknown_job_and_path_are_404_pages(client):
-    for path in ("/jobs/987654", "/nowhere"):
+    # Ids past bigint were a 500 and a logged traceback: the server could not read them;
+    # past 4,300 digits, neither could Starlette's int convertor.
+    for path in (
+        "/jobs/987654",
+        "/nowhere",
+        "/jobs/0",
+        "/jobs/9223372036854775808",
+        "/jobs/99999999999999999999",
+        "/jobs/" + "1" * 5000,
+        "/jobs/-1",
+        "/jobs/abc",
+        "/jobs/%C2%B2",
+    ):
         page = client.get(path)
         assert page.status_code == 404, path
         assert "<h1>Not found</h1>" in page.text
+
+
+def test_numbers_in_the_query_string_out_of_range_or_not_ascii_are_ignored(client, conn):
+    # "²" is a digit to str.isdigit, not to int(): a 500, as a bigint overflow was.
+    job_id = pgworkerd.enqueue(conn, "k", {})
+    for query in (
+        "?before=9223372036854775808",
+        "?before=99999999999999999999",
+        "?before=0",
+        "?before=-1",
+        "?before=abc",
+        "?before=%C2%B2",
+        "?before=%D9%A1",
+    ):
+        page = client.get("/jobs" + query)
+        assert page.status_code == 200, query
+        assert f'href="/jobs/{job_id}"' in page.text, f"{query}: read as the first page"
+    for n in ("%C2%B2", "99999999999999999999", "-3"):
+        page = client.get(f"/?notice=retried_dead&n={n}")
+        assert page.status_code == 200, n
+        assert "Dead jobs of the queue queued again: 0." in page.text, n
 
 
 def test_a_script_payload_is_shown_as_text(client, conn):
@@ -354,6 +387,21 @@ def test_a_listen_beyond_loopback_without_auth_is_refused(tmp_path, db_dsn):
         "pgworkerd: error: --listen: 0.0.0.0:9188 is beyond loopback and needs web.auth"
         " (a username, and the password in PGWORKERD_WEB_PASSWORD)"
     ]
+
+
+def test_an_empty_or_malformed_listen_is_one_line_and_exit_2(tmp_path, db_dsn):
+    # '' fell back to the config's web.listen for the address but not for the loopback
+    # check, which then read '' itself: a ValueError traceback and exit 1.
+    config = tmp_path / "c.yaml"
+    config.write_text(f"database: {{url: '{db_dsn}'}}\n")
+    for address in ("", "9188", "127.0.0.1:"):
+        done = run_cli("web", "-c", str(config), "--listen", address)
+
+        assert done.returncode == 2, (address, done.stderr)
+        assert done.stderr.strip().splitlines() == [
+            f"pgworkerd: error: --listen: must be host:port such as 127.0.0.1:9187, not {address!r}"
+        ]
+        assert done.stdout == ""
 
 
 def test_a_taken_port_is_one_line_and_exit_2(tmp_path, db_dsn):
@@ -760,7 +808,12 @@ def test_a_nul_in_a_filter_is_a_400(client, name):
 def test_actions_on_ids_no_job_can_have_and_nul_queues_are_refused_cleanly(client, conn):
     pgworkerd.enqueue(conn, "k", {})  # a queue, and its forms
     token = csrf_token(client)
-    for path in ("/jobs/99999999999999999999/cancel", "/jobs/9223372036854775808/retry"):
+    for path in (
+        "/jobs/99999999999999999999/cancel",
+        "/jobs/9223372036854775808/retry",
+        "/jobs/" + "1" * 5000 + "/retry",
+        "/jobs/0/retry",
+    ):
         refused = client.post(path, data={"csrf_token": token, "confirmed": "1"})
         assert refused.status_code == 404, (path, refused.status_code)
     nul = client.post(

@@ -164,6 +164,33 @@ def test_a_missing_config_file_named_explicitly_is_an_error(tmp_path):
     assert_one_line_error(result, 2, "gone.yaml: no such config file")
 
 
+def test_a_config_path_that_is_no_regular_file_or_too_large_is_one_line(tmp_path):
+    # -c /dev/zero read without end (and without bound in memory); a FIFO with no writer
+    # blocked in open(): `check` hung, as would a daemon's reload.
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    large = tmp_path / "large.yaml"
+    large.write_bytes(b"#" * (4 * 2**20) + b"\n")  # 4 MiB of comment and a newline
+    cases = {
+        "/dev/zero": "/dev/zero: not a regular file (a device, a FIFO or a directory)",
+        str(fifo): f"{fifo}: not a regular file (a device, a FIFO or a directory)",
+        str(tmp_path): f"{tmp_path}: not a regular file (a device, a FIFO or a directory)",
+        str(large): f"{large}: over 4 MiB; a config file may be at most 4 MiB",
+    }
+    for path, message in cases.items():
+        result = subprocess.run(
+            [sys.executable, "-m", "pgworkerd", "-c", path, "check"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert result.returncode == 2, (path, result.returncode, result.stderr[-300:])
+        assert result.stderr == f"pgworkerd: error: {message}\n", path
+        assert result.stdout == ""
+
+
 def test_unreachable_database_exits_1_without_the_password(tmp_path, pg_admin_dsn):
     port = conninfo_to_dict(pg_admin_dsn).get("port", "5432")
     cases = {

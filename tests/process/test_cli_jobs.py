@@ -214,6 +214,29 @@ def test_unknown_ids_and_bad_arguments_exit_2_with_one_line(cli, args, message):
     assert_one_line_error(cli(*args), 2, message)
 
 
+def test_retry_dead_of_an_unknown_queue_is_refused_as_queues_pause_refuses_it(cli, db_dsn):
+    # It said "queued again: 0 dead job(s)", exit 0, where `queues pause nope` said exit 2:
+    # a typo looked like a queue with nothing dead. Known: as for pause, a queue the
+    # config names, that a job names (in any state), or that is paused.
+    enqueue(cli, "k", "--queue", "a")
+    for name in ("nope", ""):
+        refused = cli("jobs", "retry", "--dead", "--queue", name)
+        assert_one_line_error(
+            refused,
+            2,
+            f"jobs retry: unknown queue {name!r}: not in the config, named by no job, not paused",
+        )
+        assert refused.stdout == "" and len(refused.stderr.splitlines()) == 1
+    for known in ("a", "default"):  # a job's queue; the config's (the default one)
+        result = cli("jobs", "retry", "--dead", "--queue", known)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "queued again: 0 dead job(s)\n"
+    assert cli("queues", "pause", "paused-only").returncode == 2
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        pgworkerd.pause_queue(conn, "paused-only")
+    assert cli("jobs", "retry", "--dead", "--queue", "paused-only").returncode == 0
+
+
 def test_enqueue_key_is_stored_and_shown_and_checked_like_queue(cli):
     job = enqueue(cli, "k", "--key", "tenant:42")
     assert ok_json(cli("jobs", "show", str(job), "--json"))["key"] == "tenant:42"

@@ -149,6 +149,11 @@ BAD_CONFIGS = [
     ("queues: {a: {concurrency: 0}}\n", "queues.a.concurrency: must be ≥ 1"),
     ("queues: {a: {per_key: {rate: 5}}}\n", "queues.a.per_key.rate: must be a rate"),
     ("queues: {a: {per_key: {colour: red}}}\n", "queues.a.per_key.colour: unknown key"),
+    # Names PostgreSQL keeps for itself: pg_x and pg_catalog were a server error at
+    # migrate (exit 1); information_schema was migrated into, and pg_dump skips it.
+    ("database: {schema: pg_x}\n", "database.schema: names starting with pg_ are"),
+    ("database: {schema: pg_catalog}\n", "database.schema: names starting with pg_ are"),
+    ("database: {schema: information_schema}\n", "database.schema: information_schema is"),
 ]
 
 
@@ -159,6 +164,12 @@ def test_bad_configs_give_one_line_per_problem_naming_the_key(text: str, expecte
     problems = refused.value.problems
     assert any(expected in line for line in problems), problems
     assert all("\n" not in line and line.startswith("pgworkerd.yaml: ") for line in problems)
+
+
+def test_schema_names_like_postgresqls_own_but_not_them_are_accepted() -> None:
+    # PostgreSQL reserves the exact prefix pg_ (case matters: pgworkerd quotes the name).
+    for schema in ("PG_x", "pgx", "pg", "my_pg_jobs", "Information_Schema"):
+        assert parse(f"database: {{schema: {schema}}}\n").database.schema_name == schema
 
 
 def test_every_problem_is_reported_not_just_the_first() -> None:

@@ -53,6 +53,9 @@ BAD = [
     ("- {kind: report}", "periodic[0]: needs exactly one of cron or every"),
     ("- {kind: report, every: 1m, cron: '* * * * *'}", "needs exactly one of cron or every"),
     ("- {kind: report, every: 0}", "periodic[0].every: "),
+    # Each slot is a database round and a job: 1e-9 enqueued 14,501 jobs in 8 s.
+    ("- {kind: report, every: 1e-9}", "periodic[0].every: must be ≥ 1"),
+    ("- {kind: report, every: 500ms}", "periodic[0].every: must be ≥ 1"),
     ("- {kind: report, every: 1m, timezone: UTC}", "timezone applies to cron only"),
     ("- {kind: report, cron: '* * * * *', timezone: Mars/Olympus}", "unknown timezone"),
     ("- {kind: nope, every: 1m}", "periodic[0].kind: 'nope' has no entry under handlers"),
