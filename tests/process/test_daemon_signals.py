@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import time
+from collections.abc import Callable
 
 import psutil
 
 import pgworkerd
-from tests.daemon import REPO, history, job, job_in_state, states, wait_until
+from tests.daemon import REPO, Daemon, history, job, job_in_state, states, wait_until
 
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 
@@ -307,6 +309,86 @@ def test_a_reload_whose_handler_imports_slowly_does_not_stop_the_renewals(
     assert job(history_conn, slow)["result"] == "loaded"
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
+
+
+def test_a_reload_freezes_what_it_imported_before_its_workers_fork(
+    start_daemon, history_conn, tmp_path
+):
+    """A handler module a HUP imports for the first time (one that loads a big library
+    or a model): its objects are frozen (supervisor/osutil.py, freeze_after_reload)
+    after the load, refused or applied, and before the next fork. Left to the
+    collector, the supervisor's full passes walked its 400,000 objects again (30 ms a
+    pass), and each worker forked after the reload walked them in its boot's collection,
+    copying every page they sit on. Repeated reloads freeze nothing more."""
+    (tmp_path / "big_import.py").write_text(
+        # 400,000 containers the collector tracks (a dict of atoms alone is untracked).
+        "DATA = [{'n': n, 'tags': []} for n in range(200_000)]\n\n"
+        "def fn(job):\n    return len(DATA)\n"
+    )
+    env = {
+        "PYTHONPATH": f"{REPO / 'tests' / 'gc_probe'}:{tmp_path}:{REPO}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    daemon = start_daemon(workers=ONE_WORKER, env=env)
+    (worker,) = daemon.wait_for_workers(1)
+    worker_uss = psutil.Process(worker.pid).memory_full_info().uss
+    from tests.daemon import BASE_CONFIG, write_config
+
+    handlers = {**BASE_CONFIG["handlers"], "big": "big_import:fn"}
+    write_config(
+        tmp_path / "pgworkerd.yaml",
+        workers=ONE_WORKER,
+        handlers={**handlers, "missing": "no_such_module:fn"},
+    )
+    daemon.signal(signal.SIGHUP)  # refused, but big_import stays imported
+    wait_until(lambda: "reload refused" in daemon.log(), what="the refusal")
+    supervisor_collector_settled(daemon)
+
+    write_config(tmp_path / "pgworkerd.yaml", workers=ONE_WORKER, handlers=handlers)
+    frozen = []
+    for _ in range(4):
+        daemon.signal(signal.SIGHUP)
+        worker = wait_until(new_worker(daemon, worker.pid), what="the new worker")
+        # Forked after the freeze: the module's pages stay shared with the supervisor.
+        uss = psutil.Process(worker.pid).memory_full_info().uss
+        assert uss < worker_uss + 12 * 2**20, (uss, worker_uss)
+        frozen.append(supervisor_collector_settled(daemon)["frozen"])
+    assert min(frozen) > 400_000, frozen
+    assert max(frozen) - min(frozen) < 1_000, f"each reload froze more: {frozen}"
+
+    probe = pgworkerd.enqueue(history_conn, "collector_generations", {})
+    wait_until(job_in_state(history_conn, probe, "succeeded"), what="the probe job")
+    seen = job(history_conn, probe)["result"]
+    assert seen["frozen"] > 400_000 and seen["walked"] < 10_000, seen
+    big = pgworkerd.enqueue(history_conn, "big", {})
+    wait_until(job_in_state(history_conn, big, "succeeded"), what="a job of the new handler")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def new_worker(daemon: Daemon, old_pid: int) -> Callable[[], psutil.Process | None]:
+    return lambda: next((p for p in daemon.wait_for_workers(1) if p.pid != old_pid), None)
+
+
+def supervisor_collector_settled(daemon: Daemon) -> dict[str, int]:
+    """The supervisor's collector counts, asked until it walks fewer than 10,000
+    objects: the line SIGUSR2 makes tests/gc_probe/sitecustomize.py write (the signal
+    may come between a reload's log line and its freeze)."""
+    mark = re.compile(rf"gc-probe pid={daemon.pid} frozen=(\d+) walked=(\d+)")
+    seen: list[dict[str, int]] = []
+
+    def settled() -> bool:
+        asked = len(mark.findall(daemon.log()))
+        daemon.signal(signal.SIGUSR2)
+        lines = wait_until(lambda: mark.findall(daemon.log())[asked:], what="the probe line")
+        seen.append({"frozen": int(lines[0][0]), "walked": int(lines[0][1])})
+        return seen[-1]["walked"] < 10_000
+
+    try:
+        wait_until(settled, 10, "the supervisor's collector to walk < 10,000", 0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last counts {seen[-1]}") from None
+    return seen[-1]
 
 
 def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(
