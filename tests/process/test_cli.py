@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -246,6 +247,40 @@ def test_an_unencoded_at_in_the_password_is_not_shown_as_a_host(tmp_path):
     result = pgworkerd("migrate", env={"PGWORKERD_DATABASE_URL": url}, cwd=tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "s3cr" not in result.stderr and "etpw" not in result.stderr, result.stderr
+
+
+# Spellings of the test database's URL libpq reads a password from (the server trusts, so
+# each connects whatever the password); `check` showed the first five whole. {user},
+# {at} (the database, host and port after the "@") and {conninfo} are the test's.
+URLS_WITH_A_PASSWORD = {
+    "question mark": "postgresql://{user}:Hunter2?secret{at}",
+    "hash": "postgresql://{user}:Hunter2#secret{at}",
+    "encoded key": "postgresql://{user}{at}&%70assword=Hunter2secret",
+    "encoded key end": "postgresql://{user}{at}&passwor%64=Hunter2secret",
+    "escaped space": "{conninfo} password=abc\\ Hunter2secret",
+    "plain url": "postgresql://{user}:Hunter2secret{at}",
+    "quoted": "{conninfo} password='Hunter2 secret'",
+}
+
+
+@pytest.mark.parametrize("spelling", URLS_WITH_A_PASSWORD)
+def test_check_shows_the_database_url_without_its_password(db_dsn, tmp_path, spelling):
+    parts = conninfo_to_dict(db_dsn)
+    host = quote(str(parts.get("host", "127.0.0.1")), safe="")
+    url = URLS_WITH_A_PASSWORD[spelling].format(
+        user=parts.get("user", "postgres"),
+        at=f"@/{parts['dbname']}?host={host}&port={parts.get('port', '5432')}",
+        conninfo=db_dsn,
+    )
+    assert "Hunter2" in str(conninfo_to_dict(url).get("password")), url
+    result = pgworkerd("check", env={"PGWORKERD_DATABASE_URL": url}, cwd=tmp_path)
+    assert result.returncode == 0, (url, result.stderr)
+    assert "Hunter2" not in result.stdout + result.stderr, result.stdout
+    assert "secret" not in result.stdout + result.stderr, result.stdout
+    (line,) = [x for x in result.stdout.splitlines() if "database reachable at" in x]
+    shown = line.split("database reachable at ", 1)[1].rsplit(", schema version", 1)[0]
+    # What libpq read, the password as ***.
+    assert conninfo_to_dict(shown) == {**conninfo_to_dict(url), "password": "***"}, line
 
 
 @pytest.mark.parametrize(
