@@ -17,6 +17,9 @@ class ConfigError(PgworkerdError):
     loading pydantic."""
 
     def __init__(self, problems: list[str]) -> None:
+        # A problem line may quote a value, and a database URL put in the wrong setting
+        # (or named as the config file) would be quoted with its password.
+        problems = [mask_passwords(problem) for problem in problems]
         super().__init__("; ".join(problems))
         self.problems = problems
 

@@ -283,6 +283,33 @@ def test_check_shows_the_database_url_without_its_password(db_dsn, tmp_path, spe
     assert conninfo_to_dict(shown) == {**conninfo_to_dict(url), "password": "***"}, line
 
 
+URL_IN_THE_WRONG_PLACE = "postgresql://u:Hunter2secret@127.0.0.1:1/db"
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "code", "message"),
+    [
+        (f'lease_ttl: "{URL_IN_THE_WRONG_PLACE}"\n', {}, 2, "lease_ttl: must be a duration"),
+        (f'http: {{listen: "{URL_IN_THE_WRONG_PLACE}"}}\n', {}, 2, "http.listen: must be"),
+        ("", {"PGWORKERD_LEASE_TTL": URL_IN_THE_WRONG_PLACE}, 2, "(PGWORKERD_LEASE_TTL)"),
+        ("", {"PGWORKERD_CONFIG": URL_IN_THE_WRONG_PLACE}, 2, "no such config file"),
+        # The schema name reaches the database, and its error line quotes it.
+        ("", {"PGWORKERD_DATABASE__SCHEMA": URL_IN_THE_WRONG_PLACE}, 1, "is not set up"),
+    ],
+)
+def test_a_url_put_in_another_setting_is_not_echoed_with_its_password(
+    db_dsn, tmp_path, config, env, code, message
+):
+    args = ["check"]
+    if config:
+        (tmp_path / "c.yaml").write_text(config)
+        args = ["-c", "c.yaml", "check"]
+    result = pgworkerd(*args, env={"PGWORKERD_DATABASE_URL": db_dsn, **env}, cwd=tmp_path)
+    assert_one_line_error(result, code, message)
+    assert "Hunter2" not in result.stderr + result.stdout, result.stderr
+    assert "postgresql:/" in result.stderr and "u:***@127.0.0.1:1/db" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

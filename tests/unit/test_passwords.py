@@ -1,11 +1,12 @@
 """No password in what pgworkerd shows: the database URL as `check` reports it (read by
-libpq), and database errors."""
+libpq), database errors, and error lines that quote a value a URL was put in."""
 
 from __future__ import annotations
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from pgworkerd.config import ConfigError, parse
 from pgworkerd.errors import mask_passwords
 from pgworkerd.storage.connections import describe_error, shown_url
 
@@ -136,3 +137,70 @@ def test_describe_error_masks_the_url_a_message_quotes(url: str, password: str) 
     # Without the URL (the error of a connection already open), still masked.
     text = describe_error(RuntimeError(f"could not connect with {url}"))
     assert "Hunter2" not in text and "secret" not in text, text
+
+
+URL = "postgresql://u:Hunter2secret@127.0.0.1:1/db"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (f'lease_ttl: "{URL}"', "lease_ttl: must be a duration such as 30, 30s, 15m, 1h, not"),
+        (f'http: {{listen: "{URL}"}}', "http.listen: must be host:port such as 127.0.0.1:9187"),
+        (f'queues:\n  default: {{rate: "{URL}"}}', "queues.default.rate: must be a rate such as"),
+        (
+            f'handlers: {{hello: json:dumps}}\nperiodic:\n  - {{kind: hello, cron: "{URL}"}}',
+            "periodic[0]: cron must have five fields, not 1:",
+        ),
+        (
+            "handlers: {hello: json:dumps}\nperiodic:\n"
+            f'  - {{kind: hello, every: 5, timezone: "{URL}"}}',
+            "periodic[0].timezone: unknown timezone",
+        ),
+        (f'handlers:\n  hello: "{URL}"', "handlers: hello:"),
+        (f'task_modules: ["{URL}"]', "task_modules:"),
+        (f'database:\n  "{URL}": 1', ": unknown key"),
+        (
+            "workers: [{concurrency: {password: Hunter2secret}}]",
+            "workers[0].concurrency: must be an integer",
+        ),
+    ],
+)
+def test_a_config_error_line_does_not_echo_a_password(text: str, line: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(text)
+    assert any(line in problem for problem in caught.value.problems), caught.value.problems
+    assert "Hunter2" not in str(caught.value), caught.value.problems
+    assert "Hunter2" not in " ".join(caught.value.problems)
+
+
+def test_a_config_error_line_keeps_its_wording_around_the_masked_url() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(f'lease_ttl: "{URL}"', origin="c.yaml")
+    assert caught.value.problems == [
+        "c.yaml: lease_ttl: must be a duration such as 30, 30s, 15m, 1h,"
+        " not 'postgresql://u:***@127.0.0.1:1/db'"
+    ]
+
+
+def test_a_url_in_an_environment_variable_of_another_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PGWORKERD_LEASE_TTL", URL)
+    with pytest.raises(ConfigError) as caught:
+        parse("")
+    assert caught.value.problems == [
+        "environment (PGWORKERD_LEASE_TTL): lease_ttl: must be a duration such as 30, 30s,"
+        " 15m, 1h, not 'postgresql://u:***@127.0.0.1:1/db'"
+    ]
+
+
+def test_a_handler_error_line_does_not_echo_a_password() -> None:
+    # Its lines are logged when a HUP's reload is refused, not only printed by the CLI.
+    from pgworkerd.handlers import HandlerError
+
+    error = HandlerError([f"handlers.k: cannot use '{URL}': ModuleNotFoundError"])
+    assert error.problems == [
+        "handlers.k: cannot use 'postgresql://u:***@127.0.0.1:1/db': ModuleNotFoundError"
+    ]
+    assert "Hunter2" not in str(error)
