@@ -283,6 +283,39 @@ def test_check_shows_the_database_url_without_its_password(db_dsn, tmp_path, spe
     assert conninfo_to_dict(shown) == {**conninfo_to_dict(url), "password": "***"}, line
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PGWORKERD_DEFAULTS": "[" * 10_000}, "(PGWORKERD_DEFAULTS): JSON nested too deep"),
+        ({"PGWORKERD_QUEUES": "[" * 60_000}, "(PGWORKERD_QUEUES): JSON nested too deep"),
+        (
+            {"PGWORKERD_HANDLERS": '{"a": ' * 3000 + "1" + "}" * 3000},
+            "(PGWORKERD_HANDLERS): JSON nested too deep (3,000 levels)",
+        ),
+    ],
+)
+def test_check_refuses_json_nested_too_deep_in_the_environment(db_dsn, tmp_path, env, message):
+    # It printed json.loads's RecursionError, a traceback, exit 1.
+    result = pgworkerd("check", env={"PGWORKERD_DATABASE_URL": db_dsn, **env}, cwd=tmp_path)
+    assert_one_line_error(result, 2, message)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "queues: " + "[" * 100_000 + "\n",
+        "queues: " + "{a: " * 100_000 + "\n",
+        "queues: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
+    ],
+)
+def test_check_refuses_a_config_file_nested_too_deep(db_dsn, tmp_path, text):
+    (tmp_path / "deep.yaml").write_text(text)
+    result = pgworkerd(
+        "check", "-c", "deep.yaml", env={"PGWORKERD_DATABASE_URL": db_dsn}, cwd=tmp_path
+    )
+    assert_one_line_error(result, 2, "deep.yaml: invalid YAML: nested too deep")
+
+
 URL_IN_THE_WRONG_PLACE = "postgresql://u:Hunter2secret@127.0.0.1:1/db"
 
 
