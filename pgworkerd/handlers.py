@@ -17,7 +17,7 @@ from typing import Any, cast
 from pgworkerd.client.tasks import Task
 from pgworkerd.config.settings import Config, DjangoConfig
 from pgworkerd.contrib import otel_worker
-from pgworkerd.errors import PgworkerdError
+from pgworkerd.errors import PgworkerdError, mask_passwords
 
 Handler = Callable[..., Any]
 
@@ -26,6 +26,9 @@ class HandlerError(PgworkerdError):
     """A configured handler cannot be used. `problems` holds one line per handler."""
 
     def __init__(self, problems: list[str]) -> None:
+        # A line quotes the handler's path: a database URL put there keeps no password
+        # (the CLI masks its lines, but a HUP's refusal is logged from these).
+        problems = [mask_passwords(problem) for problem in problems]
         super().__init__("; ".join(problems))
         self.problems = problems
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pgworkerd.config.location import CONFIG_PATH_ENV, config_path
+from pgworkerd.errors import mask_passwords
 
 # pydantic (the config's models, ~0.3 s) loads when a command reads the config or a
 # duration, not to parse the command line: `--help` and a bad argument stop before.
@@ -86,6 +87,8 @@ def duration_argument(name: str, text: str) -> float:
 
 
 def fail(code: int, *lines: str) -> int:
+    # Masked: a line may quote a value given on the command line or in the environment
+    # (a schema name, a config path), which may be a database URL with its password.
     for line in lines:
-        print(f"pgworkerd: error: {line}", file=sys.stderr)
+        print(f"pgworkerd: error: {mask_passwords(line)}", file=sys.stderr)
     return code

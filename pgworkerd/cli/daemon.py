@@ -103,7 +103,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         now = Reads(config.database.schema_name).clock(conn)
     print(
         f"ok: {len(registry)} handler(s) import, {len(config.pools())} pool(s), "
-        f"database reachable at {connections.redact(url)}, schema version {version}"
+        f"database reachable at {connections.shown_url(url)}, schema version {version}"
     )
     for entry in config.periodic:
         schedule = entry.schedule()

@@ -116,6 +116,50 @@ def parse(text: str, *, origin: str = "<config>") -> Config:
         raise ConfigError(_problems(exc, origin)) from None
     except SettingsError as exc:  # a PGWORKERD_* variable whose value is not JSON
         raise ConfigError([f"environment: {' '.join(str(exc).split())}"]) from None
+    except RecursionError:  # a PGWORKERD_* variable's JSON nested too deep for json.loads
+        raise ConfigError(_too_deep_in_the_environment()) from None
+
+
+def _too_deep_in_the_environment() -> list[str]:
+    """The problem line of a RecursionError out of pydantic-settings, which decodes a
+    PGWORKERD_* variable's JSON with json.loads and catches only its ValueError: the
+    variable nested deepest is named (counted without recursing: json.loads fails
+    near 1,000 levels, fewer the deeper the stack it is called from)."""
+    depths = {
+        name: _nesting(value)
+        for name, value in sorted(os.environ.items())
+        if name.upper().startswith(ENV_PREFIX)
+    }
+    deepest = max(depths.values(), default=0)
+    if deepest == 0:
+        return ["environment: a value is nested too deep"]
+    return [
+        f"environment ({name}): JSON nested too deep ({depth:,} levels)"
+        for name, depth in depths.items()
+        if depth == deepest
+    ]
+
+
+def _nesting(text: str) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets in strings aside)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

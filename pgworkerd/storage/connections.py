@@ -13,7 +13,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import set_json_loads
 
 from pgworkerd.config import Config
-from pgworkerd.errors import DatabaseURLError
+from pgworkerd.errors import DatabaseURLError, mask_passwords
 from pgworkerd.storage.embedded import local_cluster
 
 # Half-open TCP after a network cut would otherwise hang a worker for hours: probe an
@@ -28,11 +28,13 @@ KEEPALIVE_OPTIONS = {
     "connect_timeout": 10,
 }
 
-_URL_PASSWORD = re.compile(r"(://[^:/?#@\s]*:)[^@/?#\s]*@")
 # What libpq quotes in its messages: "…" or '…'.
 _QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
 _QUOTED_WITH_AT = re.compile(r"\"[^\"]*@[^\"]*\"|'[^']*@[^']*'")
-_KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+# The options of a connection string that are secrets.
+_SECRET_OPTIONS = ("password", "sslpassword")
+# The options `shown_url` puts first, in the order a URL has them.
+_SHOWN_FIRST = ("host", "hostaddr", "port", "dbname", "user")
 
 
 def database_url(config: Config) -> str:
@@ -159,29 +161,51 @@ def parsed_conninfo(url: str, **options: Any) -> str:
         ) from None
 
 
-def redact(url: str) -> str:
-    """The URL or conninfo string with any password replaced by `***`."""
-    text = _URL_PASSWORD.sub(r"\1***@", url)
-    return _KEYWORD_PASSWORD.sub(r"\1***", text)
+def shown_url(url: str) -> str:
+    """The database URL as `pgworkerd check` shows it: the options libpq reads from it
+    (PQconninfoParse), as a connection string, with `***` for the password and the
+    sslpassword. libpq's own reading, not a pattern over the text: a password holding
+    "?" or "#", a percent-encoded key (?%70assword=), a conninfo value with escapes
+    (password=abc\\ def) are all one option's value. A value holding an "@" is
+    masked too (but a user's, name@server): it is a host read from a password's
+    unencoded "@" (u:pa@ss@h1,h2). A URL libpq cannot read is not shown at all."""
+    if "\0" in url:  # libpq would read only the text before it
+        return "(the database URL, not shown: it holds a NUL character)"
+    try:
+        options = conninfo_to_dict(url)
+    except (psycopg.Error, ValueError):  # ValueError: not UTF-8 (a lone surrogate)
+        return "(the database URL, not shown: libpq cannot read it)"
+    ordered = {key: options[key] for key in _SHOWN_FIRST if key in options}
+    shown = {}
+    for key, value in {**ordered, **options}.items():
+        secret = key in _SECRET_OPTIONS or (key != "user" and "@" in str(value))
+        shown[key] = "***" if secret else value
+    try:
+        text = make_conninfo("", **shown)
+    except psycopg.Error:  # not expected: libpq's own reading, written back
+        return "(the database URL, not shown: libpq cannot read it)"
+    # mask_passwords, to be sure: an option's value that holds a URL or a password=.
+    return mask_passwords(text)
 
 
 def describe_error(exc: BaseException, url: str | None = None) -> str:
     """One line about a database error, with no password in it even if libpq or the
     server repeated one."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    if url:
-        password = _password_of(url)
-        if password:
-            text = text.replace(password, "***")
+    text = str(exc)
+    if url:  # before the spaces are joined: a password may hold two in a row
+        for secret in _secrets_of(url):
+            text = text.replace(secret, "***")
+    text = " ".join(text.split()) or type(exc).__name__
     # A quoted part with an @ in it is a URL, or a host read from a password's unencoded
     # @ ('etpw@127.0.0.1'): either may hold what the password was meant to be.
     text = _QUOTED_WITH_AT.sub("'***'", text)
-    return redact(text)
+    return mask_passwords(text)
 
 
-def _password_of(url: str) -> str | None:
+def _secrets_of(url: str) -> list[str]:
+    """The password and sslpassword libpq reads from `url` (none if it cannot)."""
     try:
-        password = conninfo_to_dict(url).get("password")
-    except psycopg.ProgrammingError:
-        return None
-    return None if password is None else str(password)
+        options = conninfo_to_dict(url)
+    except (psycopg.Error, ValueError):
+        return []
+    return [str(options[key]) for key in _SECRET_OPTIONS if options.get(key)]

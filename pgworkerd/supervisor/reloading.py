@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pgworkerd import config as config_module
 from pgworkerd import handlers
 from pgworkerd.config import Config, ConfigError
+from pgworkerd.errors import mask_passwords
 from pgworkerd.handlers import Handler, HandlerError
 
 
@@ -46,6 +47,7 @@ class Loading:
         except (ConfigError, HandlerError) as exc:
             self.problems = list(exc.problems)
         except Exception as exc:  # a bug of ours: refused, said, the loop goes on
-            self.problems = [f"cannot load the config: {type(exc).__name__}: {exc}"]
+            problem = f"cannot load the config: {type(exc).__name__}: {exc}"
+            self.problems = [mask_passwords(problem)]  # it is logged
         else:
             self.loaded = (new_config, registry)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -273,6 +274,100 @@ def test_an_unencoded_at_in_the_password_is_not_shown_as_a_host(tmp_path):
     result = pgworkerd("migrate", env={"PGWORKERD_DATABASE_URL": url}, cwd=tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "s3cr" not in result.stderr and "etpw" not in result.stderr, result.stderr
+
+
+# Spellings of the test database's URL libpq reads a password from (the server trusts, so
+# each connects whatever the password); `check` showed the first five whole. {user},
+# {at} (the database, host and port after the "@") and {conninfo} are the test's.
+URLS_WITH_A_PASSWORD = {
+    "question mark": "postgresql://{user}:Hunter2?secret{at}",
+    "hash": "postgresql://{user}:Hunter2#secret{at}",
+    "encoded key": "postgresql://{user}{at}&%70assword=Hunter2secret",
+    "encoded key end": "postgresql://{user}{at}&passwor%64=Hunter2secret",
+    "escaped space": "{conninfo} password=abc\\ Hunter2secret",
+    "plain url": "postgresql://{user}:Hunter2secret{at}",
+    "quoted": "{conninfo} password='Hunter2 secret'",
+}
+
+
+@pytest.mark.parametrize("spelling", URLS_WITH_A_PASSWORD)
+def test_check_shows_the_database_url_without_its_password(db_dsn, tmp_path, spelling):
+    parts = conninfo_to_dict(db_dsn)
+    host = quote(str(parts.get("host", "127.0.0.1")), safe="")
+    url = URLS_WITH_A_PASSWORD[spelling].format(
+        user=parts.get("user", "postgres"),
+        at=f"@/{parts['dbname']}?host={host}&port={parts.get('port', '5432')}",
+        conninfo=db_dsn,
+    )
+    assert "Hunter2" in str(conninfo_to_dict(url).get("password")), url
+    result = pgworkerd("check", env={"PGWORKERD_DATABASE_URL": url}, cwd=tmp_path)
+    assert result.returncode == 0, (url, result.stderr)
+    assert "Hunter2" not in result.stdout + result.stderr, result.stdout
+    assert "secret" not in result.stdout + result.stderr, result.stdout
+    (line,) = [x for x in result.stdout.splitlines() if "database reachable at" in x]
+    shown = line.split("database reachable at ", 1)[1].rsplit(", schema version", 1)[0]
+    # What libpq read, the password as ***.
+    assert conninfo_to_dict(shown) == {**conninfo_to_dict(url), "password": "***"}, line
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PGWORKERD_DEFAULTS": "[" * 10_000}, "(PGWORKERD_DEFAULTS): JSON nested too deep"),
+        ({"PGWORKERD_QUEUES": "[" * 60_000}, "(PGWORKERD_QUEUES): JSON nested too deep"),
+        (
+            {"PGWORKERD_HANDLERS": '{"a": ' * 3000 + "1" + "}" * 3000},
+            "(PGWORKERD_HANDLERS): JSON nested too deep (3,000 levels)",
+        ),
+    ],
+)
+def test_check_refuses_json_nested_too_deep_in_the_environment(db_dsn, tmp_path, env, message):
+    # It printed json.loads's RecursionError, a traceback, exit 1.
+    result = pgworkerd("check", env={"PGWORKERD_DATABASE_URL": db_dsn, **env}, cwd=tmp_path)
+    assert_one_line_error(result, 2, message)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "queues: " + "[" * 100_000 + "\n",
+        "queues: " + "{a: " * 100_000 + "\n",
+        "queues: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
+    ],
+)
+def test_check_refuses_a_config_file_nested_too_deep(db_dsn, tmp_path, text):
+    (tmp_path / "deep.yaml").write_text(text)
+    result = pgworkerd(
+        "check", "-c", "deep.yaml", env={"PGWORKERD_DATABASE_URL": db_dsn}, cwd=tmp_path
+    )
+    assert_one_line_error(result, 2, "deep.yaml: invalid YAML: nested too deep")
+
+
+URL_IN_THE_WRONG_PLACE = "postgresql://u:Hunter2secret@127.0.0.1:1/db"
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "code", "message"),
+    [
+        (f'lease_ttl: "{URL_IN_THE_WRONG_PLACE}"\n', {}, 2, "lease_ttl: must be a duration"),
+        (f'http: {{listen: "{URL_IN_THE_WRONG_PLACE}"}}\n', {}, 2, "http.listen: must be"),
+        ("", {"PGWORKERD_LEASE_TTL": URL_IN_THE_WRONG_PLACE}, 2, "(PGWORKERD_LEASE_TTL)"),
+        ("", {"PGWORKERD_CONFIG": URL_IN_THE_WRONG_PLACE}, 2, "no such config file"),
+        # The schema name reaches the database, and its error line quotes it.
+        ("", {"PGWORKERD_DATABASE__SCHEMA": URL_IN_THE_WRONG_PLACE}, 1, "is not set up"),
+    ],
+)
+def test_a_url_put_in_another_setting_is_not_echoed_with_its_password(
+    db_dsn, tmp_path, config, env, code, message
+):
+    args = ["check"]
+    if config:
+        (tmp_path / "c.yaml").write_text(config)
+        args = ["-c", "c.yaml", "check"]
+    result = pgworkerd(*args, env={"PGWORKERD_DATABASE_URL": db_dsn, **env}, cwd=tmp_path)
+    assert_one_line_error(result, code, message)
+    assert "Hunter2" not in result.stderr + result.stdout, result.stderr
+    assert "postgresql:/" in result.stderr and "u:***@127.0.0.1:1/db" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -130,6 +130,9 @@ BAD_CONFIGS = [
     ("on: 1\n", "a setting's name must be text, got True (quote on, off, yes, no)"),
     ("1: 2\n", "a setting's name must be text, got 1"),
     ("queues: " + "[" * 5000 + "]" * 5000 + "\n", "invalid YAML: nested too deep"),
+    ("queues: " + "[" * 100_000 + "\n", "invalid YAML: nested too deep"),
+    ("queues: " + "{a: " * 100_000 + "\n", "invalid YAML: nested too deep"),
+    ("queues: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", "invalid YAML: nested too deep"),
     ("defaults: {max_attempts: " + "9" * 5000 + "}\n", "invalid YAML: Exceeds the limit"),
     ("queues: {? [a] : {}}\n", "a key must be a plain value"),
     ("handlers: {k: 'rm -rf /'}\n", "is not an import path"),
@@ -242,6 +245,28 @@ def test_an_environment_value_that_is_not_json_is_one_line(
     (line,) = refused.value.problems
     field = variable.removeprefix("PGWORKERD_").lower()
     assert line.startswith("environment: ") and f'"{field}"' in line, line
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "levels"),
+    [
+        ("PGWORKERD_DEFAULTS", "[" * 10_000, "10,000"),
+        ("PGWORKERD_QUEUES", "[" * 60_000, "60,000"),
+        ("PGWORKERD_HANDLERS", '{"a": ' * 5000 + "1" + "}" * 5000, "5,000"),
+        ("PGWORKERD_WORKERS", "[" * 2000 + "]" * 2000, "2,000"),
+    ],
+)
+def test_an_environment_value_nested_too_deep_is_one_line(
+    variable: str, value: str, levels: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was json.loads's RecursionError, which pydantic-settings lets through: a traceback.
+    monkeypatch.setenv(variable, value)
+    monkeypatch.setenv("PGWORKERD_PERIODIC", '[{"kind": "a", "every": "[[["}]')  # not named
+    with pytest.raises(ConfigError) as refused:
+        parse("{}", origin="pgworkerd.yaml")
+    assert refused.value.problems == [
+        f"environment ({variable}): JSON nested too deep ({levels} levels)"
+    ]
 
 
 def test_loopback_listens_and_auth_pass() -> None:
