@@ -82,6 +82,17 @@ def _failure_of_a_loaded_module(exc: Exception) -> int | None:
 
         from pgworkerd.storage import connections
 
+        if isinstance(exc, psycopg.errors.UndefinedTable):
+            # An operator command (status, enqueue, jobs, queues, keys) run against a
+            # database never migrated, or with another schema named: the server's line
+            # and its statement excerpt ("LINE 11: FROM ...") did not say what to do,
+            # where `run`, `web` and `check` say it.
+            missing = exc.diag.message_primary or connections.describe_error(exc)
+            return fail(
+                EXIT_FAILURE,
+                f"database: {missing}: is the schema set up? "
+                "`pgworkerd check` says, `pgworkerd migrate` sets it up",
+            )
         if isinstance(exc, psycopg.Error):
             return fail(EXIT_FAILURE, f"database: {connections.describe_error(exc)}")
     return None

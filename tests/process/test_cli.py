@@ -219,6 +219,30 @@ def test_check_reports_ok_or_what_is_missing(empty_db_dsn, tmp_path):
 
 
 @pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["enqueue", "json_dump"],
+        ["jobs", "list"],
+        ["jobs", "show", "1"],
+        ["jobs", "retry", "1"],
+        ["queues"],
+        ["queues", "pause", "default"],
+        ["keys"],
+    ],
+)
+def test_operator_commands_on_a_database_never_migrated_say_what_to_do(
+    empty_db_dsn, tmp_path, args
+):
+    config = tmp_path / "pgworkerd.yaml"
+    config.write_text("handlers:\n  json_dump: json:dumps\nqueues: {default: {}}\n")
+    result = pgworkerd(*args, "-c", str(config), env={"PGWORKERD_DATABASE_URL": empty_db_dsn})
+    assert_one_line_error(result, 1, "`pgworkerd migrate` sets it up")
+    assert 'relation "pgworkerd.jobs" does not exist' in result.stderr
+    assert "LINE" not in result.stderr  # the statement's excerpt is not an operator's business
+
+
+@pytest.mark.parametrize(
     ("handlers", "message"),
     [
         (
