@@ -88,7 +88,7 @@ def dump_records(records: list[dict[str, Any]], *, max_payload_bytes: int) -> st
         text = _STRICT.encode(records)
     except (TypeError, ValueError, RecursionError):
         return None
-    if _may_be_deep(text) and _deeper_than_limit([r["payload"] for r in records]):
+    if len(text) >= _DEEP_TEXT_CHARS and _too_deep_text(text, [r["payload"] for r in records]):
         return None
     if ESCAPED_NUL in text:
         return None if any(_contains_nul(r["payload"]) for r in records) else text
@@ -124,7 +124,8 @@ def dump_payload(payload: Any, *, max_bytes: int, where: str = "payload") -> str
         if _deeper_than_limit([payload], distinct=True):
             raise InvalidJob(_too_deep(where)) from None
         raise InvalidJob(f"{where} could not be encoded: the caller's stack is too deep") from None
-    if _may_be_deep(text) and _deeper_than_limit([payload]):
+    # The length first, inline: the usual payload's one cost of the bound.
+    if len(text) >= _DEEP_TEXT_CHARS and _too_deep_text(text, [payload]):
         raise InvalidJob(_too_deep(where))
     # json escapes a NUL as \u0000; only then walk the value to tell it apart from a
     # string that holds a literal backslash-u-0-0-0-0.
@@ -143,11 +144,14 @@ def _too_deep(where: str) -> str:
     return f"{where} is nested more than {MAX_PAYLOAD_DEPTH} levels deep (arrays and objects)"
 
 
-def _may_be_deep(text: str) -> bool:
-    """Whether the JSON `text` may hold a value nested deeper than MAX_PAYLOAD_DEPTH:
-    a short text cannot (one comparison: the usual payload pays no more), nor one
-    with no more `[` and `{` (in strings too) than levels allowed (two scans in C)."""
-    return len(text) >= _DEEP_TEXT_CHARS and text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH
+def _too_deep_text(text: str, values: list[Any]) -> bool:
+    """Whether `values`, encoded as `text` (of _DEEP_TEXT_CHARS or more: a shorter one
+    cannot hold a value nested deeper than MAX_PAYLOAD_DEPTH, which the callers check
+    first), nest deeper: not a text with no more `[` and `{` (in strings too) than
+    levels allowed (two scans in C), else as the walk finds."""
+    if text.count("[") + text.count("{") <= MAX_PAYLOAD_DEPTH:
+        return False
+    return _deeper_than_limit(values)
 
 
 _CONTAINERS = (dict, list, tuple)  # what the encoder writes as objects and arrays
@@ -166,11 +170,16 @@ def _deeper_than_limit(values: list[Any], *, distinct: bool = False) -> bool:
         depth += 1
         if depth > MAX_PAYLOAD_DEPTH:
             return True
-        below: list[Any] = []
-        for container in level:
-            items = container.values() if isinstance(container, dict) else container
-            below.extend(v for v in items if isinstance(v, _CONTAINERS))
-        level = list({id(v): v for v in below}.values()) if distinct else below
+        # One comprehension a level, not a loop a container: walking a bulk list's
+        # 1,000 payloads of one key each took 0.13 ms so, 0.3 ms with a generator each.
+        level = [
+            v
+            for c in level
+            for v in (c.values() if isinstance(c, dict) else c)
+            if isinstance(v, _CONTAINERS)
+        ]
+        if distinct:
+            level = list({id(v): v for v in level}.values())
     return False
 
 
@@ -198,7 +207,7 @@ def dump_result(value: Any, *, max_bytes: int = MAX_RESULT_BYTES) -> str | None:
     except (TypeError, ValueError) as exc:
         return _omitted(f"not JSON-serialisable: {_one_line(exc)}")
     # As a payload's: a reader (`pgworkerd.result`, the dashboard) decodes it in turn.
-    if _may_be_deep(text) and _deeper_than_limit([value]):
+    if len(text) >= _DEEP_TEXT_CHARS and _too_deep_text(text, [value]):
         return _omitted(_DEEP_RESULT)
     if size > max_bytes:
         return _omitted(f"{size} bytes of JSON, over the limit of {max_bytes} bytes")
