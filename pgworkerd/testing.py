@@ -24,7 +24,13 @@ from pgworkerd.config import Config
 from pgworkerd.job import Job, Lease
 from pgworkerd.storage.reads import Reads
 from pgworkerd.storage.store import Backoff, JobStore
-from pgworkerd.worker.execution import Executor, OutcomeKind, outcome_of_unknown_kind
+from pgworkerd.worker.execution import (
+    Executor,
+    OutcomeKind,
+    outcome_of_undecodable,
+    outcome_of_unknown_kind,
+    runnable,
+)
 from pgworkerd.worker.outcome_writer import write_unsuccessful
 
 CLAIM_BATCH = 100
@@ -124,7 +130,12 @@ def _run(
     handler: handlers.Handler | None,
     job: Job,
 ) -> Drained:
-    outcome = outcome_of_unknown_kind(job) if handler is None else executor.run(handler, job)
+    if handler is None:
+        outcome = outcome_of_unknown_kind(job)
+    elif not runnable(job):
+        outcome = outcome_of_undecodable(job)
+    else:
+        outcome = executor.run(handler, job)
     drained = Drained(job.id, job.kind, job.queue, job.attempt, outcome.kind, "lost")
     if outcome.kind == "succeeded":
         if job.id in store.complete(conn, [(job.lease, outcome.result_json)]):

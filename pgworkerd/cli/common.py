@@ -73,7 +73,11 @@ def json_argument(name: str, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{name}: not valid JSON: {exc}") from None
-    except (RecursionError, ValueError) as exc:  # nested too deep; an int of 4,300+ digits
+    except RecursionError:  # deeper than this stack decodes: far over what enqueue takes
+        from pgworkerd.encoding import MAX_PAYLOAD_DEPTH
+
+        raise UsageError(f"{name}: nested more than {MAX_PAYLOAD_DEPTH} levels deep") from None
+    except ValueError as exc:  # an int of 4,300+ digits
         raise UsageError(f"{name}: not usable JSON: {' '.join(str(exc).split())}") from None
 
 

@@ -338,8 +338,8 @@ def job(detail: dict[str, Any]) -> str:
         ("run at", when(d["run_at"])),
         ("started", when(d["started_at"])),
         ("finished", when(d["finished_at"])),
-        ("payload", json.dumps(d["payload"], ensure_ascii=False)),
-        ("result", "-" if d["result"] is None else json.dumps(d["result"], ensure_ascii=False)),
+        ("payload", _json_text(d["payload"])),
+        ("result", "-" if d["result"] is None else _json_text(d["result"])),
         ("progress", _progress(d)),
     ]
     label_width = max(len(label) for label, _ in fields) + 1
@@ -353,6 +353,16 @@ def job(detail: dict[str, Any]) -> str:
         out.append(f"--- attempt {error.get('attempt')} at {when(error.get('at'))}")
         out.extend("    " + line for line in str(error.get("error", "")).rstrip().splitlines())
     return "\n".join(out)
+
+
+def _json_text(value: Any) -> str:
+    """A payload or result as one line of JSON. One too deep for Python came as the
+    marker storage.connections.json_loads makes (its text in it); this is the rare one
+    that decoded where psycopg read it yet not here, in a deeper stack."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except RecursionError:
+        return "(nested too deeply to show here: `pgworkerd jobs show ID --json` has it)"
 
 
 def _related(label: str, jobs: list[dict[str, Any]], after_failure: str | None) -> list[str]:

@@ -237,7 +237,13 @@ def _ids(ids: list[int]) -> str:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2)
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=2)
+    except RecursionError:
+        # A payload or result decoded, but too deep to indent (Python's encoder, a
+        # frame or more a level; a row written by SQL): the C encoder's compact text,
+        # which reaches as deep as the decoding did, a level per step.
+        return json.dumps(value, ensure_ascii=False)
 
 
 def _job_id(text: str) -> int:

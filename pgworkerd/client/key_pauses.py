@@ -11,12 +11,18 @@ key with `raise pgworkerd.PauseKey(...)`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from pgworkerd.client.producer import MAX_DURATION_S, check_instant, check_name, schema_of
+from pgworkerd.client.producer import (
+    MAX_DURATION_S,
+    brief,
+    check_instant,
+    check_name,
+    schema_of,
+)
 from pgworkerd.errors import InvalidJob
 from pgworkerd.storage.key_pauses import KeyPauseStore
 from pgworkerd.storage.limits import QueueLimits, describe
@@ -67,7 +73,8 @@ class KeyPauses:
             if until.tzinfo is None or until.utcoffset() is None:
                 raise InvalidJob("until must be timezone-aware (a naive datetime is ambiguous)")
             check_instant("until", until)
-            return self._store.pause_until(conn, key, until, extend=extend)
+            # In UTC, as enqueue sends run_at: PostgreSQL refuses offsets past ±15:59.
+            return self._store.pause_until(conn, key, until.astimezone(UTC), extend=extend)
         return self._store.pause_for(conn, key, pause_seconds(until), extend=extend)
 
     def resume(self, conn: psycopg.Connection[Any], key: str) -> bool:
@@ -98,7 +105,7 @@ def pause_seconds(duration: Any) -> float:
     if not duration >= 0 or duration == float("inf"):
         raise InvalidJob(f"a pause must be a finite number of seconds >= 0, got {duration!r}")
     if duration > MAX_DURATION_S:  # its end must be a timestamp that can be read back
-        raise InvalidJob(f"a pause must be at most 100 years, got {duration!r} seconds")
+        raise InvalidJob(f"a pause must be at most 100 years, got {brief(duration)} seconds")
     return float(duration)
 
 

@@ -20,7 +20,7 @@ import re
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict, Unpack, cast
 
 import psycopg
@@ -544,7 +544,7 @@ def _job_record(
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidJob(f"priority must be an integer, got {type(priority).__name__}")
     if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
-        raise InvalidJob(f"priority must fit in 32 bits, got {priority}")
+        raise InvalidJob(f"priority must fit in 32 bits, got {brief(priority)}")
     if priority:
         record["priority"] = priority
     if delay is not None and run_at is not None:
@@ -557,7 +557,10 @@ def _job_record(
         if run_at.tzinfo is None or run_at.utcoffset() is None:
             raise InvalidJob("run_at must be timezone-aware (a naive datetime is ambiguous)")
         check_instant("run_at", run_at)
-        record["run_at"] = run_at.isoformat()
+        # In UTC, the same instant to the microsecond: PostgreSQL takes offsets up to
+        # ±15:59 in whole seconds, Python's go to ±23:59:59.999999 (+20:00 aborted the
+        # caller's transaction; +00:00:00.5 was cut to +00:00:00).
+        record["run_at"] = run_at.astimezone(UTC).isoformat()
     if max_attempts is not None:
         if (
             isinstance(max_attempts, bool)
@@ -566,7 +569,7 @@ def _job_record(
         ):
             raise InvalidJob(
                 f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, "
-                f"got {max_attempts!r}"
+                f"got {brief(max_attempts)}"
             )
         record["max_attempts"] = max_attempts
     if max_runtime is not None:
@@ -619,8 +622,11 @@ def _after_ids(after: Any) -> list[int]:
         raise InvalidJob(f"after must be a list of job ids, got {type(after).__name__}")
     ids: list[int] = []
     for job_id in after:
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
-            raise InvalidJob(f"after must hold job ids (positive integers), got {job_id!r}")
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= BIGINT_MAX:
+            # Past bigint, the server refused it, aborting the caller's transaction.
+            raise InvalidJob(
+                f"after must hold job ids (integers from 1 to 2**63-1), got {brief(job_id)}"
+            )
         if job_id not in ids:
             ids.append(job_id)
     if not ids:
@@ -700,9 +706,12 @@ def _seconds(what: str, value: Any, *, allow_zero: bool) -> float | None:
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidJob(f"{what} must be seconds or a timedelta, got {type(value).__name__}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+    # An int is finite, and may be too large for a float (math.isfinite(10**400) raises
+    # OverflowError): compared as it is, then bounded below, before float().
+    finite = isinstance(value, int) or math.isfinite(value)
+    if not finite or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidJob(f"{what} must be a finite number of seconds {bound}, got {value!r}")
+        raise InvalidJob(f"{what} must be a finite number of seconds {bound}, got {brief(value)}")
     # PostgreSQL keeps intervals in whole microseconds (a duration that must be > 0 and
     # rounds to 0 breaks a CHECK), and a run_at past year 9999 is one psycopg cannot read
     # back (past 294276, one PostgreSQL cannot write): refused here, not by the server,
@@ -711,8 +720,16 @@ def _seconds(what: str, value: Any, *, allow_zero: bool) -> float | None:
         raise InvalidJob(f"{what} must be at least a microsecond, got {value!r}")
     if value > MAX_DURATION_S:
         limit = f"{MAX_DURATION_S:.0f} s"
-        raise InvalidJob(f"{what} must be at most 100 years ({limit}), got {value!r}")
+        raise InvalidJob(f"{what} must be at most 100 years ({limit}), got {brief(value)}")
     return float(value)
+
+
+def brief(value: Any) -> str:
+    """`value!r` for an error message, an int of more than 30 digits said by its size:
+    its repr is as long, and past 4,300 digits raises ValueError itself."""
+    if isinstance(value, int) and not -(10**30) < value < 10**30:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
 
 
 @functools.cache

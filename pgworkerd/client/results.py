@@ -55,7 +55,8 @@ def wait(
     "cancelled". TimeoutError after `timeout` seconds (None: no limit); JobNotFound for
     an unknown id. See the module's text for the connection it needs."""
     finished = FinishedJobs(schema_of(schema))
-    job_id, deadline = check_job_id(job_id), _deadline(timeout)
+    job_id, timeout = check_job_id(job_id), _timeout(timeout)
+    deadline = _deadline(timeout)
     with _outside_transaction(conn):
         finished.listen().run(conn)
         try:
@@ -78,7 +79,8 @@ async def wait_async(
 ) -> str:
     """`wait` on an AsyncConnection: the event loop runs on while it waits."""
     finished = FinishedJobs(schema_of(schema))
-    job_id, deadline = check_job_id(job_id), _deadline(timeout)
+    job_id, timeout = check_job_id(job_id), _timeout(timeout)
+    deadline = _deadline(timeout)
     async with _outside_transaction_async(aconn):
         await finished.listen().run_async(aconn)
         try:
@@ -92,15 +94,25 @@ async def wait_async(
             await finished.unlisten().run_async(aconn)
 
 
-def _deadline(timeout: Any) -> float | None:
-    """When a wait of `timeout` seconds (None: no limit) ends, on the monotonic clock."""
+def _timeout(timeout: Any) -> float | None:
+    """`timeout` checked, as a float (None: no limit)."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
         raise TypeError(f"timeout must be seconds or None, got {type(timeout).__name__}")
+    if isinstance(timeout, int) and not -(2**53) <= timeout <= 2**53:
+        # Past what a float holds exactly (past ~1.8e308, at all: the deadline's sum
+        # raised OverflowError), 285 million years and more: the infinite float it
+        # stands for, whose wait has no limit (or, negative, is over at once).
+        return math.inf if timeout > 0 else -math.inf
     if math.isnan(timeout):  # it compares false with everything: the wait never ended
         raise ValueError("timeout must be a number of seconds, got nan")
-    return time.monotonic() + timeout
+    return float(timeout)
+
+
+def _deadline(timeout: float | None) -> float | None:
+    """When a wait of `timeout` seconds (None: no limit) ends, on the monotonic clock."""
+    return None if timeout is None else time.monotonic() + timeout
 
 
 def _hear(

@@ -54,8 +54,17 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from pgworkerd.client.producer import Producer
-from pgworkerd.encoding import RESULT_OMITTED, EncodedResult, encode_result
+from pgworkerd.encoding import (
+    MAX_PAYLOAD_DEPTH,
+    RESULT_OMITTED,
+    UNDECODABLE,
+    EncodedResult,
+    Undecodable,
+    encode_result,
+)
+from pgworkerd.errors import InvalidJob
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
+from pgworkerd.storage.connections import json_loads
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 from pgworkerd.worker.execution import ERROR_TEXT
 
@@ -93,7 +102,12 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             if timezone.is_naive(run_at):  # USE_TZ = False: the project's time zone
                 run_at = timezone.make_aware(run_at)
             options["run_at"] = run_at
-        payload = {"args": normalize_json(list(args)), "kwargs": normalize_json(kwargs)}
+        try:
+            payload = {"args": normalize_json(list(args)), "kwargs": normalize_json(kwargs)}
+        except RecursionError:  # normalize_json recurses: far over the producer's bound
+            raise InvalidJob(
+                f"the task's arguments are nested more than {MAX_PAYLOAD_DEPTH} levels deep"
+            ) from None
         with self._psycopg() as connection:
             job_id = self.producer.enqueue(connection, task.module_path, payload, **options)
         result = TaskResult(
@@ -154,7 +168,12 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             raise TaskResultDoesNotExist(
                 f"{row['id']} is not a job of a Django task this process has imported"
             )
-        arguments = _arguments(_json(row["payload"]))
+        payload = _json(row["payload"])
+        if isinstance(payload, Undecodable):
+            raise TaskResultDoesNotExist(
+                f"{row['id']}: its payload could not be decoded: {payload[UNDECODABLE]}"
+            )
+        arguments = _arguments(payload)
         if arguments is None:
             raise TaskResultDoesNotExist(
                 f"{row['id']} is not a job of a Django task: its payload is not {PAYLOAD_SHAPE}"
@@ -181,7 +200,11 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             worker_ids=worker_ids,
         )
         value = _json(row["result"]) if row["state"] == "succeeded" else None
-        if isinstance(value, dict) and set(value) == {RESULT_OMITTED}:
+        if isinstance(value, Undecodable):  # too deep to decode: not the task's value
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            why = f"the task's return value could not be decoded: {value[UNDECODABLE]}"
+            errors.append(TaskError(exception_class_path=_class_path(ResultNotKept), traceback=why))
+        elif isinstance(value, dict) and set(value) == {RESULT_OMITTED}:
             # The worker kept a marker in place of the return value (a job run before
             # ResultNotKept, or enqueued by other code): not the task's value.
             object.__setattr__(result, "status", TaskResultStatus.FAILED)
@@ -226,8 +249,9 @@ def _short(value: Any) -> str:
 
 
 def _json(value: Any) -> Any:
-    # Django's psycopg connection loads jsonb as text (its JSONField decodes it).
-    return json.loads(value) if isinstance(value, str) else value
+    # Django's psycopg connection loads jsonb as text (its JSONField decodes it):
+    # decoded as pgworkerd's own connections decode it (a marker for a value too deep).
+    return json_loads(value) if isinstance(value, str) else value
 
 
 _CLASS_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")

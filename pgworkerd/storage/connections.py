@@ -13,6 +13,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import set_json_loads
 
 from pgworkerd.config import Config
+from pgworkerd.encoding import Undecodable
 from pgworkerd.errors import DatabaseURLError, mask_passwords
 from pgworkerd.storage.embedded import local_cluster
 
@@ -136,15 +137,28 @@ _scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 def json_loads(data: bytes | str) -> Any:
     """json.loads(data) for a json or jsonb value as the server sends it (UTF-8 text,
     no whitespace around it: jsonb's output never has any); anything else goes through
-    json.loads itself, so the value, or the error, is always json.loads's."""
+    json.loads itself, so the value, or the error, is always json.loads's. A value
+    nested too deeply to decode here is the marker `Undecodable`, not RecursionError:
+    the worker's claim and every reader of a job (CLI, dashboard, `pgworkerd.result`)
+    decode through this, and the whole read failed on one such value (a worker exited,
+    its other claimed jobs held until their leases expired)."""
     try:
         text = data.decode() if isinstance(data, bytes) else data
         value, end = _scan_json(text, 0)
     except (UnicodeDecodeError, StopIteration):
-        return json.loads(data)
+        return _json_loads(data)
+    except RecursionError:  # the one exception: no cost to the values that decode
+        return Undecodable.of(text)
     if end != len(text):
-        return json.loads(data)
+        return _json_loads(data)
     return value
+
+
+def _json_loads(data: bytes | str) -> Any:
+    try:
+        return json.loads(data)
+    except RecursionError:
+        return Undecodable.of(data.decode(errors="replace") if isinstance(data, bytes) else data)
 
 
 def parsed_conninfo(url: str, **options: Any) -> str:

@@ -443,10 +443,16 @@ def _shown_json(value: Any, job_id: int) -> str:
     work stops there too."""
     pieces: list[str] = []
     size = 0
-    for piece in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value):
-        pieces.append(piece)
-        size += len(piece)
-        if size > MAX_SHOWN_CHARS:
-            whole = f"pgworkerd jobs show {job_id} --json"
-            return "".join(pieces)[:MAX_SHOWN_CHARS] + f"\n… cut here: `{whole}` has it whole"
+    whole = f"pgworkerd jobs show {job_id} --json"
+    try:
+        for piece in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value):
+            pieces.append(piece)
+            size += len(piece)
+            if size > MAX_SHOWN_CHARS:
+                return "".join(pieces)[:MAX_SHOWN_CHARS] + f"\n… cut here: `{whole}` has it whole"
+    except RecursionError:
+        # Decoded (a value too deep to decode comes as the marker json_loads makes, its
+        # text in it) but too deep to indent here, a frame or more a level: a row
+        # written by SQL, or by a version that did not bound the depth.
+        return f"(nested too deeply to show indented: `{whole}` has it)"
     return "".join(pieces)

@@ -31,7 +31,7 @@ from pgworkerd.job import Job, JobCancelled, JobTimeout, Lease
 from pgworkerd.worker.base import BaseWorker, ClaimRequest, NoStart
 from pgworkerd.worker.connection import CONNECTION_FAULTS
 from pgworkerd.worker.db_thread import DatabaseThread
-from pgworkerd.worker.execution import outcome_of_unknown_kind
+from pgworkerd.worker.execution import outcome_of_undecodable, outcome_of_unknown_kind, runnable
 from pgworkerd.worker.slots import Finished, SlotPool
 from pgworkerd.worker.spec import WorkerSpec
 from pgworkerd.worker.success_buffer import Success
@@ -227,6 +227,8 @@ class ConcurrentWorker(BaseWorker):
         handler = self._handler_of(job, slot=slot)
         if handler is None:
             self.slots.hand_back(Finished(job, slot, outcome_of_unknown_kind(job), 0.0))
+        elif not runnable(job):
+            self.slots.hand_back(Finished(job, slot, outcome_of_undecodable(job), 0.0))
         else:
             self.slots.start(job, handler, slot)
         self._title()

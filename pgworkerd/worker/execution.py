@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pgworkerd.encoding import EncodedResult, dump_result
+from pgworkerd.encoding import UNDECODABLE, EncodedResult, Undecodable, dump_result
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
 
 OutcomeKind = Literal[
@@ -60,6 +60,22 @@ def outcome_of_unknown_kind(job: Job) -> Outcome:
     """No handler is configured for the job's kind: discarded (only configured code
     runs: an unknown kind never selects an import)."""
     return Outcome("discarded", error=f"no handler configured for kind {job.kind!r}")
+
+
+def runnable(job: Job) -> bool:
+    """Whether the job's payload was decoded (it is not the marker Undecodable): the
+    check a worker makes of a job it has a handler for, before running it. A class
+    test, the one more step of every job."""
+    return job.payload.__class__ is not Undecodable
+
+
+def outcome_of_undecodable(job: Job) -> Outcome:
+    """The job's payload could not be decoded (nested too deeply: storage/connections.
+    json_loads): discarded, dead at once, as an unknown kind, since every attempt would
+    fail alike; its handler is not called. The rest of its batch runs as ever: before,
+    the worker exited while decoding the claim, and every job of it waited for its lease
+    to expire, charged an attempt, again at each claim of this one."""
+    return Outcome("discarded", error=f"payload could not be decoded: {job.payload[UNDECODABLE]}")
 
 
 def outcome_of_exception(exc: BaseException) -> Outcome:

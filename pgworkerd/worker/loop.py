@@ -21,6 +21,7 @@ from types import FrameType
 from setproctitle import setproctitle
 
 from pgworkerd import logs
+from pgworkerd.encoding import Undecodable
 from pgworkerd.ipc import (
     ControlReader,
     ExitCode,
@@ -32,7 +33,7 @@ from pgworkerd.ipc import (
 from pgworkerd.job import Job, JobCancelled, JobTimeout
 from pgworkerd.worker.base import BaseWorker, NoStart
 from pgworkerd.worker.connection import drain_pipe
-from pgworkerd.worker.execution import Executor, outcome_of_unknown_kind
+from pgworkerd.worker.execution import Executor, outcome_of_undecodable, outcome_of_unknown_kind
 from pgworkerd.worker.spec import WorkerSpec
 
 log = logging.getLogger("pgworkerd.worker")
@@ -184,6 +185,8 @@ class Worker(BaseWorker):
         started = time.monotonic()
         if handler is None:
             outcome = outcome_of_unknown_kind(job)
+        elif job.payload.__class__ is Undecodable:  # execution.runnable, inline: a call a job
+            outcome = outcome_of_undecodable(job)
         else:
             control = self.control
             if control.cancels or control.timeouts:

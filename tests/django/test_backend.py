@@ -140,3 +140,24 @@ def test_a_cancelled_job_reads_as_failed_with_a_cancel_error(django_dsn, pg):
     read = default_task_backend.get_result(result.id)
     assert read.status == TaskResultStatus.FAILED
     assert [e.exception_class_path for e in read.errors] == ["pgworkerd.job.JobCancelled"]
+
+
+def test_arguments_nested_too_deep_are_refused_and_a_stored_one_reads_clearly(django_dsn, pg):
+    """Review 24, F2: enqueue's depth bound holds for a task's arguments (normalize_json
+    recursed into RecursionError past Python's limit), and a job of a task whose payload
+    is too deep to decode (written by SQL) is not read as a RecursionError."""
+    from shop.tasks import add
+
+    for depth in (150, 100_000):
+        deep: list[object] = []
+        for _ in range(depth):
+            deep = [deep]
+        with pytest.raises(pgworkerd.InvalidJob, match="nested more than 100 levels deep"):
+            add.enqueue(deep, 1)
+    job_id = pg.execute(
+        "INSERT INTO pgworkerd.jobs (queue, kind, payload) VALUES ('default', %s, %s::jsonb)"
+        " RETURNING id",
+        (add.module_path, '{"args": ' + "[" * 5000 + "]" * 5000 + "}"),
+    ).fetchone()[0]
+    with pytest.raises(TaskResultDoesNotExist, match="could not be decoded: nested too deeply"):
+        default_task_backend.get_result(str(job_id))

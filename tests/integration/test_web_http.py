@@ -858,6 +858,21 @@ def test_far_timestamps_in_a_database_of_another_time_zone_are_shown(db_dsn, con
         assert "9999-12-31 23:30:00+00:00" in client.get(f"/jobs/{job_id}").text
 
 
+def test_a_payload_too_deep_to_decode_is_shown_on_its_page(db_dsn, conn):
+    # Written by SQL (enqueue refuses it: review 24, F2): the page was a 500.
+    deep = "[" * 5000 + "]" * 5000
+    job_id = conn.execute(
+        "INSERT INTO pgworkerd.jobs (queue, kind, payload) VALUES ('default', 'k', %s::jsonb)"
+        " RETURNING id",
+        (deep,),
+    ).fetchone()[0]
+    with TestClient(create_app(dsn=db_dsn)) as client:
+        page = client.get(f"/jobs/{job_id}")
+    assert page.status_code == 200
+    assert "nested too deeply to decode here" in page.text
+    assert "[" * 200 in page.text  # its text, as stored
+
+
 def test_a_fault_of_ours_is_a_500_page_with_the_security_headers(db_dsn, conn):
     # A run_at past year 9999 in UTC (stored by hand: enqueue refuses it) is one psycopg
     # cannot read: the page fails, and the error page still carries the headers.

@@ -405,7 +405,7 @@ def test_a_url_put_in_another_setting_is_not_echoed_with_its_password(
         (["keys", "pause", "tenant:42", "--for", "3000000d"], "at most 100 years"),
         (["keys", "pause", "tenant:42", "--for", "1e300"], "at most 100 years"),
         # Tracebacks: JSON that json.loads refuses with other errors than a syntax error.
-        (["enqueue", "k", "--payload", "[" * 100_000], "--payload: not usable JSON"),
+        (["enqueue", "k", "--payload", "[" * 100_000], "--payload: nested more than 100"),
         (["enqueue", "k", "--payload", "1" * 5000], "--payload: not usable JSON"),
         (["enqueue", "k", "--payload", '{"a": "\\ud800"}'], "payload is not valid Unicode"),
         (["jobs", "list", "--limit", "9223372036854775808"], "is over 2**63 - 1"),

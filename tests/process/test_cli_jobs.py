@@ -394,3 +394,47 @@ def test_a_queue_the_config_does_not_declare_is_refused(db_dsn, tmp_path):
         cwd=bare,
     )
     assert_one_line_error(named, 2, "'mail' is not declared")
+
+
+# -- payloads nested too deep, run_at offsets (review 24, F2 and F3) --------------------------
+
+
+@pytest.mark.parametrize("depth", [101, 990])
+def test_enqueue_refuses_a_payload_nested_too_deep_in_one_line(cli, depth):
+    payload = "[" * depth + "]" * depth
+    result = cli("enqueue", "k", "--payload", payload)
+    # 101: the producer's bound; 990: deeper than the CLI's own stack decodes.
+    assert_one_line_error(result, 2, "nested more than 100 levels deep")
+
+
+def test_a_stored_payload_too_deep_to_decode_is_shown_not_a_traceback(cli, db_dsn):
+    """Written by SQL (enqueue refuses it): `jobs show` exited 1 with RecursionError."""
+    deep = "[" * 5000 + "]" * 5000
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO pgworkerd.jobs (queue, kind, payload) VALUES ('default', 'k', %s::jsonb)"
+            " RETURNING id",
+            (deep,),
+        ).fetchone()
+    job_id = str(row[0])
+    shown = cli("jobs", "show", job_id)
+    assert shown.returncode == 0, shown.stderr
+    assert '"pgworkerd_undecodable": "nested too deeply to decode' in shown.stdout
+    detail = ok_json(cli("jobs", "show", job_id, "--json"))
+    assert detail["payload"]["text"] == deep
+    assert detail["payload"]["pgworkerd_undecodable"].startswith("nested too deeply")
+
+
+@pytest.mark.parametrize(
+    ("text", "utc"),
+    [
+        ("2027-01-01T00:00:00+23:59", "2026-12-31T00:01:00+00:00"),
+        ("2027-01-01T00:00:00-16:00", "2027-01-01T16:00:00+00:00"),
+        ("2027-01-01T00:00:00+01:00:00.250000", "2026-12-31T22:59:59.750000+00:00"),
+    ],
+)
+def test_enqueue_run_at_of_any_offset_is_stored_as_the_same_instant(cli, db_dsn, text, utc):
+    job_id = enqueue(cli, "k", "--run-at", text)
+    with psycopg.connect(db_dsn) as conn:
+        row = conn.execute("SELECT run_at FROM pgworkerd.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row[0] == datetime.fromisoformat(utc)
