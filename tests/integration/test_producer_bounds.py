@@ -154,24 +154,29 @@ def test_a_stored_payload_or_result_too_deep_to_decode_reads_as_the_marker(
 # -- numbers past a float or a bigint (F4) ---------------------------------------------------
 
 
-@pytest.mark.parametrize("call", CALLS)
+BIG_NUMBERS = [
+    ({"delay": 10**400}, "delay must be at most 100 years"),
+    ({"delay": -(10**400)}, "delay must be a finite number of seconds >= 0"),
+    ({"max_runtime": 10**400}, "max_runtime must be at most 100 years"),
+    ({"max_runtime": 10**5000}, "an integer of 16610 bits"),
+    ({"after": [2**63]}, "after must hold job ids (integers from 1 to 2**63-1)"),
+    ({"priority": 10**5000}, "priority must fit in 32 bits"),
+    ({"max_attempts": 10**5000}, "max_attempts must be an integer from 1"),
+]
+
+
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("call", "options", "message"),
     [
-        ({"delay": 10**400}, "delay must be at most 100 years"),
-        ({"delay": -(10**400)}, "delay must be a finite number of seconds >= 0"),
-        ({"max_runtime": 10**400}, "max_runtime must be at most 100 years"),
-        ({"max_runtime": 10**5000}, "an integer of 16610 bits"),
-        ({"after": [2**63]}, "after must hold job ids (integers from 1 to 2**63-1)"),
-        ({"priority": 10**5000}, "priority must fit in 32 bits"),
-        ({"max_attempts": 10**5000}, "max_attempts must be an integer from 1"),
+        (call, options, message)
+        for call in CALLS
+        for options, message in BIG_NUMBERS
+        if not (call == "chain" and "after" in options)  # a chain sets after itself
     ],
 )
 def test_numbers_past_a_float_or_a_bigint_are_refused_before_any_sql(
     way: Way, db_dsn: str, conn: Conn, call: str, options: dict[str, Any], message: str
 ) -> None:
-    if call == "chain" and "after" in options:
-        pytest.skip("a chain sets after itself")
     with way.connect(db_dsn) as pconn:
         assert message in _refused(way, pconn, call, {}, options)
     assert count_jobs(conn) == 0
