@@ -43,7 +43,9 @@ from pgworkerd.storage.inserts import (
 )
 from pgworkerd.storage.rows import Statement
 
-_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+# C0, DEL and C1 (U+0080-U+009F: U+009B is a terminal's CSI, as ESC [ is): a name is shown
+# by the CLI and the dashboard, and must not steer a terminal.
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_NAME_CHARS = 255  # kind, queue, unique_key and key
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # the column is a PostgreSQL integer
 MAX_ATTEMPTS_LIMIT = 1_000_000

@@ -65,7 +65,7 @@ def no_bool(value: Any) -> Any:
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=366 * 86400)]
 Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 Count = Annotated[int, BeforeValidator(no_bool)]
-QueueName = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")]
+QueueName = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
 
 
 class Section(BaseModel):

@@ -48,6 +48,7 @@ def test_the_async_producers_store_the_key(db_dsn, conn, store):
     [
         ("x" * 256, "key is 256 characters"),
         ("a\nb", "key must not contain control characters"),
+        ("a\x9b31mb", "key must not contain control characters"),
         ("", "key must not be empty"),
         (42, "key must be a string"),
     ],

@@ -138,6 +138,7 @@ BAD_CONFIGS = [
     ("handlers: {k: 'rm -rf /'}\n", "is not an import path"),
     ("- just\n- a list\n", "top level must be a mapping"),
     ("queues: {'': {}}\n", "queues"),
+    ('queues: {"a\\x9b31mb": {}}\n', "queues"),  # C1: a terminal's CSI
     # Once a traceback from `run` (the default pool over no queue); now refused up front.
     ("queues: {}\n", "queues: dictionary should have at least 1 item"),
     ("task_modules: [myapp/jobs.py]\n", "task_modules: 'myapp/jobs.py' is not a module name"),
