@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import inspect
 import json
 import sys
 
@@ -93,6 +94,21 @@ def test_only_the_listed_modules_are_imported():
     registry = load_registry({"noop": "tests.handlers:noop"}, ["tests.tasks.shop"])
     assert set(registry) == {"noop", "tests.tasks.shop.send_receipt", "shop.refund"}
     assert "tests.tasks.unlisted" not in sys.modules
+
+
+def test_a_task_named_under_handlers_is_its_function_as_through_task_modules():
+    """The Task object itself was the handler: a coroutine function to no inspection, so
+    an async task ran as a plain one (in a thread, via asyncio.run, its span empty)."""
+    registry = load_registry(
+        {"refund": "tests.tasks.shop:refund", "receipt": "tests.tasks.shop.send_receipt"}
+    )
+    assert inspect.iscoroutinefunction(registry["refund"])
+    assert inspect.unwrap(registry["refund"]) is shop.refund.fn
+    assert not inspect.iscoroutinefunction(registry["receipt"])
+    assert inspect.unwrap(registry["receipt"]) is shop.send_receipt.fn
+    # Under its own kind and listed through its module too, it is one handler, not a clash.
+    registry = load_registry({"shop.refund": "tests.tasks.shop:refund"}, ["tests.tasks.shop"])
+    assert inspect.unwrap(registry["shop.refund"]) is shop.refund.fn
 
 
 @pytest.mark.parametrize(
