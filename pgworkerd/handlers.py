@@ -34,7 +34,8 @@ class HandlerError(PgworkerdError):
 
 
 def resolve(path: str) -> Handler:
-    """Import the callable that `path` names; ImportError/AttributeError/TypeError
+    """Import the callable that `path` names (a `@pgworkerd.task`'s function, not the
+    Task); ImportError/AttributeError/TypeError
     (or whatever the module raises on import) propagate to the caller."""
     if ":" in path:
         module_name, _, attribute = path.partition(":")
@@ -43,6 +44,11 @@ def resolve(path: str) -> Handler:
     target: Any = importlib.import_module(module_name)
     for part in attribute.split("."):
         target = getattr(target, part)
+    if isinstance(target, Task):
+        # Its plain function, as task_modules gives: the worker tells a coroutine
+        # function from a plain one (and its CONSUMER span wraps one or the other) by
+        # inspecting the handler, and a Task object is neither.
+        return target.fn
     if not callable(target):
         raise TypeError(f"{type(target).__name__} is not callable")
     return cast(Handler, target)

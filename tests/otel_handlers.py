@@ -75,3 +75,9 @@ def fail_once(job: pgworkerd.Job) -> str:
 async def succeed_async(job: pgworkerd.Job) -> str:
     span = trace.get_current_span()
     return f"{span.get_span_context().trace_id:032x}"
+
+
+@pgworkerd.task(kind="otel.async_task_fails")
+async def async_task_fails(job: pgworkerd.Job) -> None:
+    """An async `@pgworkerd.task` the test names under `handlers:` (the Task object)."""
+    raise ValueError("the async task fails")

@@ -204,7 +204,11 @@ class Producer:
         return queue, kind, dump_payload(payload, max_bytes=self.max_payload_bytes)
 
     def _one(self, kind: Any, payload: Any, options: EnqueueOptions) -> Steps | OneStatement:
-        record = _job_record(kind=kind, payload=payload, **options)
+        try:
+            record = _job_record(kind=kind, payload=payload, **options)
+        except TypeError:
+            _refuse_unknown_options(options)
+            raise
         if _ONE_STATEMENT_KEYS.issuperset(record) and not otel.tracing():
             # enqueue's usual call: no span to open and one statement to run, the one
             # _insert_steps would yield; given to the driver as it is, without the
@@ -514,6 +518,25 @@ class Producer:
             except InvalidJob as exc:
                 raise InvalidJob(f"jobs[{index}]: {exc}" if label_index else str(exc)) from None
         raise AssertionError("dump_records refused payloads that each pass dump_payload")
+
+
+def check_options(kind: Any, options: Mapping[str, Any]) -> None:
+    """InvalidJob unless enqueue accepts `kind` with `options` (the payload aside): the
+    same checks and messages, made where the options are written down
+    (`@pgworkerd.task`), not first at each enqueue."""
+    try:
+        _job_record(kind=kind, payload=None, **options)
+    except TypeError:
+        _refuse_unknown_options(options)
+        raise
+
+
+def _refuse_unknown_options(options: Mapping[str, Any]) -> None:
+    """InvalidJob naming the options enqueue does not take: Python's TypeError for them
+    named `_job_record`, a private function, not the option's caller."""
+    unknown = sorted(set(options) - EnqueueOptions.__optional_keys__)
+    if unknown:
+        raise InvalidJob(f"unknown option(s): {', '.join(unknown)}")
 
 
 def _job_record(

@@ -17,6 +17,7 @@ from pgworkerd.client.producer import (
     AsyncConnectable,
     Connectable,
     EnqueueOptions,
+    check_options,
     default_producer,
 )
 from pgworkerd.errors import InvalidJob
@@ -82,9 +83,16 @@ def task(
     priority: int | None = None,
     max_attempts: int | None = None,
     max_runtime: float | timedelta | None = None,
+    **unknown: Any,
 ) -> Task[R] | Callable[[Callable[..., R]], Task[R]]:
     """`@task` or `@task(kind=..., queue=..., priority=..., max_attempts=...,
     max_runtime=...)` on a function taking a `Job` (plain or `async def`)."""
+    if unknown:
+        # InvalidJob, as for a bad value of a known option, so one line says both.
+        raise InvalidJob(
+            f"@pgworkerd.task: unknown option(s): {', '.join(sorted(unknown))} (it takes "
+            "kind, queue, priority, max_attempts and max_runtime)"
+        )
     defaults: EnqueueOptions = {}
     if queue is not None:
         defaults["queue"] = queue
@@ -98,9 +106,15 @@ def task(
     def decorate(function: Callable[..., R]) -> Task[R]:
         if not callable(function):
             raise TypeError(f"@pgworkerd.task needs a function, got {type(function).__name__}")
-        name = kind if kind is not None else f"{function.__module__}.{function.__qualname__}"
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidJob(f"task kind must be a non-empty string, got {name!r}")
+        where = f"{function.__module__}.{function.__qualname__}"
+        name = kind if kind is not None else where
+        # Checked here, as enqueue checks them: options no enqueue accepts would make
+        # every enqueue of the task fail, and `pgworkerd check` (which imports the task
+        # modules) could not tell. The message names the function: a module may hold many.
+        try:
+            check_options(name, defaults)
+        except InvalidJob as exc:
+            raise InvalidJob(f"@pgworkerd.task {where}: {exc}") from None
         return Task(function, name, defaults)
 
     return decorate(fn) if fn is not None else decorate

@@ -10,6 +10,7 @@ back): the session's own connection, never a new one.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import psycopg
@@ -40,7 +41,7 @@ def psycopg_connection(target: Any) -> psycopg.Connection[Any]:
     elif isinstance(target, Connection):
         connection = target
     else:
-        raise InvalidJob(_unsupported(target, "a Session or a Connection"))
+        raise InvalidJob(_unsupported(target, "a Session or a Connection", in_async=False))
     if not connection.in_transaction():
         # As a statement of its own would: SQLAlchemy autobegins, so that the caller's
         # commit() or rollback() ends the transaction the job is in (else SQLAlchemy,
@@ -61,7 +62,9 @@ async def psycopg_async_connection(target: Any) -> psycopg.AsyncConnection[Any]:
     elif isinstance(target, AsyncConnection):
         connection = target
     else:
-        raise InvalidJob(_unsupported(target, "an AsyncSession or an AsyncConnection"))
+        raise InvalidJob(
+            _unsupported(target, "an AsyncSession or an AsyncConnection", in_async=True)
+        )
     if not connection.in_transaction():
         await connection.begin()  # autobegin, as in psycopg_connection
     raw = await connection.get_raw_connection()
@@ -71,11 +74,29 @@ async def psycopg_async_connection(target: Any) -> psycopg.AsyncConnection[Any]:
     return driver
 
 
-def _unsupported(target: Any, wanted: str) -> str:
-    return (
-        f"cannot enqueue on a SQLAlchemy {type(target).__name__}: give {wanted} "
-        "(the _async functions take the async ones)"
-    )
+def _unsupported(target: Any, wanted: str, *, in_async: bool) -> str:
+    """The refusal, with a hint only for an object the other kind of function takes (one
+    hint for both told a Session given to enqueue_async that "the _async functions take
+    the async ones")."""
+    if in_async:
+        others = _loaded(("sqlalchemy.orm", "Session"), ("sqlalchemy.engine", "Connection"))
+        where = "the functions without _async: enqueue, enqueue_many"
+    else:
+        others = _loaded(
+            ("sqlalchemy.ext.asyncio", "AsyncSession"),
+            ("sqlalchemy.ext.asyncio", "AsyncConnection"),
+        )
+        where = "the _async functions: enqueue_async, enqueue_many_async"
+    hint = next((f" ({c.__name__}s go to {where})" for c in others if isinstance(target, c)), "")
+    return f"cannot enqueue on a SQLAlchemy {type(target).__name__}: give {wanted}{hint}"
+
+
+def _loaded(*names: tuple[str, str]) -> list[type]:
+    """The (module, class) named, of the modules already loaded: an object of one was made
+    by its module, and the error path imports nothing (sqlalchemy.ext.asyncio needs
+    greenlet, which a sync-only install may lack)."""
+    found = (getattr(sys.modules.get(module), name, None) for module, name in names)
+    return [cls for cls in found if isinstance(cls, type)]
 
 
 def _wrong_driver(dialect: Any) -> str:

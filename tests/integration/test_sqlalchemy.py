@@ -127,8 +127,40 @@ def test_a_sync_session_given_to_the_async_function_is_refused(engine):
         with Session(engine) as session:
             await pgworkerd.enqueue_async(session, "ship", {})
 
-    with pytest.raises(pgworkerd.InvalidJob, match="give an AsyncSession or an AsyncConnection"):
+    with pytest.raises(pgworkerd.InvalidJob) as caught:
         asyncio.run(produce())
+    # The hint points the way this object goes: it said "the _async functions take the
+    # async ones", the way back, to a Session given to enqueue_async.
+    assert str(caught.value) == (
+        "cannot enqueue on a SQLAlchemy Session: give an AsyncSession or an AsyncConnection"
+        " (Sessions go to the functions without _async: enqueue, enqueue_many)"
+    )
+
+
+def test_an_async_session_given_to_the_sync_function_is_refused(db_dsn):
+    async def produce() -> None:
+        engine = create_async_engine(sqlalchemy_url(db_dsn))
+        try:
+            async with AsyncSession(engine) as session:
+                pgworkerd.enqueue(session, "ship", {})
+        finally:
+            await engine.dispose()
+
+    with pytest.raises(pgworkerd.InvalidJob) as caught:
+        asyncio.run(produce())
+    assert str(caught.value) == (
+        "cannot enqueue on a SQLAlchemy AsyncSession: give a Session or a Connection"
+        " (AsyncSessions go to the _async functions: enqueue_async, enqueue_many_async)"
+    )
+
+
+def test_an_engine_is_refused_with_no_hint_to_the_other_functions(engine):
+    """Neither kind of function takes it: pointing at the other would mislead."""
+    with pytest.raises(pgworkerd.InvalidJob) as caught:
+        pgworkerd.enqueue(engine, "ship", {})
+    assert str(caught.value) == (
+        "cannot enqueue on a SQLAlchemy Engine: give a Session or a Connection"
+    )
 
 
 def test_sqlalchemy_is_not_imported_for_a_psycopg_connection(db_dsn):

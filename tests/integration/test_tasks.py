@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import inspect
 import json
 import sys
 
 import psycopg
 import pytest
 
-from pgworkerd import Job, Task
+from pgworkerd import InvalidJob, Job, Task, enqueue, task
 from pgworkerd.config import parse
 from pgworkerd.handlers import HandlerError, load_registry
 from pgworkerd.storage.store import JobStore
@@ -95,6 +96,21 @@ def test_only_the_listed_modules_are_imported():
     assert "tests.tasks.unlisted" not in sys.modules
 
 
+def test_a_task_named_under_handlers_is_its_function_as_through_task_modules():
+    """The Task object itself was the handler: a coroutine function to no inspection, so
+    an async task ran as a plain one (in a thread, via asyncio.run, its span empty)."""
+    registry = load_registry(
+        {"refund": "tests.tasks.shop:refund", "receipt": "tests.tasks.shop.send_receipt"}
+    )
+    assert inspect.iscoroutinefunction(registry["refund"])
+    assert inspect.unwrap(registry["refund"]) is shop.refund.fn
+    assert not inspect.iscoroutinefunction(registry["receipt"])
+    assert inspect.unwrap(registry["receipt"]) is shop.send_receipt.fn
+    # Under its own kind and listed through its module too, it is one handler, not a clash.
+    registry = load_registry({"shop.refund": "tests.tasks.shop:refund"}, ["tests.tasks.shop"])
+    assert inspect.unwrap(registry["shop.refund"]) is shop.refund.fn
+
+
 @pytest.mark.parametrize(
     ("handlers", "modules", "expected"),
     [
@@ -129,6 +145,63 @@ def test_a_kind_claimed_twice_stops_check_with_exit_2(db_dsn, tmp_path):
     for command in ("check", "run"):
         result = pgworkerd(command, "-c", str(config), env=env, cwd=tmp_path)
         assert_one_line_error(result, 2, "kind 'noop' of 'tests.tasks.clash' is already claimed")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"priority": "high"}, "priority must be an integer, got str"),
+        ({"priority": 2**40}, "priority must fit in 32 bits, got 1099511627776"),
+        ({"queue": ""}, "queue must not be empty"),
+        ({"queue": 5}, "queue must be a string, got int"),
+        ({"max_attempts": 0}, "max_attempts must be an integer from 1 to 1000000, got 0"),
+        ({"max_runtime": -1}, "max_runtime must be a finite number of seconds > 0, got -1"),
+        ({"kind": "x\x00"}, "kind must not contain control characters (NUL included)"),
+        ({"kind": "a" * 300}, "kind is 300 characters, over the limit of 255"),
+        ({"kind": " "}, "kind must not be empty"),
+    ],
+)
+def test_the_decorators_options_are_checked_as_enqueue_checks_them(conn, options, message):
+    """They were checked first at enqueue: the decorator took them, every enqueue of the
+    task failed, and `pgworkerd check` passed its module."""
+    with pytest.raises(InvalidJob) as refused:
+        kind = options.get("kind", "k")
+        enqueue(conn, kind, {}, **{k: v for k, v in options.items() if k != "kind"})
+    assert str(refused.value) == message  # enqueue's own words
+    with pytest.raises(InvalidJob) as caught:
+
+        @task(**options)
+        def handler(job: Job) -> None:
+            return None
+
+    where = f"{__name__}.{test_the_decorators_options_are_checked_as_enqueue_checks_them.__name__}"
+    assert str(caught.value) == f"@pgworkerd.task {where}.<locals>.handler: {message}"
+
+
+def test_an_unknown_option_is_refused_by_its_name(conn):
+    """It was Python's TypeError naming `_job_record`, a private function."""
+    with pytest.raises(InvalidJob, match=r"^unknown option\(s\): prio, unknown_option$"):
+        shop.send_receipt.enqueue(conn, {}, unknown_option=1, prio=2)  # type: ignore[call-arg]
+    with pytest.raises(InvalidJob, match=r"^unknown option\(s\): prio$"):
+        enqueue(conn, "k", {}, prio=2)  # type: ignore[call-arg]
+    with pytest.raises(InvalidJob, match=r"^@pgworkerd.task: unknown option\(s\): prio \("):
+        task(prio=2)  # type: ignore[call-overload]
+    assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
+
+
+def test_a_task_with_an_option_no_enqueue_accepts_stops_check_with_exit_2(db_dsn, tmp_path):
+    config = tmp_path / "pgworkerd.yaml"
+    config.write_text(json.dumps({"task_modules": ["tests.tasks.bad_options"]}))
+    env = {"PGWORKERD_DATABASE_URL": db_dsn, "PYTHONPATH": str(REPO)}
+    for command in ("check", "run"):
+        result = pgworkerd(command, "-c", str(config), env=env, cwd=tmp_path)
+        assert_one_line_error(
+            result,
+            2,
+            "task_modules[0]: cannot import 'tests.tasks.bad_options': InvalidJob: "
+            "@pgworkerd.task tests.tasks.bad_options.never_attempted: max_attempts must be an "
+            "integer from 1 to 1000000, got 0",
+        )
 
 
 def test_a_task_module_name_that_is_not_a_module_name_is_a_config_error(tmp_path):

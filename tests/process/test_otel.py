@@ -39,6 +39,7 @@ HANDLERS = {
     "fail_once": "tests.otel_handlers:fail_once",
     "succeed_async": "tests.otel_handlers:succeed_async",
     "put_back_once": "tests.otel_handlers:put_back_once",
+    "async_task_fails": "tests.otel_handlers:async_task_fails",
 }
 _EXPORTER = InMemorySpanExporter()
 
@@ -130,6 +131,21 @@ def test_an_enqueue_outside_a_request_starts_the_trace_at_its_producer_span(
     wait_until(lambda: job(history_conn, job_id)["state"] == "succeeded", what="succeeded")
     # The async handler ran inside its span: it read the span's trace id.
     assert job(history_conn, job_id)["result"] == span["trace_id"]
+
+
+def test_an_async_task_named_under_handlers_fails_inside_its_span(
+    start_daemon, history_conn, exporter
+):
+    """The Task object named under `handlers:` (not through task_modules) is its async
+    function: the span holds the run and its failure. It was taken for a plain
+    function: the span ended before the coroutine ran (UNSET, no event)."""
+    history_conn.execute(SPANS_TABLE)
+    job_id = pgworkerd.enqueue(history_conn, "async_task_fails", {}, max_attempts=1)
+    start_daemon(handlers=HANDLERS)
+    (span,) = consumer_spans(history_conn, job_id, 1)
+    assert span["name"] == "process async_task_fails"
+    assert (span["status"], span["events"]) == ("ERROR", ["exception"])
+    wait_until(lambda: job(history_conn, job_id)["state"] == "dead", what="dead")
 
 
 def test_a_producer_without_a_tracer_provider_stores_no_context(db_dsn, start_daemon, history_conn):
