@@ -3,7 +3,8 @@ process, and check what was enqueued. See docs/testing.md.
 
 `drain` is the daemon's own path, not a fake: the claim, success and failure writes
 are the daemon's statements (`JobStore`), the handlers come from the config's registry
-(`handlers.load_registry`), a handler is called and its outcome decided by the code
+built as a worker builds it (`handlers.load_registry`, then `handlers.child_loader` for
+the tasks of `django:`), a handler is called and its outcome decided by the code
 the worker uses (`execution.Executor`), and a failure is written as the worker writes
 it (`worker.outcome_writer.write_unsuccessful`). What it leaves out is what a daemon
 adds around jobs: processes, leases renewed, runtime limits, rescues.
@@ -73,7 +74,7 @@ def drain(
     jobs and their outcomes are only in that transaction (which handlers opening their
     own connections do not see).
     """
-    registry = handlers.load_registry(config.handlers, config.task_modules)
+    registry = _registry(config)
     schema = config.database.schema_name
     store = JobStore(
         schema, backoff=Backoff(config.defaults.backoff_base, config.defaults.backoff_max)
@@ -121,6 +122,18 @@ def drain(
             if held:
                 store.release(conn, held)
     return ran
+
+
+def _registry(config: Config) -> dict[str, handlers.Handler]:
+    """The handlers a worker of `config` runs: those of `handlers` and `task_modules`,
+    then what a worker child loads after its fork (handlers.child_loader: the tasks of
+    `django:`), with the worker's own checks (a kind claimed twice is refused).
+    Without the second part, a Django task's job ended dead, "no handler configured"."""
+    registry = handlers.load_registry(config.handlers, config.task_modules)
+    loader = handlers.child_loader(config, registry)
+    if loader is None:
+        return dict(registry)
+    return {**registry, **loader(WORKER_NAME)}
 
 
 def _run(

@@ -314,12 +314,17 @@ def worker_registry(
     `modules` and return kind (`module_path`) -> handler for each of their tasks.
     `worker_id` is the id the worker writes into the jobs' `worker` column, which
     get_result reads: the tasks' TaskContext and signals see the same (they saw
-    host:pid of the child, another id for the same attempt)."""
-    os.environ["DJANGO_SETTINGS_MODULE"] = settings_module  # the config's, whatever was set
-    logger = logging.getLogger("pgworkerd")
-    kept = (list(logger.handlers), logger.level, logger.propagate)
-    django.setup()
-    _keep_pgworkerd_logging(logger, *kept)
+    host:pid of the child, another id for the same attempt).
+
+    In a process where Django is set up already (a test suite calling
+    pgworkerd.testing.drain), that set-up is kept: its settings, and its logging, which
+    a second django.setup() would configure again under the test runner's."""
+    if not _django_is_set_up():
+        os.environ["DJANGO_SETTINGS_MODULE"] = settings_module  # the config's, whatever was set
+        logger = logging.getLogger("pgworkerd")
+        kept = (list(logger.handlers), logger.level, logger.propagate)
+        django.setup()
+        _keep_pgworkerd_logging(logger, *kept)
     if worker_id is None:  # pgworkerd check: no worker
         worker_id = f"{socket.gethostname()}:{os.getpid()}"
     registry: dict[str, Handler] = {}
@@ -331,6 +336,12 @@ def worker_registry(
             if isinstance(value, Task) and value.func.__module__ == module.__name__:
                 registry[value.module_path] = _handler(value, worker_id)
     return registry
+
+
+def _django_is_set_up() -> bool:
+    from django.apps import apps
+
+    return bool(apps.ready)
 
 
 def _keep_pgworkerd_logging(
