@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import functools
 import importlib
 import inspect
@@ -189,10 +190,10 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             task=task,
             id=str(row["id"]),
             status=STATUSES[row["state"]],
-            enqueued_at=row["created_at"],
-            started_at=row["started_at"],
-            last_attempted_at=row["started_at"],
-            finished_at=row["finished_at"],
+            enqueued_at=_as_djangos(row["created_at"]),
+            started_at=_as_djangos(row["started_at"]),
+            last_attempted_at=_as_djangos(row["started_at"]),
+            finished_at=_as_djangos(row["finished_at"]),
             args=args,
             kwargs=kwargs,
             backend=self.alias,
@@ -540,7 +541,7 @@ def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
         task=task,
         id=str(job.id),
         status=TaskResultStatus.RUNNING,
-        enqueued_at=job.created_at,
+        enqueued_at=_as_djangos(job.created_at),
         started_at=now,
         last_attempted_at=now,
         finished_at=None,
@@ -551,6 +552,16 @@ def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
         worker_ids=[worker_id] * job.attempt,  # so that TaskContext.attempt is the attempt
     )
     return result
+
+
+def _as_djangos(moment: datetime.datetime | None) -> datetime.datetime | None:
+    """A time as Django's own are: aware with USE_TZ, else naive in the project's time
+    zone. A job's times read on pgworkerd's connection (the worker's) are aware: beside
+    timezone.now()'s naive ones, `started_at - enqueued_at` raised TypeError."""
+    if moment is None or settings.USE_TZ or timezone.is_naive(moment):
+        return moment
+    naive: datetime.datetime = timezone.make_naive(moment)
+    return naive
 
 
 def _failed(result: TaskResult, exc: BaseException) -> TaskResult:
