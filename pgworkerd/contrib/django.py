@@ -65,6 +65,7 @@ from pgworkerd.encoding import (
 )
 from pgworkerd.errors import InvalidJob
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
+from pgworkerd.storage import migrations
 from pgworkerd.storage.connections import json_loads
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 from pgworkerd.worker.execution import ERROR_TEXT
@@ -278,6 +279,28 @@ def _task_error(text: str) -> TaskError:
         head = "Exception"
     path = head if "." in head else f"builtins.{head}"
     return TaskError(exception_class_path=path, traceback=text)
+
+
+def migrate_schemas(using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """Create pgworkerd's schema, or bring it up to date, for each `PgworkerdBackend` of
+    TASKS whose database is `using`, on Django's connection of that database; returns
+    the schemas that had migrations applied. What the app
+    `pgworkerd.contrib.django_schema` runs after each `migrate` (Django's test runner's
+    too); call it yourself where that app is not installed."""
+    from django.tasks import task_backends
+
+    on_using = [
+        backend
+        for backend in task_backends.all()
+        if isinstance(backend, PgworkerdBackend) and backend.database == using
+    ]
+    applied: list[str] = []
+    for schema in sorted({backend.schema for backend in on_using}):
+        backend = next(b for b in on_using if b.schema == schema)
+        with backend._psycopg() as connection:
+            if migrations.migrate(connection, schema):
+                applied.append(schema)
+    return applied
 
 
 def _name_the_class(exc: BaseException) -> None:
