@@ -23,6 +23,7 @@ from pgworkerd import handlers, progress
 from pgworkerd.client.producer import default_schema, schema_of
 from pgworkerd.config import Config
 from pgworkerd.job import Job, Lease
+from pgworkerd.storage import migrations
 from pgworkerd.storage.reads import Reads
 from pgworkerd.storage.store import Backoff, JobStore
 from pgworkerd.worker.execution import (
@@ -158,6 +159,13 @@ def _run(
     written = write_unsuccessful(store, conn, job, outcome)
     state = "lost" if written is None else written.state
     return dataclasses.replace(drained, state=state, error=outcome.error)
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str | None = None) -> list[int]:
+    """Create pgworkerd's schema on `conn`, or bring it up to date, as `pgworkerd
+    migrate` does: for a test fixture. `schema` defaults as enqueue's does. Returns the
+    versions applied (none when it was current)."""
+    return [m.version for m in migrations.migrate(conn, schema_of(schema))]
 
 
 def assert_enqueued(
