@@ -45,6 +45,7 @@ import django
 import psycopg
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 from django.tasks.backends.base import BaseTaskBackend
@@ -95,6 +96,32 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
         self.database: str = self.options.get("database", DEFAULT_DB_ALIAS)
         self.producer = Producer(schema=self.schema)
         self.store = JobStore(self.schema)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """`manage.py check` (Django's check framework calls each backend's): a
+        database that is not in DATABASES, or not PostgreSQL on psycopg 3, was found at
+        the first enqueue only. Nothing connects."""
+        where = f"TASKS[{self.alias!r}]"
+        if self.database not in connections.settings:
+            return [
+                checks.Error(
+                    f"{where}: OPTIONS['database'] {self.database!r} is not a database of "
+                    "DATABASES",
+                    id="pgworkerd.E001",
+                )
+            ]
+        engine = connections.settings[self.database].get("ENGINE", "")
+        if connections[self.database].vendor != "postgresql" or not _psycopg3():
+            return [
+                checks.Error(
+                    f"{where}: database {self.database!r} must use "
+                    "django.db.backends.postgresql with psycopg 3 (pgworkerd joins its "
+                    f"transactions), not {engine}"
+                    + ("" if engine != "django.db.backends.postgresql" else " on psycopg2"),
+                    id="pgworkerd.E002",
+                )
+            ]
+        return []
 
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         self.validate_task(task)  # Django's own checks first
@@ -279,6 +306,12 @@ def _task_error(text: str) -> TaskError:
         head = "Exception"
     path = head if "." in head else f"builtins.{head}"
     return TaskError(exception_class_path=path, traceback=text)
+
+
+def _psycopg3() -> bool:
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
 
 
 def migrate_schemas(using: str = DEFAULT_DB_ALIAS) -> list[str]:

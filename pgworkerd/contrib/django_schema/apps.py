@@ -15,6 +15,10 @@ class PgworkerdSchemaConfig(AppConfig):  # type: ignore[misc]  # Django ships no
 
     def ready(self) -> None:
         post_migrate.connect(_migrate, sender=self, dispatch_uid="pgworkerd.migrate")
+        # Django registers its backends' checks (PgworkerdBackend.check: a database
+        # missing or not PostgreSQL) when django.tasks is first imported: in a project
+        # whose apps import no task at start-up, `manage.py check` ran none.
+        import django.tasks  # noqa: F401
 
 
 def _migrate(sender: Any, *, using: str, verbosity: int = 1, **kwargs: Any) -> None:
