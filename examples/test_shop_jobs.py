@@ -18,8 +18,7 @@ import pytest
 import pgworkerd
 from examples import shop_jobs
 from pgworkerd import config
-from pgworkerd.storage import migrations
-from pgworkerd.testing import assert_enqueued, drain
+from pgworkerd.testing import assert_enqueued, drain, migrate
 
 Conn = psycopg.Connection[Any]
 
@@ -35,7 +34,7 @@ def conn(shop_config: config.Config) -> Iterator[Conn]:
     assert shop_config.database.url is not None, "set PGWORKERD_DATABASE__URL"
     url = shop_config.database.url.get_secret_value()
     with psycopg.connect(url, autocommit=True) as connection:
-        migrations.migrate(connection, shop_config.database.schema_name)
+        migrate(connection, shop_config.database.schema_name)
         connection.execute("TRUNCATE pgworkerd.jobs")
         yield connection
 

@@ -3,7 +3,8 @@ process, and check what was enqueued. See docs/testing.md.
 
 `drain` is the daemon's own path, not a fake: the claim, success and failure writes
 are the daemon's statements (`JobStore`), the handlers come from the config's registry
-(`handlers.load_registry`), a handler is called and its outcome decided by the code
+built as a worker builds it (`handlers.load_registry`, then `handlers.child_loader` for
+the tasks of `django:`), a handler is called and its outcome decided by the code
 the worker uses (`execution.Executor`), and a failure is written as the worker writes
 it (`worker.outcome_writer.write_unsuccessful`). What it leaves out is what a daemon
 adds around jobs: processes, leases renewed, runtime limits, rescues.
@@ -22,6 +23,7 @@ from pgworkerd import handlers, progress
 from pgworkerd.client.producer import default_schema, schema_of
 from pgworkerd.config import Config
 from pgworkerd.job import Job, Lease
+from pgworkerd.storage import migrations
 from pgworkerd.storage.reads import Reads
 from pgworkerd.storage.store import Backoff, JobStore
 from pgworkerd.worker.execution import (
@@ -73,7 +75,7 @@ def drain(
     jobs and their outcomes are only in that transaction (which handlers opening their
     own connections do not see).
     """
-    registry = handlers.load_registry(config.handlers, config.task_modules)
+    registry = _registry(config)
     schema = config.database.schema_name
     store = JobStore(
         schema, backoff=Backoff(config.defaults.backoff_base, config.defaults.backoff_max)
@@ -123,6 +125,18 @@ def drain(
     return ran
 
 
+def _registry(config: Config) -> dict[str, handlers.Handler]:
+    """The handlers a worker of `config` runs: those of `handlers` and `task_modules`,
+    then what a worker child loads after its fork (handlers.child_loader: the tasks of
+    `django:`), with the worker's own checks (a kind claimed twice is refused).
+    Without the second part, a Django task's job ended dead, "no handler configured"."""
+    registry = handlers.load_registry(config.handlers, config.task_modules)
+    loader = handlers.child_loader(config, registry)
+    if loader is None:
+        return dict(registry)
+    return {**registry, **loader(WORKER_NAME)}
+
+
 def _run(
     conn: psycopg.Connection[Any],
     store: JobStore,
@@ -145,6 +159,13 @@ def _run(
     written = write_unsuccessful(store, conn, job, outcome)
     state = "lost" if written is None else written.state
     return dataclasses.replace(drained, state=state, error=outcome.error)
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str | None = None) -> list[int]:
+    """Create pgworkerd's schema on `conn`, or bring it up to date, as `pgworkerd
+    migrate` does: for a test fixture. `schema` defaults as enqueue's does. Returns the
+    versions applied (none when it was current)."""
+    return [m.version for m in migrations.migrate(conn, schema_of(schema))]
 
 
 def assert_enqueued(

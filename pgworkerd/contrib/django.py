@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import functools
 import importlib
 import inspect
@@ -44,6 +45,7 @@ import django
 import psycopg
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 from django.tasks.backends.base import BaseTaskBackend
@@ -64,6 +66,7 @@ from pgworkerd.encoding import (
 )
 from pgworkerd.errors import InvalidJob
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
+from pgworkerd.storage import migrations
 from pgworkerd.storage.connections import json_loads
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 from pgworkerd.worker.execution import ERROR_TEXT
@@ -93,6 +96,32 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
         self.database: str = self.options.get("database", DEFAULT_DB_ALIAS)
         self.producer = Producer(schema=self.schema)
         self.store = JobStore(self.schema)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """`manage.py check` (Django's check framework calls each backend's): a
+        database that is not in DATABASES, or not PostgreSQL on psycopg 3, was found at
+        the first enqueue only. Nothing connects."""
+        where = f"TASKS[{self.alias!r}]"
+        if self.database not in connections.settings:
+            return [
+                checks.Error(
+                    f"{where}: OPTIONS['database'] {self.database!r} is not a database of "
+                    "DATABASES",
+                    id="pgworkerd.E001",
+                )
+            ]
+        engine = connections.settings[self.database].get("ENGINE", "")
+        if connections[self.database].vendor != "postgresql" or not _psycopg3():
+            return [
+                checks.Error(
+                    f"{where}: database {self.database!r} must use "
+                    "django.db.backends.postgresql with psycopg 3 (pgworkerd joins its "
+                    f"transactions), not {engine}"
+                    + ("" if engine != "django.db.backends.postgresql" else " on psycopg2"),
+                    id="pgworkerd.E002",
+                )
+            ]
+        return []
 
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         self.validate_task(task)  # Django's own checks first
@@ -189,10 +218,10 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             task=task,
             id=str(row["id"]),
             status=STATUSES[row["state"]],
-            enqueued_at=row["created_at"],
-            started_at=row["started_at"],
-            last_attempted_at=row["started_at"],
-            finished_at=row["finished_at"],
+            enqueued_at=_as_djangos(row["created_at"]),
+            started_at=_as_djangos(row["started_at"]),
+            last_attempted_at=_as_djangos(row["started_at"]),
+            finished_at=_as_djangos(row["finished_at"]),
             args=args,
             kwargs=kwargs,
             backend=self.alias,
@@ -279,6 +308,34 @@ def _task_error(text: str) -> TaskError:
     return TaskError(exception_class_path=path, traceback=text)
 
 
+def _psycopg3() -> bool:
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
+
+
+def migrate_schemas(using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """Create pgworkerd's schema, or bring it up to date, for each `PgworkerdBackend` of
+    TASKS whose database is `using`, on Django's connection of that database; returns
+    the schemas that had migrations applied. What the app
+    `pgworkerd.contrib.django_schema` runs after each `migrate` (Django's test runner's
+    too); call it yourself where that app is not installed."""
+    from django.tasks import task_backends
+
+    on_using = [
+        backend
+        for backend in task_backends.all()
+        if isinstance(backend, PgworkerdBackend) and backend.database == using
+    ]
+    applied: list[str] = []
+    for schema in sorted({backend.schema for backend in on_using}):
+        backend = next(b for b in on_using if b.schema == schema)
+        with backend._psycopg() as connection:
+            if migrations.migrate(connection, schema):
+                applied.append(schema)
+    return applied
+
+
 def _name_the_class(exc: BaseException) -> None:
     """Have the worker record a task's exception as `module.Qualname: its message's
     first line`, then its traceback. Read from the traceback's last line, the class was
@@ -314,12 +371,17 @@ def worker_registry(
     `modules` and return kind (`module_path`) -> handler for each of their tasks.
     `worker_id` is the id the worker writes into the jobs' `worker` column, which
     get_result reads: the tasks' TaskContext and signals see the same (they saw
-    host:pid of the child, another id for the same attempt)."""
-    os.environ["DJANGO_SETTINGS_MODULE"] = settings_module  # the config's, whatever was set
-    logger = logging.getLogger("pgworkerd")
-    kept = (list(logger.handlers), logger.level, logger.propagate)
-    django.setup()
-    _keep_pgworkerd_logging(logger, *kept)
+    host:pid of the child, another id for the same attempt).
+
+    In a process where Django is set up already (a test suite calling
+    pgworkerd.testing.drain), that set-up is kept: its settings, and its logging, which
+    a second django.setup() would configure again under the test runner's."""
+    if not _django_is_set_up():
+        os.environ["DJANGO_SETTINGS_MODULE"] = settings_module  # the config's, whatever was set
+        logger = logging.getLogger("pgworkerd")
+        kept = (list(logger.handlers), logger.level, logger.propagate)
+        django.setup()
+        _keep_pgworkerd_logging(logger, *kept)
     if worker_id is None:  # pgworkerd check: no worker
         worker_id = f"{socket.gethostname()}:{os.getpid()}"
     registry: dict[str, Handler] = {}
@@ -331,6 +393,12 @@ def worker_registry(
             if isinstance(value, Task) and value.func.__module__ == module.__name__:
                 registry[value.module_path] = _handler(value, worker_id)
     return registry
+
+
+def _django_is_set_up() -> bool:
+    from django.apps import apps
+
+    return bool(apps.ready)
 
 
 def _keep_pgworkerd_logging(
@@ -529,7 +597,7 @@ def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
         task=task,
         id=str(job.id),
         status=TaskResultStatus.RUNNING,
-        enqueued_at=job.created_at,
+        enqueued_at=_as_djangos(job.created_at),
         started_at=now,
         last_attempted_at=now,
         finished_at=None,
@@ -540,6 +608,16 @@ def _running(task: Task, job: Job, worker_id: str) -> TaskResult:
         worker_ids=[worker_id] * job.attempt,  # so that TaskContext.attempt is the attempt
     )
     return result
+
+
+def _as_djangos(moment: datetime.datetime | None) -> datetime.datetime | None:
+    """A time as Django's own are: aware with USE_TZ, else naive in the project's time
+    zone. A job's times read on pgworkerd's connection (the worker's) are aware: beside
+    timezone.now()'s naive ones, `started_at - enqueued_at` raised TypeError."""
+    if moment is None or settings.USE_TZ or timezone.is_naive(moment):
+        return moment
+    naive: datetime.datetime = timezone.make_naive(moment)
+    return naive
 
 
 def _failed(result: TaskResult, exc: BaseException) -> TaskResult:

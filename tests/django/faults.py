@@ -133,3 +133,22 @@ def echoes(value):
 @task
 async def aechoes(value):
     return value
+
+
+def _times(context) -> dict:
+    result = context.task_result
+    stamps = [result.enqueued_at, result.started_at, result.last_attempted_at]
+    return {
+        "naive": [timezone.is_naive(stamp) for stamp in stamps],
+        "waited_s": (result.started_at - result.enqueued_at).total_seconds(),
+    }
+
+
+@task(takes_context=True)
+def times(context) -> dict:
+    return _times(context)
+
+
+@task(takes_context=True)
+async def atimes(context) -> dict:
+    return _times(context)

@@ -37,6 +37,19 @@ def test_the_backend_is_pgworkerds_with_every_capability(django_dsn):
     assert backend.supports_get_result and backend.supports_priority
 
 
+def test_the_check_framework_reports_a_database_missing_or_not_postgresql(django_dsn):
+    """Found at the first enqueue only, before."""
+
+    def check(database):
+        params = {"QUEUES": [], "OPTIONS": {"database": database}}
+        return [(m.id, m.msg) for m in PgworkerdBackend("b", params).check()]
+
+    assert check("default") == []
+    ((code, message),) = check("nope")
+    assert code == "pgworkerd.E001" and "'nope' is not a database of DATABASES" in message
+    assert [m.id for m in task_backends["default"].check()] == []
+
+
 def test_a_rolled_back_atomic_block_leaves_no_job(django_dsn, pg):
     from shop.tasks import add
 

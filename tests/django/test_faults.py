@@ -406,3 +406,22 @@ def test_a_task_that_fails_inside_a_transaction_leaves_it_to_no_other(
     assert settled(pg, int(following.id))["state"] == "succeeded"
     # The next task ran in the transaction left open, its row never committed.
     wait_until(lambda: runs(ref) == 1, timeout_s=5, what="the next task's row committed")
+
+
+# -- USE_TZ = False -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["times", "atimes"])
+def test_a_running_tasks_times_are_naive_local_times_without_use_tz(django_dsn, pg, daemon, name):
+    """Its enqueued_at was the job's aware created_at beside naive local started_at and
+    last_attempted_at: `started_at - enqueued_at` raised TypeError."""
+    from tests.django import faults
+
+    result = getattr(faults, name).enqueue()
+    daemon(django={"settings": "tests.django.settings_notz"})
+    row = settled(pg, int(result.id))
+    assert row["state"] == "succeeded", row["last_error"]
+    times = default_task_backend.get_result(result.id).return_value
+    assert times["naive"] == [True, True, True]
+    # Both in the project's time zone: not hours apart.
+    assert 0 <= times["waited_s"] < 60, times
