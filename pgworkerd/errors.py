@@ -59,14 +59,17 @@ class WaitError(PgworkerdError, ValueError):
 # to the first "@" or "/": a password holding "?", "#", "/" or an unencoded "@" is
 # masked whole). "scheme:/" too: a path (-c, $PGWORKERD_CONFIG) collapses the "//".
 # The lookbehind starts a scheme only at the start of a word: no quadratic backtracking
-# on a long run of letters.
+# on a long run of letters. The user stops at "/" (none holds an unencoded one), else
+# "/+" and the user would split a run of slashes O(n^2) ways ("a:" + 100,000 slashes +
+# "@" took 37 s); it may hold a space (libpq refuses that URL, but masking more is safe).
 _URL_PASSWORD = re.compile(
-    r"((?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*:/+[^\s:@]*:).*@", re.DOTALL
+    r"((?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*:/+[^:@/\n]*:).*@", re.DOTALL
 )
 # A key and what assigns it a value: `key=` (a conninfo's, or a URL's query string's,
 # whose key may be percent-encoded: ?%70assword=) or `'key':` (a mapping's repr, JSON).
 _ASSIGNED_KEY = re.compile(
-    r"""(?<![A-Za-z0-9_%])((?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})+)\s*=\s*|(['"])([^'"\n]*)\2\s*:\s*"""
+    r"""(?<![A-Za-z0-9_%])((?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})+)(?:\s|\\[tnr])*=(?:\s|\\[tnr])*"""
+    r"""|(['"])([^'"\n]*)\2\s*:\s*"""
 )
 # The value after it: quoted ('...' with libpq's backslash escapes, or "..."), maybe
 # unterminated, else up to whitespace that no backslash escapes (libpq's `abc\ def`).

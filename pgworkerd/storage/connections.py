@@ -31,7 +31,9 @@ KEEPALIVE_OPTIONS = {
 
 # What libpq quotes in its messages: "…" or '…'.
 _QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
-_QUOTED_WITH_AT = re.compile(r"\"[^\"]*@[^\"]*\"|'[^']*@[^']*'")
+# Up to its first "@", then on: one way to match, where `"[^"]*@` backtracked over every
+# "@" of an unclosed quote (quadratic).
+_QUOTED_WITH_AT = re.compile(r"\"[^\"@]*@[^\"]*\"|'[^'@]*@[^']*'")
 # The options of a connection string that are secrets.
 _SECRET_OPTIONS = ("password", "sslpassword")
 # The options `shown_url` puts first, in the order a URL has them.
