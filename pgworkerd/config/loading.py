@@ -68,13 +68,17 @@ MAX_CONFIG_BYTES = 4 * 2**20
 
 
 def _read_bounded(source: os.PathLike[str]) -> bytes:
-    """The file's bytes; ConfigError for what is not a regular file (/dev/zero read
-    without end; a FIFO blocked the open until a writer came, a reload too) or is over
-    MAX_CONFIG_BYTES. O_NONBLOCK: a FIFO opens at once, to be refused by its fstat."""
+    """The file's bytes; ConfigError for a FIFO, a socket or a directory (a FIFO blocked
+    the open until a writer came, at start and at each reload, and a pipe read again
+    at a reload is empty), or for more than MAX_CONFIG_BYTES (/dev/zero was read without
+    end). O_NONBLOCK: a FIFO opens at once, to be refused by its fstat, and a device
+    with nothing to read fails the read at once. A character device is read as a file:
+    /dev/null is the usual "no file" of a deployment configured by PGWORKERD_* alone."""
     fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError([f"{source}: not a regular file (a device, a FIFO or a directory)"])
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISDIR(mode):
+            raise ConfigError([f"{source}: a pipe, a FIFO, a socket or a directory, not a file"])
         with os.fdopen(fd, "rb", closefd=False) as file:
             data = file.read(MAX_CONFIG_BYTES + 1)
     finally:

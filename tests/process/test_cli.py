@@ -172,10 +172,11 @@ def test_a_config_path_that_is_no_regular_file_or_too_large_is_one_line(tmp_path
     os.mkfifo(fifo)
     large = tmp_path / "large.yaml"
     large.write_bytes(b"#" * (4 * 2**20) + b"\n")  # 4 MiB of comment and a newline
+    not_a_file = "a pipe, a FIFO, a socket or a directory, not a file"
     cases = {
-        "/dev/zero": "/dev/zero: not a regular file (a device, a FIFO or a directory)",
-        str(fifo): f"{fifo}: not a regular file (a device, a FIFO or a directory)",
-        str(tmp_path): f"{tmp_path}: not a regular file (a device, a FIFO or a directory)",
+        "/dev/zero": "/dev/zero: over 4 MiB; a config file may be at most 4 MiB",
+        str(fifo): f"{fifo}: {not_a_file}",
+        str(tmp_path): f"{tmp_path}: {not_a_file}",
         str(large): f"{large}: over 4 MiB; a config file may be at most 4 MiB",
     }
     for path, message in cases.items():
@@ -190,6 +191,24 @@ def test_a_config_path_that_is_no_regular_file_or_too_large_is_one_line(tmp_path
         assert result.returncode == 2, (path, result.returncode, result.stderr[-300:])
         assert result.stderr == f"pgworkerd: error: {message}\n", path
         assert result.stdout == ""
+
+
+def test_dev_null_as_the_config_is_an_empty_file(tmp_path):
+    # The "no file" of a deployment configured by PGWORKERD_* alone: the defaults, as an
+    # empty file gives, and the environment's settings (a bad one is still refused).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pgworkerd", "-c", "/dev/null", "check"],
+        cwd=tmp_path,
+        env={**env, "PGWORKERD_LEASE_TTL": "soon"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("pgworkerd: error: ") and "lease_ttl" in result.stderr
+    assert "a pipe, a FIFO" not in result.stderr
 
 
 def test_unreachable_database_exits_1_without_the_password(tmp_path, pg_admin_dsn):
