@@ -171,9 +171,11 @@ def cmd_retry(args: argparse.Namespace) -> int:
     config = load_config(args)
     with _connect(args, "jobs retry", config) as (conn, ops):
         if args.dead:
-            if args.queue is not None:  # a typo is refused as `queues pause` refuses it
-                known_queues(conn, config, [args.queue], "jobs retry")
             done = ops.retry(conn, queue=args.queue)
+            if not done and args.queue is not None and args.queue not in config.queues:
+                # A typo, refused as `queues pause` refuses it, retried nothing: only
+                # then is the name looked for among the jobs (a pass over the table).
+                known_queues(conn, config, [args.queue], "jobs retry")
             print(f"queued again: {len(done)} dead job(s)" + (f" ({_ids(done)})" if done else ""))
             return EXIT_OK
         states = _existing(ops, conn, args.ids)
