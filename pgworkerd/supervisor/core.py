@@ -264,16 +264,16 @@ class Supervisor:
         self.loading = None
         if self.state is State.RUNNING:
             self._apply_reload(loading)
+        # What the load imported, applied or refused (a module imported before the
+        # refusal stays imported), is frozen before the respawns and the new pools fork
+        # (_manage_children, later in this turn), and before a HUP that came meanwhile
+        # starts the next load's thread (nothing imports while this runs); the Loading,
+        # its thread and a refused config are dropped first, not frozen.
+        del loading
+        osutil.freeze_after_reload()
         if self.hup_again:
             self.hup_again = False
             self.handle_hup()
-        if self.loading is None:  # else no fork comes before that load's end
-            # What the load imported, applied or refused (a module imported before the
-            # refusal stays imported), is frozen before the respawns and the new pools
-            # fork (_manage_children, later in this turn); the Loading, its thread and
-            # a refused config are dropped first, not frozen.
-            del loading
-            osutil.freeze_after_reload()
 
     def _apply_reload(self, loading: Loading) -> None:
         if loading.loaded is None:
