@@ -40,12 +40,7 @@ CommandAdder = Callable[[str, Callable[[argparse.Namespace], int], str], argpars
 def load_config(args: argparse.Namespace) -> Config:
     from pgworkerd import config as config_module
 
-    explicit = args.config or os.environ.get(CONFIG_PATH_ENV)
-    path = config_path(args.config)
-    if not explicit and not path.exists():
-        # No file at the default place: the environment alone configures us.
-        return config_module.parse("", origin="<environment>")
-    return config_module.load(path)
+    return config_module.load_named_or_default(args.config)
 
 
 def knows_the_queues(args: argparse.Namespace, config: Config) -> bool:

@@ -1,7 +1,7 @@
 """The configuration's names: what mypy and editors read. At run time each name is
 loaded on first use (pgworkerd/config/__init__.py), from the module this file names."""
 
-from .loading import ConfigError, load, parse
+from .loading import ConfigError, load, load_named_or_default, parse
 from .location import CONFIG_PATH_ENV, DATABASE_URL_ENV, DEFAULT_CONFIG_PATH, config_path
 from .periodic import PeriodicEntry
 from .retention import Retention
@@ -23,6 +23,7 @@ __all__ = [
     "config_path",
     "host_port",
     "load",
+    "load_named_or_default",
     "parse",
     "parse_duration",
     "parse_size",

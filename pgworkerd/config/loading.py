@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 from pydantic_settings import SettingsError
 
-from pgworkerd.config.location import DATABASE_URL_ENV, config_path
+from pgworkerd.config.location import CONFIG_PATH_ENV, DATABASE_URL_ENV, config_path
 from pgworkerd.config.settings import ENV_PREFIX, Config
 from pgworkerd.errors import ConfigError as ConfigError  # pgworkerd.config names it here
 
@@ -47,6 +47,18 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def load_named_or_default(explicit: str | os.PathLike[str] | None) -> Config:
+    """The config as `run` and every command read it: the file -c or $PGWORKERD_CONFIG
+    names, else config/pgworkerd.yaml; when neither names one and that file does not
+    exist, the environment alone configures pgworkerd (an empty file's defaults and the
+    PGWORKERD_* settings). One rule for a command's start and a daemon's HUP: a daemon
+    so configured refused every HUP, "no such config file"."""
+    path = config_path(explicit)
+    if not (explicit or os.environ.get(CONFIG_PATH_ENV)) and not path.exists():
+        return parse("", origin="<environment>")
+    return load(path)
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Config:

@@ -391,6 +391,54 @@ def supervisor_collector_settled(daemon: Daemon) -> dict[str, int]:
     return seen[-1]
 
 
+def test_a_daemon_configured_by_the_environment_alone_reloads_on_hup(
+    db_dsn, history_conn, tmp_path
+):
+    # No -c, no PGWORKERD_CONFIG, no config/pgworkerd.yaml in its directory: `run` reads
+    # the environment alone, and a HUP must read it the same way (it was refused, "no
+    # such config file", so a deploy's new handler code never came in without a restart).
+    import subprocess
+    import sys
+
+    from tests.daemon import daemon_env
+
+    env = {
+        **daemon_env(db_dsn),
+        "PGWORKERD_HANDLERS": '{"record": "tests.handlers:record"}',
+        "PGWORKERD_WORKERS": '[{"queues": ["default"], "concurrency": 1}]',
+    }
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgworkerd", "run", "--log-format", "text"],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        wait_until(lambda: "supervisor started" in log_path.read_text(), what="the start")
+        os.kill(proc.pid, signal.SIGHUP)
+        wait_until(
+            lambda: (
+                "reloading: replacing workers" in log_path.read_text()
+                or "reload refused" in log_path.read_text()
+            ),
+            what="the reload's end",
+        )
+        assert "reload refused" not in log_path.read_text(), log_path.read_text()[-2000:]
+        after = pgworkerd.enqueue(history_conn, "record", {})
+        wait_until(job_in_state(history_conn, after, "succeeded"), what="a job after the reload")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(
     start_daemon, history_conn, tmp_path
 ):
