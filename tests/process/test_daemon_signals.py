@@ -395,8 +395,9 @@ def test_a_daemon_configured_by_the_environment_alone_reloads_on_hup(
     db_dsn, history_conn, tmp_path
 ):
     # No -c, no PGWORKERD_CONFIG, no config/pgworkerd.yaml in its directory: `run` reads
-    # the environment alone, and a HUP must read it the same way (it was refused, "no
-    # such config file", so a deploy's new handler code never came in without a restart).
+    # the environment alone, and a HUP must read it the same way: it was refused, "no
+    # such config file", a file the daemon had never read, and its workers were never
+    # replaced (a HUP's graceful replacement: new processes, the old ones drained).
     import subprocess
     import sys
 
