@@ -4,12 +4,10 @@ the schema."""
 from __future__ import annotations
 
 import argparse
-import os
 
 import pgworkerd
 from pgworkerd import logs
 from pgworkerd.cli.common import EXIT_OK, CommandAdder, connect, load_config
-from pgworkerd.config.location import CONFIG_PATH_ENV
 
 # Each command imports the handlers, psycopg and the daemon when it runs, not when the
 # command line is parsed: every `pgworkerd` call is a new Python, and a bad config or
@@ -53,7 +51,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = load_config(args)
+    from pgworkerd import config as config_module
+
+    # Where the config comes from, decided once: each HUP reads this same source.
+    source = config_module.config_source(args.config)
+    config = config_module.load_source(source)
     log_format = args.log_format or config.log_format  # the flag wins over the file
     logs.setup(log_format, role="supervisor", level=config.log_level)
     # After the config (a bad one is refused without them), before any fork.
@@ -73,10 +75,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd run") as conn:
         migrations.check_version(conn, config.database.schema_name)
-    path = args.config or os.environ.get(CONFIG_PATH_ENV)
     supervisor = Supervisor(
         config=config,
-        config_path=path,
+        config_path=None if source is None else str(source),
         registry=registry,
         database_url=url,
         log_format=log_format,

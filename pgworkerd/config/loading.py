@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Hashable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -49,16 +50,29 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_named_or_default(explicit: str | os.PathLike[str] | None) -> Config:
-    """The config as `run` and every command read it: the file -c or $PGWORKERD_CONFIG
-    names, else config/pgworkerd.yaml; when neither names one and that file does not
-    exist, the environment alone configures pgworkerd (an empty file's defaults and the
-    PGWORKERD_* settings). One rule for a command's start and a daemon's HUP: a daemon
-    so configured refused every HUP, "no such config file"."""
+def config_source(explicit: str | os.PathLike[str] | None) -> Path | None:
+    """The file a command reads its config from: the one -c or $PGWORKERD_CONFIG names,
+    else config/pgworkerd.yaml; None when neither names one and that file does not
+    exist: then the environment alone configures pgworkerd. Decided once by `run`: a
+    HUP reads that same source again (a file gone by then is refused, never replaced
+    by the defaults)."""
     path = config_path(explicit)
     if not (explicit or os.environ.get(CONFIG_PATH_ENV)) and not path.exists():
+        return None
+    return path
+
+
+def load_source(source: str | os.PathLike[str] | None) -> Config:
+    """The config of `source` (config_source): that file, or with None the environment
+    alone (an empty file's defaults and the PGWORKERD_* settings)."""
+    if source is None:
         return parse("", origin="<environment>")
-    return load(path)
+    return load(source)
+
+
+def load_named_or_default(explicit: str | os.PathLike[str] | None) -> Config:
+    """The config as every command reads it at its start (config_source's rule)."""
+    return load_source(config_source(explicit))
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Config:

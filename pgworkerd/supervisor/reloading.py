@@ -40,9 +40,10 @@ class Loading:
 
     def _load(self) -> None:
         try:
-            # As `run` read it at start (cli.common.load_config): with no file named
-            # and none at the default place, the environment alone, read again.
-            new_config = config_module.load_named_or_default(self.config_path)
+            # The source `run` read at start (config.config_source): its file again
+            # (gone: refused, the running config kept), or with None, the environment
+            # alone, read again (a HUP of such a daemon was refused, "no such file").
+            new_config = config_module.load_source(self.config_path)
             registry = handlers.load_registry(new_config.handlers, new_config.task_modules)
             handlers.check_periodic_kinds(new_config, registry)
             handlers.check_child_modules(new_config)

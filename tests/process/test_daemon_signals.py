@@ -440,6 +440,53 @@ def test_a_daemon_configured_by_the_environment_alone_reloads_on_hup(
             proc.wait()
 
 
+def test_a_daemon_started_from_the_default_file_refuses_a_hup_while_the_file_is_gone(
+    db_dsn, history_conn, tmp_path
+):
+    # No -c, no PGWORKERD_CONFIG: `run` read config/pgworkerd.yaml. A HUP while that file
+    # is missing (renamed mid-deploy) must be refused and the running config kept, not
+    # replaced by the environment's defaults (whose workers had no handler for `record`).
+    import subprocess
+    import sys
+
+    from tests.daemon import daemon_env, write_config
+
+    (tmp_path / "config").mkdir()
+    default_file = write_config(tmp_path / "config" / "pgworkerd.yaml", workers=ONE_WORKER)
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgworkerd", "run", "--log-format", "text"],
+            cwd=tmp_path,
+            env=daemon_env(db_dsn),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        wait_until(lambda: "supervisor started" in log_path.read_text(), what="the start")
+        default_file.rename(tmp_path / "config" / "pgworkerd.yaml.old")
+        os.kill(proc.pid, signal.SIGHUP)
+        wait_until(
+            lambda: (
+                "reload refused" in log_path.read_text()
+                or "reloading: replacing workers" in log_path.read_text()
+            ),
+            what="the reload's end",
+        )
+        assert "reload refused" in log_path.read_text(), log_path.read_text()[-2000:]
+        assert "no such config file" in log_path.read_text()
+        after = pgworkerd.enqueue(history_conn, "record", {})
+        wait_until(job_in_state(history_conn, after, "succeeded"), what="the old config working")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(
     start_daemon, history_conn, tmp_path
 ):
