@@ -109,6 +109,8 @@ def _read_bounded(source: os.PathLike[str]) -> bytes:
             data = file.read(MAX_CONFIG_BYTES + 1)
     finally:
         os.close(fd)
+    if data is None:  # a device with nothing to read yet (a terminal): it would block
+        raise ConfigError([f"{source}: nothing to read (a terminal?), not a file"])
     if len(data) > MAX_CONFIG_BYTES:
         limit = f"{MAX_CONFIG_BYTES // 2**20} MiB"
         raise ConfigError([f"{source}: over {limit}; a config file may be at most {limit}"])

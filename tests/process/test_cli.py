@@ -193,6 +193,29 @@ def test_a_config_path_that_is_no_regular_file_or_too_large_is_one_line(tmp_path
         assert result.stdout == ""
 
 
+def test_a_terminal_as_the_config_is_one_line(tmp_path):
+    # A character device with nothing to read (a pty, or /dev/stdin at a prompt): the
+    # non-blocking read found nothing and the check raised a TypeError traceback.
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pgworkerd", "-c", os.ttyname(follower), "check"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.endswith("nothing to read (a terminal?), not a file\n"), result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_dev_null_as_the_config_is_an_empty_file(tmp_path):
     # The "no file" of a deployment configured by PGWORKERD_* alone: the defaults, as an
     # empty file gives, and the environment's settings (a bad one is still refused).
