@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgworkerd.storage import queries
+from pgworkerd.storage.connections import json_loads
 from pgworkerd.storage.rows import Statement
 
 # A job's state and stored result; None: no such job.
@@ -39,4 +40,7 @@ def _nothing(rows: list[Any]) -> None:
 
 
 def _first_row(rows: list[Any]) -> Outcome:
-    return (str(rows[0][0]), rows[0][1]) if rows else None
+    if not rows:
+        return None
+    state, result_json = rows[0]
+    return str(state), None if result_json is None else json_loads(result_json)

@@ -151,6 +151,31 @@ def test_a_stored_payload_or_result_too_deep_to_decode_reads_as_the_marker(
             assert value["text"] == deep
 
 
+def test_result_and_wait_on_the_callers_own_connection_read_a_too_deep_result_as_the_marker(
+    db_dsn: str, conn: Conn
+) -> None:
+    """On a plain psycopg connection (an application's own), whose jsonb loader is
+    json.loads: `pgworkerd.result` and `wait` raised RecursionError."""
+    deep = "[" * 5000 + "]" * 5000
+    row = conn.execute(
+        "INSERT INTO pgworkerd.jobs (queue, kind, payload, state, result, finished_at)"
+        " VALUES ('q', 'k', '{}', 'succeeded', %s::jsonb, now()) RETURNING id",
+        (deep,),
+    ).fetchone()
+    assert row is not None
+    with psycopg.connect(db_dsn, autocommit=True) as own:
+        value = pgworkerd.result(own, row[0])
+        assert value[UNDECODABLE].startswith("nested too deeply to decode")
+        assert value["text"] == deep
+        assert pgworkerd.wait(own, row[0], timeout=5) == "succeeded"
+
+    async def async_wait() -> str:
+        async with await psycopg.AsyncConnection.connect(db_dsn, autocommit=True) as aown:
+            return await pgworkerd.wait_async(aown, row[0], timeout=5)
+
+    assert asyncio.run(async_wait()) == "succeeded"
+
+
 # -- numbers past a float or a bigint (F4) ---------------------------------------------------
 
 

@@ -1794,8 +1794,11 @@ RETURNING state;
 
 
 -- name: jobs_outcome
--- A job's state and result: what pgworkerd.wait() and pgworkerd.result() return.
-SELECT state, result FROM {schema}.jobs WHERE id = %(id)s::bigint;
+-- A job's state and result: what pgworkerd.wait() and pgworkerd.result() return. The
+-- result as its text, decoded by storage.connections.json_loads as a claim's payload
+-- is: on the caller's own connection psycopg's jsonb loader is json.loads, which raised
+-- RecursionError for a result nested too deep, where the marker is promised.
+SELECT state, result::text FROM {schema}.jobs WHERE id = %(id)s::bigint;
 
 
 -- name: jobs_running_progress
