@@ -517,7 +517,9 @@ class Producer:
                 dump_payload(record["payload"], max_bytes=self.max_payload_bytes)
             except InvalidJob as exc:
                 raise InvalidJob(f"jobs[{index}]: {exc}" if label_index else str(exc)) from None
-        raise AssertionError("dump_records refused payloads that each pass dump_payload")
+        # Each passes alone: the list's own two levels were what the caller's stack,
+        # nearly full, could not take (dump_records' RecursionError).
+        raise InvalidJob("jobs could not be encoded: the caller's stack is too deep")
 
 
 def check_options(kind: Any, options: Mapping[str, Any]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -119,6 +120,33 @@ def test_the_deepest_payload_allowed_is_stored_and_read_back(
     with connect(db_dsn, application_name="test") as reader:
         assert JobStore().get(reader, ids[0])["payload"] == deepest
         assert JobStore().get(reader, ids[-1])["payload"] == wide
+
+
+def test_a_payload_within_the_bound_from_a_nearly_full_stack_is_encoded_or_refused() -> None:
+    """From any depth of the caller's stack, a 100-level payload is encoded or refused
+    with InvalidJob: at a few depths the list's two levels overflowed where the payload
+    alone did not, and an AssertionError came out."""
+    from pgworkerd.client.producer import Producer
+
+    producer, payload = Producer(), nested(MAX_PAYLOAD_DEPTH)
+    seen: set[str] = set()
+
+    def at(depth: int) -> None:
+        if depth:
+            at(depth - 1)
+            return
+        try:
+            producer._encode([{"kind": "k", "queue": "q", "payload": payload}], label_index=False)
+            seen.add("encoded")
+        except InvalidJob:
+            seen.add("refused")
+
+    for depth in range(600, sys.getrecursionlimit()):
+        try:
+            at(depth)
+        except RecursionError:  # the recursion to get there, not the encoding
+            break
+    assert seen == {"encoded", "refused"}
 
 
 def test_a_result_nested_too_deep_is_kept_as_the_omitted_marker() -> None:
