@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psutil
 
 import pgworkerd
-from tests.daemon import REPO, Daemon, history, job, job_in_state, states, wait_until
+from tests.daemon import (
+    REPO,
+    Daemon,
+    daemon_env,
+    history,
+    job,
+    job_in_state,
+    states,
+    wait_until,
+    write_config,
+)
 
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 
@@ -391,28 +405,18 @@ def supervisor_collector_settled(daemon: Daemon) -> dict[str, int]:
     return seen[-1]
 
 
-def test_a_daemon_configured_by_the_environment_alone_reloads_on_hup(
-    db_dsn, history_conn, tmp_path
-):
-    # No -c, no PGWORKERD_CONFIG, no config/pgworkerd.yaml in its directory: `run` reads
-    # the environment alone, and a HUP must read it the same way: it was refused, "no
-    # such config file", a file the daemon had never read, and its workers were never
-    # replaced (a HUP's graceful replacement: new processes, the old ones drained).
-    import subprocess
-    import sys
-
-    from tests.daemon import daemon_env
-
-    env = {
-        **daemon_env(db_dsn),
-        "PGWORKERD_HANDLERS": '{"record": "tests.handlers:record"}',
-        "PGWORKERD_WORKERS": '[{"queues": ["default"], "concurrency": 1}]',
-    }
-    log_path = tmp_path / "daemon.log"
+@contextlib.contextmanager
+def run_without_a_config_flag(
+    directory: Path, env: dict[str, str]
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """`pgworkerd run` with no -c, in `directory` (where config/pgworkerd.yaml is the
+    default file), once started: (the process, its log). Killed at the end if it still
+    runs."""
+    log_path = directory / "daemon.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pgworkerd", "run", "--log-format", "text"],
-            cwd=tmp_path,
+            cwd=directory,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -421,23 +425,45 @@ def test_a_daemon_configured_by_the_environment_alone_reloads_on_hup(
         )
     try:
         wait_until(lambda: "supervisor started" in log_path.read_text(), what="the start")
-        os.kill(proc.pid, signal.SIGHUP)
-        wait_until(
-            lambda: (
-                "reloading: replacing workers" in log_path.read_text()
-                or "reload refused" in log_path.read_text()
-            ),
-            what="the reload's end",
-        )
-        assert "reload refused" not in log_path.read_text(), log_path.read_text()[-2000:]
-        after = pgworkerd.enqueue(history_conn, "record", {})
-        wait_until(job_in_state(history_conn, after, "succeeded"), what="a job after the reload")
-        os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        yield proc, log_path
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def hup_and_wait_for_the_reloads_end(proc: subprocess.Popen[bytes], log_path: Path) -> str:
+    """The log once the HUP's load was applied or refused."""
+    os.kill(proc.pid, signal.SIGHUP)
+    wait_until(
+        lambda: any(
+            end in log_path.read_text()
+            for end in ("reloading: replacing workers", "reload refused")
+        ),
+        what="the reload's end",
+    )
+    return log_path.read_text()
+
+
+def test_a_daemon_configured_by_the_environment_alone_reloads_on_hup(
+    db_dsn, history_conn, tmp_path
+):
+    # No -c, no PGWORKERD_CONFIG, no config/pgworkerd.yaml in its directory: `run` reads
+    # the environment alone, and a HUP must read it the same way: it was refused, "no
+    # such config file", a file the daemon had never read, and its workers were never
+    # replaced (a HUP's graceful replacement: new processes, the old ones drained).
+    env = {
+        **daemon_env(db_dsn),
+        "PGWORKERD_HANDLERS": '{"record": "tests.handlers:record"}',
+        "PGWORKERD_WORKERS": '[{"queues": ["default"], "concurrency": 1}]',
+    }
+    with run_without_a_config_flag(tmp_path, env) as (proc, log_path):
+        log = hup_and_wait_for_the_reloads_end(proc, log_path)
+        assert "reload refused" not in log, log[-2000:]
+        after = pgworkerd.enqueue(history_conn, "record", {})
+        wait_until(job_in_state(history_conn, after, "succeeded"), what="a job after the reload")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
 
 
 def test_a_daemon_started_from_the_default_file_refuses_a_hup_while_the_file_is_gone(
@@ -446,45 +472,16 @@ def test_a_daemon_started_from_the_default_file_refuses_a_hup_while_the_file_is_
     # No -c, no PGWORKERD_CONFIG: `run` read config/pgworkerd.yaml. A HUP while that file
     # is missing (renamed mid-deploy) must be refused and the running config kept, not
     # replaced by the environment's defaults (whose workers had no handler for `record`).
-    import subprocess
-    import sys
-
-    from tests.daemon import daemon_env, write_config
-
     (tmp_path / "config").mkdir()
     default_file = write_config(tmp_path / "config" / "pgworkerd.yaml", workers=ONE_WORKER)
-    log_path = tmp_path / "daemon.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pgworkerd", "run", "--log-format", "text"],
-            cwd=tmp_path,
-            env=daemon_env(db_dsn),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    try:
-        wait_until(lambda: "supervisor started" in log_path.read_text(), what="the start")
+    with run_without_a_config_flag(tmp_path, daemon_env(db_dsn)) as (proc, log_path):
         default_file.rename(tmp_path / "config" / "pgworkerd.yaml.old")
-        os.kill(proc.pid, signal.SIGHUP)
-        wait_until(
-            lambda: (
-                "reload refused" in log_path.read_text()
-                or "reloading: replacing workers" in log_path.read_text()
-            ),
-            what="the reload's end",
-        )
-        assert "reload refused" in log_path.read_text(), log_path.read_text()[-2000:]
-        assert "no such config file" in log_path.read_text()
+        log = hup_and_wait_for_the_reloads_end(proc, log_path)
+        assert "reload refused" in log and "no such config file" in log, log[-2000:]
         after = pgworkerd.enqueue(history_conn, "record", {})
         wait_until(job_in_state(history_conn, after, "succeeded"), what="the old config working")
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_a_bad_reload_is_refused_and_the_old_config_keeps_running(
