@@ -15,9 +15,8 @@ CHILD = textwrap.dedent(
     import json, logging, os, sys
     from pgworkerd.ipc import ControlReader, StartBoard, StatusWriter
     from pgworkerd.job import Job
-    from pgworkerd.storage.store import Backoff
     from pgworkerd.worker.loop import Worker
-    from pgworkerd.worker.spec import WorkerSpec
+    from tests.offline_worker import offline_spec
 
     ran, released, lines = [], [], []
 
@@ -25,13 +24,11 @@ CHILD = textwrap.dedent(
         ran.append(job.id)
 
     limit = json.loads(sys.argv[1])
-    spec = WorkerSpec(
-        pool="default", index=1, queues=("q",), queue_max_attempts=(5,), batch_size=10,
-        lease_ttl_s=60.0, poll_interval_s=1.0,
-        database_url="postgresql://nobody@127.0.0.1:1/none", schema="pgworkerd",
-        backoff=Backoff(), registry={"k": handler}, log_format="text", log_level="info",
-        supervisor_pid=os.getppid(), worker_id="test:1/default#1",
-        max_jobs=limit.get("max_jobs"), max_memory_bytes=limit.get("max_memory_bytes"),
+    spec = offline_spec(
+        {"k": handler},
+        log_level="info",
+        max_jobs=limit.get("max_jobs"),
+        max_memory_bytes=limit.get("max_memory_bytes"),
     )
     board = StartBoard(1)
     control_r, _ = os.pipe()

@@ -19,9 +19,8 @@ CHILD = textwrap.dedent(
         ControlReader, ControlWriter, Skip, StartBoard, StatusReader, StatusWriter,
     )
     from pgworkerd.job import Job
-    from pgworkerd.storage.store import Backoff
     from pgworkerd.worker.loop import Worker
-    from pgworkerd.worker.spec import WorkerSpec
+    from tests.offline_worker import offline_spec
 
     how = sys.argv[1]  # "signal": the skip comes with USR1; "line": the line alone;
                        # "cancel": job 2 cancelled just after its start is posted
@@ -41,14 +40,7 @@ CHILD = textwrap.dedent(
             time.sleep(0.2)  # the signal's handler runs in here
         seen[job.id] = said()
 
-    spec = WorkerSpec(
-        pool="default", index=1, queues=("q",), queue_max_attempts=(5,), batch_size=10,
-        lease_ttl_s=60.0, poll_interval_s=1.0,
-        database_url="postgresql://nobody@127.0.0.1:1/none", schema="pgworkerd",
-        backoff=Backoff(), registry={"k": handler}, log_format="text", log_level="warning",
-        supervisor_pid=os.getppid(), worker_id="test:1/default#1",
-        max_jobs=None, max_memory_bytes=None,
-    )
+    spec = offline_spec({"k": handler})
     board = StartBoard(1)
     control_r, control_w = os.pipe()
     control = ControlWriter(control_w, board)
