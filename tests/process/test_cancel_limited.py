@@ -139,6 +139,16 @@ def two_queues(threads: int) -> dict[str, Any]:
     }
 
 
+def cancel_claimed_not_started(conn: Conn, job_id: int) -> dict[str, Any]:
+    """Cancel `job_id`, claimed in a batch and not started yet; its row just after the
+    cancel, which keeps the lease (HELD) until someone releases it."""
+    assert job(conn, job_id)["state"] == "running", "claimed, not started"
+    assert pgworkerd.cancel(conn, job_id) is True
+    held = job(conn, job_id)
+    assert held["lease_expires_at"] is not None, "the cancel kept its lease"
+    return held
+
+
 def test_a_job_cancelled_before_its_start_gives_its_place_up_with_one_thread(
     start_daemon: Any, history_conn: Conn
 ) -> None:
@@ -150,10 +160,7 @@ def test_a_job_cancelled_before_its_start_gives_its_place_up_with_one_thread(
     waiting = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
     daemon: Daemon = start_daemon(**two_queues(threads=1))
     wait_until(lambda: started(history_conn, busy), what="the busy job's start")
-    assert job(history_conn, waiting)["state"] == "running", "claimed with it, not started"
-    assert pgworkerd.cancel(history_conn, waiting) is True
-    held = job(history_conn, waiting)
-    assert held["lease_expires_at"] is not None, "the cancel kept its lease"
+    held = cancel_claimed_not_started(history_conn, waiting)
     following = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
     wait_until(lambda: started(history_conn, following), timeout_s=15, what="the next job")
     assert first_at(history_conn, following, "start") < held["lease_expires_at"], (
@@ -181,10 +188,7 @@ def test_a_job_cancelled_in_the_backlog_gives_its_place_up_while_every_slot_is_b
     waiting = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
     daemon: Daemon = start_daemon(**two_queues(threads=2))
     wait_until(lambda: all(started(history_conn, b) for b in busy), what="the busy jobs")
-    assert job(history_conn, waiting)["state"] == "running", "claimed with them, not started"
-    assert pgworkerd.cancel(history_conn, waiting) is True
-    held = job(history_conn, waiting)
-    assert held["lease_expires_at"] is not None, "the cancel kept its lease"
+    held = cancel_claimed_not_started(history_conn, waiting)
     wait_until(
         lambda: job(history_conn, waiting)["lease_expires_at"] is None,
         timeout_s=15,
@@ -216,10 +220,7 @@ def test_a_job_cancelled_before_its_start_gives_its_place_up_while_one_thread_is
     waiting = pgworkerd.enqueue(history_conn, "record", {}, queue="solo")
     daemon: Daemon = start_daemon(**two_queues(threads=1))
     wait_until(lambda: started(history_conn, busy), what="the busy job's start")
-    assert job(history_conn, waiting)["state"] == "running", "claimed with it, not started"
-    assert pgworkerd.cancel(history_conn, waiting) is True
-    held = job(history_conn, waiting)
-    assert held["lease_expires_at"] is not None, "the cancel kept its lease"
+    held = cancel_claimed_not_started(history_conn, waiting)
     wait_until(
         lambda: job(history_conn, waiting)["lease_expires_at"] is None,
         timeout_s=5,
