@@ -53,6 +53,24 @@ def knows_the_queues(args: argparse.Namespace, config: Config) -> bool:
     )
 
 
+def unknown_kind(config: Config, kind: str) -> str | None:
+    """Why no daemon of `config` would run a job of `kind` (promise 7: it would end
+    `dead`), or None. Said only when the config names its handlers and nothing else can
+    add a kind: the kinds of `task_modules` and Django tasks are known only once their
+    modules are imported, which a producer's command does not do (as the config's own
+    periodic entries, config.periodic.check_entries), and a config naming no handler
+    at all is a producer's, which cannot know the daemons' (DESIGN: unknown job kinds
+    are bad input)."""
+    if not config.handlers or config.task_modules or config.django is not None:
+        return None
+    if kind in config.handlers:
+        return None
+    return (
+        f"{kind!r} has no entry under handlers in the config: "
+        "a daemon of this config would end the job dead"
+    )
+
+
 def connect(config: Config, command: str) -> psycopg.Connection[Any]:
     """An autocommit connection to the config's database, named for `command`. psycopg
     loads here, at a command's first need of the database, not at every start (~0.3 s

@@ -24,6 +24,7 @@ from pgworkerd.cli.common import (
     json_argument,
     knows_the_queues,
     load_config,
+    unknown_kind,
 )
 from pgworkerd.cli.queues import known_queues
 from pgworkerd.storage.states import STATES
@@ -102,6 +103,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             f"--queue: {args.queue!r} is not declared under queues in the config: "
             "no daemon of this config would run the job"
         )
+    unknown = unknown_kind(config, args.kind)
+    if unknown is not None:
+        raise UsageError(f"kind: {unknown}")
     payload = json_argument("--payload", args.payload)
     options: dict[str, Any] = {
         "queue": args.queue,

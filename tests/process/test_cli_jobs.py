@@ -396,6 +396,34 @@ def test_a_queue_the_config_does_not_declare_is_refused(db_dsn, tmp_path):
     assert_one_line_error(named, 2, "'mail' is not declared")
 
 
+def test_a_kind_the_config_has_no_handler_for_is_refused(db_dsn, tmp_path):
+    """Review 24, F9: it was enqueued, and a daemon of that config ended it dead (promise
+    7); promise 6 names unknown kinds among the bad input refused in one line."""
+    config = tmp_path / "pgworkerd.yaml"
+    config.write_text("handlers: {send_email: tests.handlers:noop}\n")
+    env = {"PGWORKERD_DATABASE_URL": db_dsn}
+
+    def cli(*args: str) -> Any:
+        return run_cli(*args, "-c", str(config), env=env, cwd=tmp_path)
+
+    assert_one_line_error(
+        cli("enqueue", "send_emial"),
+        2,
+        "kind: 'send_emial' has no entry under handlers in the config",
+    )
+    with psycopg.connect(db_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
+    assert cli("enqueue", "send_email").returncode == 0
+    # Kinds a daemon learns by importing (task_modules, Django tasks), and a config naming
+    # no handler (a producer's), leave the kind to the daemons.
+    config.write_text(
+        "handlers: {send_email: tests.handlers:noop}\ntask_modules: [examples.fastapi_app]\n"
+    )
+    assert cli("enqueue", "reports.build").returncode == 0
+    config.write_text("lease_ttl: 30\n")
+    assert cli("enqueue", "anything").returncode == 0
+
+
 # -- payloads nested too deep, run_at offsets (review 24, F2 and F3) --------------------------
 
 
