@@ -6,8 +6,11 @@ the dashboard can retry and cancel jobs, so it is never open to a network by def
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+from collections.abc import Iterator
 
 import psycopg
 import uvicorn
@@ -58,8 +61,30 @@ def serve(config: Config, *, listen: str | None = None, read_only: bool = False)
             proxy_headers=False,  # the client's address is the socket's, not a header's
         )
     )
-    server.run(sockets=[sock])
-    return 0
+    with _stop_signals_end_cleanly():
+        server.run(sockets=[sock])
+    return 0 if server.started else 1
+
+
+# uvicorn catches these, shuts down gracefully, then restores the handlers it found and
+# raises the signal again, for a program that embeds it to see. With Python's own
+# handlers that made a TERM the process's death by signal and a Ctrl-C "interrupted"
+# (exit 1); `pgworkerd web` owns its process, and a stop it was asked for is exit 0,
+# as `pgworkerd run`'s drain is.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _stop_signals_end_cleanly() -> Iterator[None]:
+    def already_stopped(signum: int, frame: object) -> None:
+        """uvicorn's own raise after its shutdown: nothing left to do."""
+
+    previous = {sig: signal.signal(sig, already_stopped) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _check_schema(config: Config) -> None:

@@ -4,6 +4,7 @@ loopback Host check) and what a page does while the database holds it up."""
 from __future__ import annotations
 
 import http.client
+import signal
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
 import pgworkerd
 from tests.daemon import REPO, daemon_env
@@ -53,6 +55,17 @@ def test_with_auth_the_host_is_not_checked(dashboards):
     assert dashboard  # it answered (with 401) as it started
     status, _ = get(dashboard.url, "/", host="jobs.example.com")
     assert status == 401
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_it_with_exit_0(dashboards, stop):
+    # uvicorn raises the signal again once it has shut down: a TERM was the process's death
+    # by that signal (exit -15 here, 143 in a container) and a Ctrl-C "interrupted", exit 1.
+    dashboard = dashboards()
+    dashboard.proc.send_signal(stop)
+    assert dashboard.proc.wait(timeout=20) == 0, dashboard.log_path.read_text()
+    log = dashboard.log_path.read_text()
+    assert "Traceback" not in log and "interrupted" not in log, log
 
 
 def test_a_lock_on_the_jobs_table_is_a_503_not_a_hang(dashboards, db_dsn):
