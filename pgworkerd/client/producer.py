@@ -256,6 +256,11 @@ class Producer:
             raise InvalidJob(f"then must be a dict, got {type(then).__name__}")
         if "after" in then or "after_failure" in then:
             raise InvalidJob("then: a batch sets after itself")
+        if then.get("unique_key") is not None:  # as a chain's later links
+            raise InvalidJob(
+                "then: a batch's then may not have a unique_key "
+                "(it waits for the batch, and a waiting job holds no key)"
+            )
         try:  # as it will go in, but for its ids, not drawn yet
             (callback,) = self.validated([{**then, "after": [1], "after_failure": "run"}])
             self._encode([callback], label_index=False)  # its payload
@@ -283,12 +288,14 @@ class Producer:
 
     def _chain(self, jobs: Iterable[Mapping[str, Any]]) -> Steps | AllOrNothing:
         specs = list(jobs)
+        for index, spec in enumerate(specs):  # before `validated`, which says less
+            if isinstance(spec, Mapping):
+                if "after" in spec:
+                    raise InvalidJob(f"jobs[{index}]: a chain sets after itself")
+                if "after_failure" in spec:
+                    raise InvalidJob(f"jobs[{index}]: a chain sets after_failure itself")
         records = self.validated(specs)
         for index, record in enumerate(records):
-            if "after" in record:
-                raise InvalidJob(f"jobs[{index}]: a chain sets after itself")
-            if "after_failure" in specs[index]:  # which _job_record drops without `after`
-                raise InvalidJob(f"jobs[{index}]: a chain sets after_failure itself")
             if index:
                 if "unique_key" in record:  # as enqueue refuses unique_key with after
                     raise InvalidJob(
@@ -556,7 +563,7 @@ def _job_record(
     debounce: Any = None,
     throttle: Any = None,
     after: Any = None,
-    after_failure: Any = "cancel",
+    after_failure: Any = None,
 ) -> dict[str, Any]:
     """One job's validated record, as `jobs_insert` reads it; unset options left out."""
     _check_name("kind", kind)
@@ -603,11 +610,14 @@ def _job_record(
         record["max_runtime_s"] = _seconds("max_runtime", max_runtime, allow_zero=False)
     if debounce is not None or throttle is not None:
         _add_mode(record, debounce, throttle)
-    if after_failure not in AFTER_FAILURE_CHOICES:
+    if after_failure is not None and after_failure not in AFTER_FAILURE_CHOICES:
         raise InvalidJob(f'after_failure must be "cancel" or "run", got {after_failure!r}')
+    if after is None and after_failure is not None:
+        # Said, not dropped: a caller who wrote "run" expects the job to wait for something.
+        raise InvalidJob("after_failure goes with after")
     if after is not None:
         record["after"] = _after_ids(after)
-        record["after_failure"] = after_failure
+        record["after_failure"] = after_failure or "cancel"
         if unique_key is not None:
             # A waiting job holds no unique key, and its release must never fail on one.
             raise InvalidJob("give unique_key or after, not both")

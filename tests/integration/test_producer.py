@@ -165,7 +165,6 @@ ONE = statements("pgworkerd")["jobs_insert_one"]
         pytest.param({"max_attempts": 2}, ONE, id="max_attempts"),
         pytest.param({"max_runtime": 5}, ONE, id="max_runtime"),
         pytest.param({"key": "tenant:1"}, ONE, id="key"),
-        pytest.param({"after_failure": "run"}, ONE, id="after_failure"),
     ],
 )
 def test_each_set_of_options_reaches_its_statement(way, pconn, conn, options, statement):

@@ -169,7 +169,10 @@ def test_a_list_in_a_transaction_not_begun_yet_is_taken_back_by_its_rollback(
     [
         ({"kind": "cb", "payload": {1, 2}}, "then: payload is not JSON-serialisable"),
         ({"kind": "cb", "payload": "x" * (1 << 20)}, "then: payload is 1048578 bytes of JSON"),
-        ({"kind": "cb", "payload": {}, "unique_key": "u"}, "then: give unique_key or after"),
+        (
+            {"kind": "cb", "payload": {}, "unique_key": "u"},
+            "then: a batch's then may not have a unique_key",
+        ),
         ({"kind": "", "payload": {}}, "then: kind must not be empty"),
         ({"kind": "cb", "payload": {}, "after": [1]}, "then: a batch sets after itself"),
     ],

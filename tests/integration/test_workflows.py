@@ -125,6 +125,9 @@ def test_unknown_ids_are_refused_and_nothing_is_inserted(conn: Conn):
         ({"after": [1.5]}, "after must hold job ids"),
         ({"after": [1], "after_failure": "skip"}, 'after_failure must be "cancel" or "run"'),
         ({"after": [1], "unique_key": "u"}, "give unique_key or after, not both"),
+        # Review 25: "run" without `after` was dropped in silence.
+        ({"after_failure": "run"}, "after_failure goes with after"),
+        ({"after_failure": "cancel"}, "after_failure goes with after"),
     ],
 )
 def test_bad_after_options_are_refused(conn: Conn, options: dict[str, Any], message: str):
