@@ -2,7 +2,7 @@
 transaction, then waits for the job's end (docs/integrations.md).
 
     PGWORKERD_DATABASE_URL=postgresql://... uvicorn examples.fastapi_app:app
-    pgworkerd run -c examples/fastapi.yaml      # task_modules: [examples.fastapi_app]
+    PYTHONPATH=. pgworkerd run -c examples/fastapi.yaml   # task_modules: [examples.fastapi_app]
 
 The job is enqueued with `enqueue_async` on the request's own AsyncConnection, inside its
 transaction: if the request fails before the commit, neither the photo nor its job

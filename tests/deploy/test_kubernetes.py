@@ -16,7 +16,10 @@ import yaml
 from pgworkerd import config as config_module
 
 REPO = Path(__file__).resolve().parents[2]
-MANIFESTS = sorted((REPO / "deploy" / "kubernetes").glob("*.yaml"))
+KUBERNETES = REPO / "deploy" / "kubernetes"
+# The Secrets' example sits apart: `kubectl apply -f deploy/kubernetes/` must not apply
+# its placeholder passwords over the real Secrets (review 25).
+MANIFESTS = sorted(KUBERNETES.glob("*.yaml")) + sorted(KUBERNETES.glob("example-secrets/*.yaml"))
 
 
 def resources() -> list[dict[str, Any]]:
@@ -85,3 +88,16 @@ def test_the_database_urls_come_from_secrets_the_owner_role_only_to_the_migratio
     assert (
         "url" not in yaml.safe_load(by_kind("ConfigMap")[0]["data"]["pgworkerd.yaml"])["database"]
     )
+
+
+def test_a_directory_apply_creates_no_secret() -> None:
+    # `kubectl apply -f deploy/kubernetes/`, as docs/deploy.md says, applied the example
+    # Secrets too: their CHANGE-ME passwords replaced the real ones just created.
+    applied = [
+        doc
+        for path in sorted(KUBERNETES.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+    assert {doc["kind"] for doc in applied} >= {"ConfigMap", "Deployment", "Job"}
+    assert "Secret" not in {doc["kind"] for doc in applied}
