@@ -232,6 +232,7 @@ class _Pages:
             "job": detail,
             "payload": _shown_json(detail["payload"], job_id),
             "result": None if detail["result"] is None else _shown_json(detail["result"], job_id),
+            "errors": _shown_errors(detail["errors"]),
             "related_shown": RELATED_SHOWN,
         }
         return _render(request, "job.html", context, self.settings)
@@ -436,6 +437,40 @@ def _positive_int(text: str | None) -> int | None:
         return None
     value = int(text)
     return value if 0 < value < 2**63 else None
+
+
+def _shown_errors(errors: Any) -> list[dict[str, str]]:
+    """The job's `errors`, newest first, each as the texts its page shows: "—" for an
+    attempt or time it cannot read, an entry that is not an object shown as its JSON. The
+    writer stores objects with `attempt`, `at` and `error`; a row written by SQL, another
+    tool or an older version may hold anything (the page was a 500)."""
+    if not errors:
+        return []
+    entries = errors if isinstance(errors, list) else [errors]
+    shown = []
+    for entry in reversed(entries):
+        if isinstance(entry, dict):
+            attempt, at, error = entry.get("attempt"), entry.get("at"), entry.get("error")
+        else:
+            attempt, at, error = None, None, entry
+        shown.append(
+            {
+                "attempt": "—" if attempt is None else _text(attempt),
+                "at": overview.when_or_dash(at),
+                "error": "" if error is None else _text(error),
+            }
+        )
+    return shown
+
+
+def _text(value: Any) -> str:
+    """A string as it is, anything else as its JSON (a number, an object)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except RecursionError:
+        return "(nested too deeply to show here)"
 
 
 def _shown_json(value: Any, job_id: int) -> str:

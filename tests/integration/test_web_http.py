@@ -886,3 +886,43 @@ def test_a_fault_of_ours_is_a_500_page_with_the_security_headers(db_dsn, conn):
     assert "Something went wrong" in page.text and "log says what" in page.text
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["x-frame-options"] == "DENY"
+
+
+# -- found by the round-25 review ------------------------------------------------------------
+
+
+def _dead_row(conn, queue: str = "default", **columns: Any) -> int:
+    """A dead job written by SQL, as another tool or an older version might write it."""
+    names = ", ".join(columns)
+    marks = ", ".join(["%s"] * len(columns))
+    return conn.execute(
+        f"INSERT INTO pgworkerd.jobs (queue, kind, payload, state, finished_at, {names})"
+        f" VALUES (%s, 'k', '{{}}', 'dead', now(), {marks}) RETURNING id",
+        [queue, *columns.values()],
+    ).fetchone()[0]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"attempt": 1, "error": "boom-text"},
+        {"attempt": 1, "at": "yesterday", "error": "boom-text"},
+        {"attempt": 1, "at": 5, "error": "boom-text"},
+        {"at": "2026-11-29T10:00:00+00:00", "error": "boom-text"},
+        "boom-text",
+    ],
+    ids=["no at", "at not ISO", "numeric at", "no attempt", "bare string"],
+)
+def test_a_malformed_errors_entry_is_shown_not_a_500(db_dsn, conn, entry):
+    # Written by SQL, another tool or an older version: the page was a 500.
+    job_id = _dead_row(conn, errors=psycopg.types.json.Jsonb([entry]))
+    with TestClient(create_app(dsn=db_dsn)) as client:
+        page = client.get(f"/jobs/{job_id}")
+    assert page.status_code == 200
+    assert "boom-text" in page.text
+    item = re.search(r'<ol class="errors" reversed>\s*<li><p>(.*?)</p>', page.text)
+    assert item, page.text
+    if entry == "boom-text" or "at" not in entry or entry["at"] in ("yesterday", 5):
+        assert item[1].endswith("· —"), item[1]
+    else:
+        assert "2026-11-29 10:00:00+00:00" in item[1] and item[1].startswith("Attempt —")
