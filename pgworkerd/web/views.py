@@ -31,7 +31,12 @@ import pgworkerd
 from pgworkerd.client.operations import Operations
 from pgworkerd.errors import DatabaseURLError, InvalidJob
 from pgworkerd.storage import connections, migrations
-from pgworkerd.storage.dashboard import PAUSED_KEYS_SHOWN, SCAN_WINDOW, DashboardReads
+from pgworkerd.storage.dashboard import (
+    LAST_ERROR_TAIL,
+    PAUSED_KEYS_SHOWN,
+    SCAN_WINDOW,
+    DashboardReads,
+)
 from pgworkerd.storage.limits import LimitReads
 from pgworkerd.storage.states import STATES
 from pgworkerd.web import overview
@@ -51,6 +56,9 @@ RELATED_SHOWN = 200  # the jobs a job's page lists that it runs after, or before
 # A payload or result is shown indented up to this many characters, then cut: indenting
 # a deeply nested value multiplies its size (an 800 kB payload became a 50 MB page).
 MAX_SHOWN_CHARS = 262_144
+# The jobs list shows each job's last error as its last line, cut at this many characters
+# (its cell shows less: the rest is for a title to read in full, the job's page has it).
+ERROR_LINE_CHARS = 200
 MAX_FILTER_CHARS = 255  # as long as a queue name may be
 REFRESH_S = 5  # how often an open page reloads its content (static/refresh.js)
 # The migration that brings the starts ledger limits_sample reads (0007_limits.sql).
@@ -201,7 +209,9 @@ class _Pages:
             floor=floor,
             limit=PAGE_SIZE + 1,  # one more than shown: is there an older page?
         )
-        jobs = rows[:PAGE_SIZE]
+        jobs = [
+            {**row, "error_line": _error_line(row["last_error_tail"])} for row in rows[:PAGE_SIZE]
+        ]
         # Older: below the page's last job, or, when the window held fewer matches than a
         # page, below the window (the page names the range it searched).
         searched = None
@@ -232,7 +242,8 @@ class _Pages:
             "job": detail,
             "payload": _shown_json(detail["payload"], job_id),
             "result": None if detail["result"] is None else _shown_json(detail["result"], job_id),
-            "errors": _shown_errors(detail["errors"]),
+            "errors": _shown_errors(detail["errors"], job_id),
+            "last_error": detail["last_error"] and _shown_text(detail["last_error"], job_id),
             "related_shown": RELATED_SHOWN,
         }
         return _render(request, "job.html", context, self.settings)
@@ -439,28 +450,55 @@ def _positive_int(text: str | None) -> int | None:
     return value if 0 < value < 2**63 else None
 
 
-def _shown_errors(errors: Any) -> list[dict[str, str]]:
+def _error_line(tail: str | None) -> str:
+    """The last line of a last error, from its last LAST_ERROR_TAIL characters (a
+    traceback's last line names the exception), cut at ERROR_LINE_CHARS."""
+    if not tail:
+        return ""
+    text = tail.rstrip()
+    start = text.rfind("\n") + 1
+    line = text[start:].strip()
+    if start == 0 and len(tail) >= LAST_ERROR_TAIL:
+        line = "…" + line  # the tail began inside the line: its start is not shown
+    return line if len(line) <= ERROR_LINE_CHARS else line[:ERROR_LINE_CHARS] + "…"
+
+
+def _shown_errors(errors: Any, job_id: int) -> list[dict[str, str]]:
     """The job's `errors`, newest first, each as the texts its page shows: "—" for an
     attempt or time it cannot read, an entry that is not an object shown as its JSON. The
     writer stores objects with `attempt`, `at` and `error`; a row written by SQL, another
-    tool or an older version may hold anything (the page was a 500)."""
+    tool or an older version may hold anything (the page was a 500). Their texts share
+    one MAX_SHOWN_CHARS, newest first: the writer keeps 20 of 4,000 characters, and 20
+    tracebacks of 10,000 lines written by hand made a 6.7 MB page."""
     if not errors:
         return []
     entries = errors if isinstance(errors, list) else [errors]
     shown = []
+    left = MAX_SHOWN_CHARS
     for entry in reversed(entries):
         if isinstance(entry, dict):
             attempt, at, error = entry.get("attempt"), entry.get("at"), entry.get("error")
         else:
             attempt, at, error = None, None, entry
+        text = "" if error is None else _text(error)
         shown.append(
             {
                 "attempt": "—" if attempt is None else _text(attempt),
                 "at": overview.when_or_dash(at),
-                "error": "" if error is None else _text(error),
+                "error": _shown_text(text, job_id, max(left, 0)),
             }
         )
+        left -= len(text)
     return shown
+
+
+def _shown_text(text: str, job_id: int, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` (an error, a traceback) up to `limit` characters, then cut as _shown_json
+    cuts a payload."""
+    if len(text) <= limit:
+        return text
+    cut = f"… cut here: `pgworkerd jobs show {job_id} --json` has it whole"
+    return f"{text[:limit]}\n{cut}" if limit else cut
 
 
 def _text(value: Any) -> str:

@@ -926,3 +926,39 @@ def test_a_malformed_errors_entry_is_shown_not_a_500(db_dsn, conn, entry):
         assert item[1].endswith("· —"), item[1]
     else:
         assert "2026-11-29 10:00:00+00:00" in item[1] and item[1].startswith("Attempt —")
+
+
+def test_error_texts_are_cut_on_the_list_and_the_job_page(client, conn):
+    # Written by SQL or an older version (the writer bounds them): 50 dead jobs of 1 MB
+    # each made a 50 MB list page, 20 long tracebacks a 6.7 MB job page.
+    huge = 300_000
+    one_line = _dead_row(conn, queue="big", last_error="E" * huge)
+    traceback = (
+        "Traceback (most recent call last):\n" + "  x\n" * (huge // 4) + "RuntimeError: boom"
+    )
+    errors = [{"attempt": a, "at": "2026-11-29T10:00:00+00:00", "error": traceback} for a in (1, 2)]
+    many = _dead_row(
+        conn, queue="big", last_error=traceback, errors=psycopg.types.json.Jsonb(errors * 10)
+    )
+    only_last = _dead_row(conn, queue="big", last_error="L" * huge)
+
+    listed = client.get("/jobs?queue=big")
+    assert listed.status_code == 200
+    assert len(listed.content) < 30_000, len(listed.content)
+    cells = dict(
+        re.findall(r'href="/jobs/(\d+)">.*?<td class="error-line">(.*?)</td>', listed.text, re.S)
+    )
+    assert cells[str(many)] == "RuntimeError: boom"
+    assert cells[str(one_line)] == "…" + "E" * 199 + "…"
+
+    cut = f"… cut here: `pgworkerd jobs show {many} --json` has it whole"
+    page = client.get(f"/jobs/{many}")
+    assert page.status_code == 200
+    assert len(page.content) < 400_000, len(page.content)
+    assert page.text.count("<li><p>Attempt") == 20
+    assert page.text.count(cut) == 20  # the newest up to the bound, the others cut
+    assert page.text.count("Traceback (most recent call last)") == 1
+    page = client.get(f"/jobs/{only_last}")
+    assert len(page.content) < 300_000, len(page.content)
+    assert f"… cut here: `pgworkerd jobs show {only_last} --json` has it whole" in page.text
+    assert "cut here" not in client.get(f"/jobs/{_dead_row(conn, last_error='short')}").text
