@@ -71,6 +71,7 @@ def create_app(
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers=views.exception_handlers())
+    app.add_middleware(_AppRoot)
     app.add_middleware(_SecurityHeaders)
     if auth is not None:
         app.add_middleware(_BasicAuthGuard, auth=auth)
@@ -103,6 +104,21 @@ class _SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class _AppRoot:
+    """Keeps the app's own root path (where a host mounted it, or "") in the scope as
+    views.ROOT_PATH_KEY: the `/static` mount sets `root_path` to `.../static` in the same
+    scope, and its 404 page built its links and cookie path from that (`/static/static/`,
+    `Path=/static`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[views.ROOT_PATH_KEY] = scope.get("root_path", "")
+        await self.app(scope, receive, send)
 
 
 class _BasicAuthGuard:

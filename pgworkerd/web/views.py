@@ -46,6 +46,9 @@ from pgworkerd.web.settings import Settings
 log = logging.getLogger(__name__)
 
 CSRF_COOKIE = "pgworkerd_csrf"
+# Where the app's root path is kept in the scope (app._AppRoot): links, redirects and the
+# cookie's path start there, whatever mount (`/static`) the request went through.
+ROOT_PATH_KEY = "pgworkerd.root_path"
 MAX_FORM_BYTES = 16_384  # an action's form is a token and a name: well under this
 # A page waits for no lock (a migration's, a VACUUM FULL) or slow statement longer than
 # these: it answers 503 and its thread and connection are free again.
@@ -376,7 +379,7 @@ def _render(
     status: int = 200,
 ) -> HTMLResponse:
     token = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
-    root = request.scope.get("root_path", "")
+    root = _root(request)
     notice = NOTICES.get(request.query_params.get("notice", ""))
     if notice and "{n}" in notice:
         notice = notice.format(n=_positive_int(request.query_params.get("n")) or 0)
@@ -398,13 +401,19 @@ def _confirm(request: Request, question: str, form: dict[str, str]) -> HTMLRespo
     """Without script (no dialog asked), the action asks on a page of its own."""
     fields = {k: v for k, v in form.items() if k in ("queue", "key")}
     context = {"title": "Confirm", "question": question, "fields": fields, "refresh_s": 0}
-    context["action"] = request.url.path[len(request.scope.get("root_path", "")) :]
+    context["action"] = request.url.path[len(_root(request)) :]
     return _render(request, "confirm.html", context, None)
 
 
 def _redirect(request: Request, path: str, notice: str, **extra: int) -> RedirectResponse:
     query = urlencode({"notice": notice, **extra})
-    return RedirectResponse(f"{request.scope.get('root_path', '')}{path}?{query}", 303)
+    return RedirectResponse(f"{_root(request)}{path}?{query}", 303)
+
+
+def _root(request: Request) -> str:
+    """The app's root path: where a host mounted it, or ""."""
+    scope = request.scope
+    return str(scope.get(ROOT_PATH_KEY, scope.get("root_path", "")))
 
 
 def _filters(request: Request) -> dict[str, str]:

@@ -962,3 +962,25 @@ def test_error_texts_are_cut_on_the_list_and_the_job_page(client, conn):
     assert len(page.content) < 300_000, len(page.content)
     assert f"… cut here: `pgworkerd jobs show {only_last} --json` has it whole" in page.text
     assert "cut here" not in client.get(f"/jobs/{_dead_row(conn, last_error='short')}").text
+
+
+def test_a_404_under_static_links_and_sets_its_cookie_from_the_apps_root(db_dsn):
+    # The /static mount sets root_path to /static: the page linked /static/static/... and
+    # set the CSRF cookie with Path=/static.
+    from examples.web_mount import build
+
+    for app, prefix, headers in (
+        (create_app(dsn=db_dsn), "", {}),
+        (build(db_dsn), "/admin/jobs", {"x-staff": "yes"}),
+    ):
+        with TestClient(app, headers=headers) as client:
+            page = client.get(f"{prefix}/static/nope")
+            assert page.status_code == 404, prefix
+            assert "<h1>Not found</h1>" in page.text
+            links = re.findall(r'(?:src|href)="([^"#]+)"', page.text)
+            assert f"{prefix}/static/dashboard.css" in links, links
+            assert all(link.startswith(f"{prefix}/") for link in links), links
+            assert not any("/static/static/" in link for link in links), links
+            for link in links:
+                assert client.get(link.split("?")[0]).status_code == 200, link
+            assert [c.path for c in client.cookies.jar] == [prefix or "/"], prefix
