@@ -81,10 +81,16 @@ def create_app(
 def _basic_auth(config: Config) -> BasicAuth | None:
     if config.web.auth is None:
         return None
-    password = os.environ.get(PASSWORD_ENV)
-    if not password:
-        raise ConfigError([f"web.auth: set the password in {PASSWORD_ENV}"])
-    return BasicAuth(config.web.auth.username, password)
+    return BasicAuth(config.web.auth.username, web_password())
+
+
+def web_password() -> str:
+    """The password from $PGWORKERD_WEB_PASSWORD; ConfigError when it is unset, empty or
+    only whitespace (a blank line of a secrets file is no password to guard a page)."""
+    password = os.environ.get(PASSWORD_ENV, "")
+    if not password.strip():
+        raise ConfigError([f"web.auth: set the password in {PASSWORD_ENV} (not blank)"])
+    return password
 
 
 class _SecurityHeaders:

@@ -4,6 +4,7 @@ or password is ever shown."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -348,6 +349,32 @@ def test_auth_without_a_password_is_refused_at_start(db_dsn, monkeypatch):
     config = config_module.parse(f"database: {{url: '{db_dsn}'}}\nweb: {{auth: {{username: a}}}}")
     with pytest.raises(config_module.ConfigError, match="PGWORKERD_WEB_PASSWORD"):
         create_app(config)
+    # Only whitespace (a blank line of a secrets file) was taken as the password.
+    for blank in ("", " ", "\t\n"):
+        monkeypatch.setenv("PGWORKERD_WEB_PASSWORD", blank)
+        with pytest.raises(config_module.ConfigError, match="PGWORKERD_WEB_PASSWORD"):
+            create_app(config)
+
+
+def test_serve_refuses_a_blank_password_in_one_line_and_exit_2(tmp_path, db_dsn):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"database: {{url: '{db_dsn}'}}\nweb: {{auth: {{username: a}}}}\n")
+    for blank in ("", "   ", "\t"):
+        env = {**os.environ, "PGWORKERD_WEB_PASSWORD": blank}
+        # A port no one listens on: were the password taken, the server would start.
+        done = run_cli("web", "-c", str(config), "--listen", f"127.0.0.1:{_free_port()}", env=env)
+
+        assert done.returncode == 2, (blank, done.stderr)
+        assert done.stderr.strip().splitlines() == [
+            "pgworkerd: error: web.auth: set the password in PGWORKERD_WEB_PASSWORD (not blank)"
+        ]
+        assert done.stdout == ""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def test_a_database_error_page_shows_no_password(pg_admin_dsn):
