@@ -101,9 +101,16 @@ def routes(settings: Settings) -> list[Route]:
         # past 4,300 digits (a 500 and a logged traceback).
         Route("/jobs/{job_id:str}", pages.job, name="job"),
         Route("/jobs/{job_id:str}/{action:str}", pages.job_action, methods=["POST"]),
+        # A GET there is no page: 404, not the 405 of the route above. An id holding a
+        # %2F reaches the routes decoded (`/jobs/1%2Fx` is `/jobs/1/x`) and was a 405.
+        Route("/jobs/{job_id:str}/{action:str}", _no_page, methods=["GET"]),
         Route("/queues/{action:str}", pages.queue_action, methods=["POST"]),
         Route("/keys/resume", pages.key_resume, methods=["POST"]),
     ]
+
+
+async def _no_page(request: Request) -> Response:
+    raise HTTPException(404, "There is no such page.")
 
 
 def exception_handlers() -> dict[Any, Callable[..., Any]]:

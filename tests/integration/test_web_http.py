@@ -177,10 +177,16 @@ def test_unknown_job_and_path_are_404_pages(client):
         "/jobs/-1",
         "/jobs/abc",
         "/jobs/%C2%B2",
+        # Decoded, these match the action route's path: they were a 405.
+        "/jobs/1%2Fretry",
+        "/jobs/1%2fcancel",
+        "/jobs/1/retry",
     ):
         page = client.get(path)
         assert page.status_code == 404, path
         assert "<h1>Not found</h1>" in page.text
+    # A trailing slash still goes to the page without it.
+    assert client.get("/jobs/7/", follow_redirects=False).headers["location"].endswith("/jobs/7")
 
 
 def test_numbers_in_the_query_string_out_of_range_or_not_ascii_are_ignored(client, conn):
