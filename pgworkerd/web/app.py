@@ -1,9 +1,10 @@
 """`create_app`: the dashboard as an ASGI app, and the layers around its routes: security
 headers, basic auth, and the settings every request reads.
 
-The app holds no connection between requests: each request opens one (in a thread of
-Starlette's pool) and closes it, so the app can be mounted in a host that forks its
-workers, and a database restart costs one failed page, not a broken pool.
+The app holds no connection between requests: a page opens one (the overview three, read
+at once), each in a thread of Starlette's pool (anyio's 40 threads bound them), and
+closes it, so the app can be mounted in a host that forks its workers, and a database
+restart costs one failed page, not a broken pool.
 """
 
 from __future__ import annotations
