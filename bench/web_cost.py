@@ -33,7 +33,7 @@ import yaml
 from bench.cluster import fresh_database, server_settings, throwaway_cluster
 from bench.daemon import REPO
 from pgworkerd.storage import queries
-from pgworkerd.storage.dashboard import CHART_MINUTES, SCAN_WINDOW
+from pgworkerd.storage.dashboard import CHART_MINUTES, LAST_ERROR_TAIL, SCAN_WINDOW
 from pgworkerd.storage.embedded import free_port
 from pgworkerd.storage.migrations import migrate
 
@@ -169,6 +169,7 @@ def _plans(dsn: str) -> dict[str, str]:
         "key": None,
         "before": top,
         "floor": max(1, top - SCAN_WINDOW),
+        "tail": LAST_ERROR_TAIL,
     }
     cases: list[tuple[str, bytes, dict[str, Any]]] = [
         ("dashboard live (queued, running per queue)", sql["dashboard_queues_live"], {}),

@@ -350,9 +350,26 @@ def job(detail: dict[str, Any]) -> str:
     out.append(f"errors: {len(errors)} kept" if errors else "errors: none")
     for error in errors:
         out.append("")
-        out.append(f"--- attempt {error.get('attempt')} at {when(error.get('at'))}")
-        out.extend("    " + line for line in str(error.get("error", "")).rstrip().splitlines())
+        out.extend(_error_entry(error))
     return "\n".join(out)
+
+
+def _error_entry(error: Any) -> list[str]:
+    """One `errors` entry. The writer stores objects with `attempt`, `at` and `error`; a
+    row written by SQL, another tool or an older version may hold anything (a bare
+    string was a traceback): `-` for an attempt or time that cannot be read."""
+    if not isinstance(error, dict):
+        error = {"error": error}
+    attempt = error.get("attempt")
+    at = error.get("at")
+    try:
+        shown_at = when(at) if isinstance(at, str) else "-"
+    except ValueError:
+        shown_at = "-"
+    text = error.get("error")
+    text = "" if text is None else text if isinstance(text, str) else _json_text(text)
+    head = f"--- attempt {'-' if attempt is None else attempt} at {shown_at}"
+    return [head, *("    " + line for line in text.rstrip().splitlines())]
 
 
 def _json_text(value: Any) -> str:

@@ -25,6 +25,9 @@ CHART_MINUTES = 60  # the overview's throughput chart: one bar a minute over the
 # Ids a jobs page walks at most (see dashboard_jobs_page): about 100 ms of heap where
 # nothing matches.
 SCAN_WINDOW = 300_000
+# Characters of a job's last error a jobs page reads, from its end: its last line, which
+# the page shows, and not the megabytes a row written by SQL may hold.
+LAST_ERROR_TAIL = 4096
 # Paused keys the overview lists at most (by name); `pgworkerd keys` lists them all.
 PAUSED_KEYS_SHOWN = 100
 
@@ -101,7 +104,8 @@ class DashboardReads:
         floor: int,
         limit: int,
     ) -> list[dict[str, Any]]:
-        """Up to `limit` jobs newest first with `floor` <= id < `before`. `keyed`: the
+        """Up to `limit` jobs newest first with `floor` <= id < `before`, each with the
+        last LAST_ERROR_TAIL characters of its last error (`last_error_tail`). `keyed`: the
         schema has the `key` column (the caller asks has_key_column once): each row has
         its key, and `key` filters; without it, `key` must be None."""
         params = {
@@ -112,6 +116,7 @@ class DashboardReads:
             "key": key,
             "before": before,
             "limit": limit,
+            "tail": LAST_ERROR_TAIL,
         }
         assert keyed or key is None
         name = "dashboard_jobs_page_by_key" if keyed else "dashboard_jobs_page"

@@ -1,9 +1,10 @@
 """`create_app`: the dashboard as an ASGI app, and the layers around its routes: security
 headers, basic auth, and the settings every request reads.
 
-The app holds no connection between requests: each request opens one (in a thread of
-Starlette's pool) and closes it, so the app can be mounted in a host that forks its
-workers, and a database restart costs one failed page, not a broken pool.
+The app holds no connection between requests: a page opens one (the overview three, read
+at once), each in a thread of Starlette's pool (anyio's 40 threads bound them), and
+closes it, so the app can be mounted in a host that forks its workers, and a database
+restart costs one failed page, not a broken pool.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def create_app(
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers=views.exception_handlers())
+    app.add_middleware(_AppRoot)
     app.add_middleware(_SecurityHeaders)
     if auth is not None:
         app.add_middleware(_BasicAuthGuard, auth=auth)
@@ -80,10 +82,16 @@ def create_app(
 def _basic_auth(config: Config) -> BasicAuth | None:
     if config.web.auth is None:
         return None
-    password = os.environ.get(PASSWORD_ENV)
-    if not password:
-        raise ConfigError([f"web.auth: set the password in {PASSWORD_ENV}"])
-    return BasicAuth(config.web.auth.username, password)
+    return BasicAuth(config.web.auth.username, web_password())
+
+
+def web_password() -> str:
+    """The password from $PGWORKERD_WEB_PASSWORD; ConfigError when it is unset, empty or
+    only whitespace (a blank line of a secrets file is no password to guard a page)."""
+    password = os.environ.get(PASSWORD_ENV, "")
+    if not password.strip():
+        raise ConfigError([f"web.auth: set the password in {PASSWORD_ENV} (not blank)"])
+    return password
 
 
 class _SecurityHeaders:
@@ -103,6 +111,21 @@ class _SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class _AppRoot:
+    """Keeps the app's own root path (where a host mounted it, or "") in the scope as
+    views.ROOT_PATH_KEY: the `/static` mount sets `root_path` to `.../static` in the same
+    scope, and its 404 page built its links and cookie path from that (`/static/static/`,
+    `Path=/static`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[views.ROOT_PATH_KEY] = scope.get("root_path", "")
+        await self.app(scope, receive, send)
 
 
 class _BasicAuthGuard:

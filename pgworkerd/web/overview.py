@@ -169,6 +169,19 @@ def when(value: datetime | str | None) -> str:
     return value.isoformat(sep=" ", timespec="seconds")
 
 
+def when_or_dash(value: Any) -> str:
+    """`when` for a time read from a job's JSON (an `errors` entry's `at`), which a row
+    written by SQL or another tool may hold as anything: "—" for what is not one."""
+    if isinstance(value, datetime):
+        return when(value)
+    if not isinstance(value, str):
+        return "—"
+    try:
+        return when(datetime.fromisoformat(value))
+    except ValueError:
+        return "—"
+
+
 def thousands(value: int | None) -> str:
     return "—" if value is None else f"{value:,}".replace(",", "\u202f")
 

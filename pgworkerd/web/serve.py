@@ -7,7 +7,6 @@ the dashboard can retry and cancel jobs, so it is never open to a network by def
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import socket
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from pgworkerd.errors import SchemaError
 from pgworkerd.listening import listening_socket
 from pgworkerd.storage import connections, migrations
 from pgworkerd.storage.connections import parsed_conninfo
-from pgworkerd.web.app import PASSWORD_ENV, LoopbackHostGuard, create_app
+from pgworkerd.web.app import LoopbackHostGuard, create_app, web_password
 
 
 def serve(config: Config, *, listen: str | None = None, read_only: bool = False) -> int:
@@ -37,8 +36,8 @@ def serve(config: Config, *, listen: str | None = None, read_only: bool = False)
     unguarded = None if listen is None else config.web.unguarded(listen, "--listen")
     if unguarded is not None:  # the config's web.listen was checked with the config
         raise ConfigError([unguarded])
-    if config.web.auth is not None and not os.environ.get(PASSWORD_ENV):
-        raise ConfigError([f"web.auth: set the password in {PASSWORD_ENV}"])
+    if config.web.auth is not None:
+        web_password()  # ConfigError (exit 2) when unset or blank
     if config.database.url is not None:  # DatabaseURLError (exit 2), not a 500 a page
         parsed_conninfo(config.database.url.get_secret_value())
     app: ASGIApp = create_app(config, read_only=read_only)

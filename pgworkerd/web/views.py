@@ -31,7 +31,12 @@ import pgworkerd
 from pgworkerd.client.operations import Operations
 from pgworkerd.errors import DatabaseURLError, InvalidJob
 from pgworkerd.storage import connections, migrations
-from pgworkerd.storage.dashboard import PAUSED_KEYS_SHOWN, SCAN_WINDOW, DashboardReads
+from pgworkerd.storage.dashboard import (
+    LAST_ERROR_TAIL,
+    PAUSED_KEYS_SHOWN,
+    SCAN_WINDOW,
+    DashboardReads,
+)
 from pgworkerd.storage.limits import LimitReads
 from pgworkerd.storage.states import STATES
 from pgworkerd.web import overview
@@ -41,6 +46,9 @@ from pgworkerd.web.settings import Settings
 log = logging.getLogger(__name__)
 
 CSRF_COOKIE = "pgworkerd_csrf"
+# Where the app's root path is kept in the scope (app._AppRoot): links, redirects and the
+# cookie's path start there, whatever mount (`/static`) the request went through.
+ROOT_PATH_KEY = "pgworkerd.root_path"
 MAX_FORM_BYTES = 16_384  # an action's form is a token and a name: well under this
 # A page waits for no lock (a migration's, a VACUUM FULL) or slow statement longer than
 # these: it answers 503 and its thread and connection are free again.
@@ -51,6 +59,9 @@ RELATED_SHOWN = 200  # the jobs a job's page lists that it runs after, or before
 # A payload or result is shown indented up to this many characters, then cut: indenting
 # a deeply nested value multiplies its size (an 800 kB payload became a 50 MB page).
 MAX_SHOWN_CHARS = 262_144
+# The jobs list shows each job's last error as its last line, cut at this many characters
+# (its cell shows less: the rest is for a title to read in full, the job's page has it).
+ERROR_LINE_CHARS = 200
 MAX_FILTER_CHARS = 255  # as long as a queue name may be
 REFRESH_S = 5  # how often an open page reloads its content (static/refresh.js)
 # The migration that brings the starts ledger limits_sample reads (0007_limits.sql).
@@ -90,9 +101,16 @@ def routes(settings: Settings) -> list[Route]:
         # past 4,300 digits (a 500 and a logged traceback).
         Route("/jobs/{job_id:str}", pages.job, name="job"),
         Route("/jobs/{job_id:str}/{action:str}", pages.job_action, methods=["POST"]),
+        # A GET there is no page: 404, not the 405 of the route above. An id holding a
+        # %2F reaches the routes decoded (`/jobs/1%2Fx` is `/jobs/1/x`) and was a 405.
+        Route("/jobs/{job_id:str}/{action:str}", _no_page, methods=["GET"]),
         Route("/queues/{action:str}", pages.queue_action, methods=["POST"]),
         Route("/keys/resume", pages.key_resume, methods=["POST"]),
     ]
+
+
+async def _no_page(request: Request) -> Response:
+    raise HTTPException(404, "There is no such page.")
 
 
 def exception_handlers() -> dict[Any, Callable[..., Any]]:
@@ -201,7 +219,9 @@ class _Pages:
             floor=floor,
             limit=PAGE_SIZE + 1,  # one more than shown: is there an older page?
         )
-        jobs = rows[:PAGE_SIZE]
+        jobs = [
+            {**row, "error_line": _error_line(row["last_error_tail"])} for row in rows[:PAGE_SIZE]
+        ]
         # Older: below the page's last job, or, when the window held fewer matches than a
         # page, below the window (the page names the range it searched).
         searched = None
@@ -232,6 +252,8 @@ class _Pages:
             "job": detail,
             "payload": _shown_json(detail["payload"], job_id),
             "result": None if detail["result"] is None else _shown_json(detail["result"], job_id),
+            "errors": _shown_errors(detail["errors"], job_id),
+            "last_error": detail["last_error"] and _shown_text(detail["last_error"], job_id),
             "related_shown": RELATED_SHOWN,
         }
         return _render(request, "job.html", context, self.settings)
@@ -364,7 +386,7 @@ def _render(
     status: int = 200,
 ) -> HTMLResponse:
     token = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
-    root = request.scope.get("root_path", "")
+    root = _root(request)
     notice = NOTICES.get(request.query_params.get("notice", ""))
     if notice and "{n}" in notice:
         notice = notice.format(n=_positive_int(request.query_params.get("n")) or 0)
@@ -386,13 +408,19 @@ def _confirm(request: Request, question: str, form: dict[str, str]) -> HTMLRespo
     """Without script (no dialog asked), the action asks on a page of its own."""
     fields = {k: v for k, v in form.items() if k in ("queue", "key")}
     context = {"title": "Confirm", "question": question, "fields": fields, "refresh_s": 0}
-    context["action"] = request.url.path[len(request.scope.get("root_path", "")) :]
+    context["action"] = request.url.path[len(_root(request)) :]
     return _render(request, "confirm.html", context, None)
 
 
 def _redirect(request: Request, path: str, notice: str, **extra: int) -> RedirectResponse:
     query = urlencode({"notice": notice, **extra})
-    return RedirectResponse(f"{request.scope.get('root_path', '')}{path}?{query}", 303)
+    return RedirectResponse(f"{_root(request)}{path}?{query}", 303)
+
+
+def _root(request: Request) -> str:
+    """The app's root path: where a host mounted it, or ""."""
+    scope = request.scope
+    return str(scope.get(ROOT_PATH_KEY, scope.get("root_path", "")))
 
 
 def _filters(request: Request) -> dict[str, str]:
@@ -436,6 +464,67 @@ def _positive_int(text: str | None) -> int | None:
         return None
     value = int(text)
     return value if 0 < value < 2**63 else None
+
+
+def _error_line(tail: str | None) -> str:
+    """The last line of a last error, from its last LAST_ERROR_TAIL characters (a
+    traceback's last line names the exception), cut at ERROR_LINE_CHARS."""
+    if not tail:
+        return ""
+    text = tail.rstrip()
+    start = text.rfind("\n") + 1
+    line = text[start:].strip()
+    if start == 0 and len(tail) >= LAST_ERROR_TAIL:
+        line = "…" + line  # the tail began inside the line: its start is not shown
+    return line if len(line) <= ERROR_LINE_CHARS else line[:ERROR_LINE_CHARS] + "…"
+
+
+def _shown_errors(errors: Any, job_id: int) -> list[dict[str, str]]:
+    """The job's `errors`, newest first, each as the texts its page shows: "—" for an
+    attempt or time it cannot read, an entry that is not an object shown as its JSON. The
+    writer stores objects with `attempt`, `at` and `error`; a row written by SQL, another
+    tool or an older version may hold anything (the page was a 500). Their texts share
+    one MAX_SHOWN_CHARS, newest first: the writer keeps 20 of 4,000 characters, and 20
+    tracebacks of 10,000 lines written by hand made a 6.7 MB page."""
+    if not errors:
+        return []
+    entries = errors if isinstance(errors, list) else [errors]
+    shown = []
+    left = MAX_SHOWN_CHARS
+    for entry in reversed(entries):
+        if isinstance(entry, dict):
+            attempt, at, error = entry.get("attempt"), entry.get("at"), entry.get("error")
+        else:
+            attempt, at, error = None, None, entry
+        text = "" if error is None else _text(error)
+        shown.append(
+            {
+                "attempt": "—" if attempt is None else _text(attempt),
+                "at": overview.when_or_dash(at),
+                "error": _shown_text(text, job_id, max(left, 0)),
+            }
+        )
+        left -= len(text)
+    return shown
+
+
+def _shown_text(text: str, job_id: int, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` (an error, a traceback) up to `limit` characters, then cut as _shown_json
+    cuts a payload."""
+    if len(text) <= limit:
+        return text
+    cut = f"… cut here: `pgworkerd jobs show {job_id} --json` has it whole"
+    return f"{text[:limit]}\n{cut}" if limit else cut
+
+
+def _text(value: Any) -> str:
+    """A string as it is, anything else as its JSON (a number, an object)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except RecursionError:
+        return "(nested too deeply to show here)"
 
 
 def _shown_json(value: Any, job_id: int) -> str:

@@ -4,6 +4,7 @@ or password is ever shown."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -176,10 +177,16 @@ def test_unknown_job_and_path_are_404_pages(client):
         "/jobs/-1",
         "/jobs/abc",
         "/jobs/%C2%B2",
+        # Decoded, these match the action route's path: they were a 405.
+        "/jobs/1%2Fretry",
+        "/jobs/1%2fcancel",
+        "/jobs/1/retry",
     ):
         page = client.get(path)
         assert page.status_code == 404, path
         assert "<h1>Not found</h1>" in page.text
+    # A trailing slash still goes to the page without it.
+    assert client.get("/jobs/7/", follow_redirects=False).headers["location"].endswith("/jobs/7")
 
 
 def test_numbers_in_the_query_string_out_of_range_or_not_ascii_are_ignored(client, conn):
@@ -348,6 +355,32 @@ def test_auth_without_a_password_is_refused_at_start(db_dsn, monkeypatch):
     config = config_module.parse(f"database: {{url: '{db_dsn}'}}\nweb: {{auth: {{username: a}}}}")
     with pytest.raises(config_module.ConfigError, match="PGWORKERD_WEB_PASSWORD"):
         create_app(config)
+    # Only whitespace (a blank line of a secrets file) was taken as the password.
+    for blank in ("", " ", "\t\n"):
+        monkeypatch.setenv("PGWORKERD_WEB_PASSWORD", blank)
+        with pytest.raises(config_module.ConfigError, match="PGWORKERD_WEB_PASSWORD"):
+            create_app(config)
+
+
+def test_serve_refuses_a_blank_password_in_one_line_and_exit_2(tmp_path, db_dsn):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"database: {{url: '{db_dsn}'}}\nweb: {{auth: {{username: a}}}}\n")
+    for blank in ("", "   ", "\t"):
+        env = {**os.environ, "PGWORKERD_WEB_PASSWORD": blank}
+        # A port no one listens on: were the password taken, the server would start.
+        done = run_cli("web", "-c", str(config), "--listen", f"127.0.0.1:{_free_port()}", env=env)
+
+        assert done.returncode == 2, (blank, done.stderr)
+        assert done.stderr.strip().splitlines() == [
+            "pgworkerd: error: web.auth: set the password in PGWORKERD_WEB_PASSWORD (not blank)"
+        ]
+        assert done.stdout == ""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def test_a_database_error_page_shows_no_password(pg_admin_dsn):
@@ -886,3 +919,101 @@ def test_a_fault_of_ours_is_a_500_page_with_the_security_headers(db_dsn, conn):
     assert "Something went wrong" in page.text and "log says what" in page.text
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["x-frame-options"] == "DENY"
+
+
+# -- found by the round-25 review ------------------------------------------------------------
+
+
+def _dead_row(conn, queue: str = "default", **columns: Any) -> int:
+    """A dead job written by SQL, as another tool or an older version might write it."""
+    names = ", ".join(columns)
+    marks = ", ".join(["%s"] * len(columns))
+    return conn.execute(
+        f"INSERT INTO pgworkerd.jobs (queue, kind, payload, state, finished_at, {names})"
+        f" VALUES (%s, 'k', '{{}}', 'dead', now(), {marks}) RETURNING id",
+        [queue, *columns.values()],
+    ).fetchone()[0]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"attempt": 1, "error": "boom-text"},
+        {"attempt": 1, "at": "yesterday", "error": "boom-text"},
+        {"attempt": 1, "at": 5, "error": "boom-text"},
+        {"at": "2026-11-29T10:00:00+00:00", "error": "boom-text"},
+        "boom-text",
+    ],
+    ids=["no at", "at not ISO", "numeric at", "no attempt", "bare string"],
+)
+def test_a_malformed_errors_entry_is_shown_not_a_500(db_dsn, conn, entry):
+    # Written by SQL, another tool or an older version: the page was a 500.
+    job_id = _dead_row(conn, errors=psycopg.types.json.Jsonb([entry]))
+    with TestClient(create_app(dsn=db_dsn)) as client:
+        page = client.get(f"/jobs/{job_id}")
+    assert page.status_code == 200
+    assert "boom-text" in page.text
+    item = re.search(r'<ol class="errors" reversed>\s*<li><p>(.*?)</p>', page.text)
+    assert item, page.text
+    if entry == "boom-text" or "at" not in entry or entry["at"] in ("yesterday", 5):
+        assert item[1].endswith("· —"), item[1]
+    else:
+        assert "2026-11-29 10:00:00+00:00" in item[1] and item[1].startswith("Attempt —")
+
+
+def test_error_texts_are_cut_on_the_list_and_the_job_page(client, conn):
+    # Written by SQL or an older version (the writer bounds them): 50 dead jobs of 1 MB
+    # each made a 50 MB list page, 20 long tracebacks a 6.7 MB job page.
+    huge = 300_000
+    one_line = _dead_row(conn, queue="big", last_error="E" * huge)
+    traceback = (
+        "Traceback (most recent call last):\n" + "  x\n" * (huge // 4) + "RuntimeError: boom"
+    )
+    errors = [{"attempt": a, "at": "2026-11-29T10:00:00+00:00", "error": traceback} for a in (1, 2)]
+    many = _dead_row(
+        conn, queue="big", last_error=traceback, errors=psycopg.types.json.Jsonb(errors * 10)
+    )
+    only_last = _dead_row(conn, queue="big", last_error="L" * huge)
+
+    listed = client.get("/jobs?queue=big")
+    assert listed.status_code == 200
+    assert len(listed.content) < 30_000, len(listed.content)
+    cells = dict(
+        re.findall(r'href="/jobs/(\d+)">.*?<td class="error-line">(.*?)</td>', listed.text, re.S)
+    )
+    assert cells[str(many)] == "RuntimeError: boom"
+    assert cells[str(one_line)] == "…" + "E" * 199 + "…"
+
+    cut = f"… cut here: `pgworkerd jobs show {many} --json` has it whole"
+    page = client.get(f"/jobs/{many}")
+    assert page.status_code == 200
+    assert len(page.content) < 400_000, len(page.content)
+    assert page.text.count("<li><p>Attempt") == 20
+    assert page.text.count(cut) == 20  # the newest up to the bound, the others cut
+    assert page.text.count("Traceback (most recent call last)") == 1
+    page = client.get(f"/jobs/{only_last}")
+    assert len(page.content) < 300_000, len(page.content)
+    assert f"… cut here: `pgworkerd jobs show {only_last} --json` has it whole" in page.text
+    assert "cut here" not in client.get(f"/jobs/{_dead_row(conn, last_error='short')}").text
+
+
+def test_a_404_under_static_links_and_sets_its_cookie_from_the_apps_root(db_dsn):
+    # The /static mount sets root_path to /static: the page linked /static/static/... and
+    # set the CSRF cookie with Path=/static.
+    from examples.web_mount import build
+
+    for app, prefix, headers in (
+        (create_app(dsn=db_dsn), "", {}),
+        (build(db_dsn), "/admin/jobs", {"x-staff": "yes"}),
+    ):
+        with TestClient(app, headers=headers) as client:
+            page = client.get(f"{prefix}/static/nope")
+            assert page.status_code == 404, prefix
+            assert "<h1>Not found</h1>" in page.text
+            links = re.findall(r'(?:src|href)="([^"#]+)"', page.text)
+            assert f"{prefix}/static/dashboard.css" in links, links
+            assert all(link.startswith(f"{prefix}/") for link in links), links
+            assert not any("/static/static/" in link for link in links), links
+            for link in links:
+                assert client.get(link.split("?")[0]).status_code == 200, link
+            assert [c.path for c in client.cookies.jar] == [prefix or "/"], prefix

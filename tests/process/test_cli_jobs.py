@@ -453,6 +453,31 @@ def test_a_stored_payload_too_deep_to_decode_is_shown_not_a_traceback(cli, db_ds
     assert detail["payload"]["pgworkerd_undecodable"].startswith("nested too deeply")
 
 
+def test_malformed_errors_entries_are_shown_not_a_traceback(cli, db_dsn):
+    """Written by SQL, another tool or an older version: a bare string exited 1 with a
+    traceback (review 25, F1), as did an `at` that is not an ISO time."""
+    errors = [
+        "bare-text",
+        {"attempt": 2, "at": "yesterday", "error": "odd-at"},
+        {"attempt": 3, "at": 5, "error": {"code": 7}},
+        {"error": "no-at"},
+    ]
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO pgworkerd.jobs (queue, kind, payload, state, finished_at, errors)"
+            " VALUES ('default', 'k', '{}', 'dead', now(), %s) RETURNING id",
+            (psycopg.types.json.Jsonb(errors),),
+        ).fetchone()
+    shown = cli("jobs", "show", str(row[0]))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "errors: 4 kept" in lines
+    assert lines[lines.index("--- attempt - at -") + 1] == "    bare-text"
+    assert lines[lines.index("--- attempt 2 at -") + 1] == "    odd-at"
+    assert lines[lines.index("--- attempt 3 at -") + 1] == '    {"code": 7}'
+    assert lines[-2:] == ["--- attempt - at -", "    no-at"]
+
+
 @pytest.mark.parametrize(
     ("text", "utc"),
     [

@@ -1936,8 +1936,10 @@ SELECT (SELECT CASE WHEN reltuples >= 0::real THEN reltuples::bigint END FROM pg
 -- (keyset pagination: no OFFSET, each page is a backward range of the primary key), and
 -- `floor` bounds the range: a filter that few or no rows match walks at most
 -- SCAN_WINDOW ids of the key, not the whole table, and the page offers the next window.
+-- Of the last error, only its tail: the page shows its last line, and a row written by
+-- SQL or an older version may hold megabytes (50 of them made a 50 MB read a page).
 SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, worker, last_error
+       started_at, finished_at, worker, right(last_error, %(tail)s::int) AS last_error_tail
 FROM {schema}.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -1951,7 +1953,7 @@ LIMIT %(limit)s::bigint;
 -- dashboard_jobs_page on a schema with the `key` column: each job's key, and the key
 -- filter too.
 SELECT id, queue, kind, state, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, worker, last_error, key
+       started_at, finished_at, worker, right(last_error, %(tail)s::int) AS last_error_tail, key
 FROM {schema}.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
