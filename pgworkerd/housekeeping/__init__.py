@@ -143,7 +143,7 @@ class Housekeeper:
         if (
             now < self._interval_due_at()
             and not (self.periodic.tracked and self.periodic.due(now))
-            and not self.settlements
+            and not self.settlements.due(now)
         ):
             return None  # the loop's usual turn: nothing due, nothing to settle
         round_ = Round(now, self.session, self.store, leases, info)
@@ -153,7 +153,8 @@ class Housekeeper:
                 duty.perform(round_)
                 self._interval_due = None
                 renewed = renewed or duty is self.renewal
-        self.flush_settlements()
+        if self.settlements.due(now):
+            self.flush_settlements()
         return self.renewal.answered if renewed else None
 
     # -- settlements ----------------------------------------------------------------------

@@ -6,8 +6,8 @@ under. The supervisor that holds that lease (it LISTENs on the channel beside th
 enqueue one) tells the worker, which raises `pgworkerd.JobCancelled` in the handler;
 after the grace the process is killed. Behind PgBouncer in transaction mode (no
 LISTEN) or when a notification is missed, the next lease renewal is the fallback: a
-lease it does not find is looked up with `JobStore.cancelled_among`, and a cancelled job is
-stopped the same way, not treated as rescued.
+lease it does not renew is looked up with `JobStore.unrenewed_among`, and a cancelled job
+is stopped the same way, not treated as rescued.
 """
 
 from __future__ import annotations

@@ -44,8 +44,13 @@ class Renewal:
     renewed: frozenset[int]  # ids of the leases still ours
     sent_at: float  # monotonic time the renewal was sent: the new expiries are later
     # Of the leases not renewed, the ids of jobs cancelled under them (the others were
-    # rescued, released or ended by their holder).
+    # rescued, released or ended by their holder, or are `locked`).
     cancelled: frozenset[int] = frozenset()
+    # Of the leases not renewed, the ids still ours whose row another transaction had
+    # locked: skipped, not waited on (jobs_renew). Their leases keep their old expiry:
+    # the next renewal tries again, and a job whose lease stays unrenewed is stopped by
+    # its own lapse (supervisor/limits.py).
+    locked: frozenset[int] = frozenset()
 
 
 def renew(
@@ -59,10 +64,11 @@ def renew(
     sent_at: float,
 ) -> Renewal | None:
     """Renew `leases` and refresh our heartbeat, in one transaction; None when the
-    database did not answer. A lease not renewed is looked up (cancelled?) in the same
-    round of statements: the usual renewal finds every lease and pays nothing more."""
+    database did not answer. A lease not renewed is looked up (cancelled? its row
+    locked?) in the same round of statements: the usual renewal finds every lease and
+    pays nothing more. No statement waits on a job's row lock."""
 
-    def work(conn: psycopg.Connection[Any]) -> tuple[set[int], set[int]]:
+    def work(conn: psycopg.Connection[Any]) -> tuple[set[int], set[int], set[int]]:
         with conn.transaction():
             store.heartbeat(
                 conn,
@@ -73,13 +79,14 @@ def renew(
             )
             renewed = store.renew(conn, leases, lease_ttl_s)
             missing = [lease for lease in leases if lease.job_id not in renewed]
-            return renewed, store.cancelled_among(conn, missing)
+            locked, cancelled = store.unrenewed_among(conn, missing)
+            return renewed, cancelled, locked
 
     result = session.attempt("renew leases", work)
     if not result.ok:
         return None
-    renewed, cancelled = result.value
-    return Renewal(frozenset(renewed), sent_at, frozenset(cancelled))
+    renewed, cancelled, locked = result.value
+    return Renewal(frozenset(renewed), sent_at, frozenset(cancelled), frozenset(locked))
 
 
 def rescue(session: DatabaseSession, store: JobStore) -> Result[int]:
@@ -169,6 +176,7 @@ class RenewalDuty(IntervalDuty):
         self.daemon_id = daemon_id
         self.answered: Renewal | None = None  # of the last run; None: failed (or none yet)
         self.last_answered_at: float | None = None  # monotonic: the last one that answered
+        self._locked: frozenset[int] = frozenset()  # skipped by the last one that answered
 
     def work(self, round_: Round) -> None:
         self.answered = renew(
@@ -184,6 +192,16 @@ class RenewalDuty(IntervalDuty):
             METRICS.renewal_failed()
         else:
             self.last_answered_at = round_.now
+            # A row locked for a moment (its own completion being written) is skipped
+            # once, routinely: said only when the same lease is skipped twice in a row.
+            locked, self._locked = self._locked, self.answered.locked
+            if locked & self._locked:
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    "leases not renewed: their rows are locked by another transaction",
+                    jobs=sorted(locked & self._locked),
+                )
 
 
 class RescueDuty(IntervalDuty):

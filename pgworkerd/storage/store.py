@@ -627,10 +627,29 @@ class JobStore:
         """Extend leases to now() + lease_ttl_s; returns the ids whose lease held."""
         return self._by_leases(conn, "jobs_renew", leases, lease_ttl_s=float(lease_ttl_s))
 
-    def cancelled_among(self, conn: psycopg.Connection[Any], leases: Iterable[Lease]) -> set[int]:
-        """Ids of the jobs among `leases` cancelled while held under them (asked only
-        about leases a renewal did not find: see pgworkerd/housekeeping/cancelling.py)."""
-        return self._by_leases(conn, "jobs_cancelled_among", leases)
+    def limit_lock_wait(self, conn: psycopg.Connection[Any], ms: int) -> None:
+        """Within the transaction open on `conn`: a statement that would wait on a lock
+        longer than `ms` fails (LockNotAvailable) instead."""
+        execute(conn, self._sql["lock_wait_limit"], {"ms": str(int(ms))})
+
+    def unrenewed_among(
+        self, conn: psycopg.Connection[Any], leases: Iterable[Lease]
+    ) -> tuple[set[int], set[int]]:
+        """Of `leases`, which a renewal did not renew: (the ids still held, their row
+        locked by another transaction when the renewal came; the ids of the jobs
+        cancelled while held under them: see pgworkerd/housekeeping/cancelling.py)."""
+        leases = list(leases)
+        held: set[int] = set()
+        cancelled: set[int] = set()
+        if not leases:
+            return held, cancelled
+        params = {
+            "ids": [lease.job_id for lease in leases],
+            "tokens": [lease.token for lease in leases],
+        }
+        for job_id, state in execute(conn, self._sql["jobs_unrenewed_among"], params):
+            (held if state == "running" else cancelled).add(job_id)
+        return held, cancelled
 
     def rescue(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[FailedAttempt]:
         """Retry or dead-letter up to `limit` jobs whose lease expired, and release the

@@ -424,9 +424,24 @@ class Supervisor:
             if child.pid in self.children and child.kill_reason is None:
                 # For the child's lease guard: its handlers run on only while renewals
                 # answer (a frozen supervisor posts nothing, and they stop themselves).
-                child.board.post_renewal(self._renewing_through.get(child, 0), renewal.sent_at)
+                self._post_renewal(child, sent, renewal)
         self._renewing = {}
         self._renewing_through = {}
+
+    def _post_renewal(self, child: ChildProcess, sent: set[Lease], renewal: Renewal) -> None:
+        """Tell the child's lease guard which of its claims the renewal covered, and
+        when: the send, or, when it skipped a locked lease of this child, that lease's
+        own last renewal (the oldest of the child's), never later: the guard must not
+        think a lease renewed that was not. The board only moves forward: when that
+        moment is older than the one it shows (a lease claimed before the board's
+        renewal was sent, and not in it), nothing is posted, and the board keeps
+        what it said, still true of the claims it covered."""
+        sent_at = renewal.sent_at
+        if renewal.locked and any(lease.job_id in renewal.locked for lease in sent):
+            sent_at = min(sent_at, child.ledger.last_renewed(sent))
+            if sent_at < child.board.renewal()[1]:
+                return
+        child.board.post_renewal(self._renewing_through.get(child, 0), sent_at)
 
     def _next_lapse(self) -> float | None:
         return enforcement.next_lapse(self.children.values(), self.config.lease_ttl)

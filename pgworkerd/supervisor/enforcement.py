@@ -118,12 +118,16 @@ def stop_lapsing_leases(children: Iterable[ChildProcess], now: float, lease_ttl_
     verdicts = [(child, v) for child, v in verdicts if v.running or v.unstarted]
     if not verdicts:
         return
+    # Per job: the renewals failing (the database unreachable) stop every job together;
+    # one whose row another transaction keeps locked (jobs_renew skips it) is stopped
+    # alone, its process's other jobs released uncharged (KillReason.UNFENCED).
     logs.event(
         log,
         logging.ERROR,
         "cannot renew leases; stopping their jobs",
         running=sum(len(v.running) for _, v in verdicts),
         unstarted=sum(len(v.unstarted) for _, v in verdicts),
+        jobs=sorted(job.id for _, v in verdicts for job in (*v.running, *v.unstarted)),
     )
     for child, verdict in verdicts:
         if verdict.running:  # its unstarted jobs are released when it is reaped
@@ -142,7 +146,9 @@ def judge_renewal(child: ChildProcess, sent: Collection[Lease], renewal: Renewal
     """Act on what a renewal of `sent` found: a running job whose lease is gone has
     JobCancelled raised in it if it was cancelled, else (rescued by another daemon)
     its process killed; an unstarted one is skipped."""
-    verdict = child.ledger.renewal(sent, renewal.renewed, renewal.sent_at, renewal.cancelled)
+    verdict = child.ledger.renewal(
+        sent, renewal.renewed, renewal.sent_at, renewal.cancelled, renewal.locked
+    )
     _stop(child, verdict.cancelled, time.monotonic())  # a cancel notification missed
     for job in verdict.lost_running:
         logs.event(

@@ -80,7 +80,11 @@ _IN_HANDLER = (JobState.RUNNING, JobState.CANCELLING)
 # unseen), or in its handler.
 _UNFINISHED = (JobState.CLAIMED, *_IN_HANDLER)
 # Kills for the sake of named jobs: the child's other jobs are not to blame.
-_FOR_ONE_JOB = frozenset({KillReason.TIMEOUT, KillReason.LEASE_LOST, KillReason.CANCELLED})
+# UNFENCED included: a renewal that answered may leave one job's lease unrenewed (its
+# row locked by another transaction) while the others of its process were renewed.
+_FOR_ONE_JOB = frozenset(
+    {KillReason.TIMEOUT, KillReason.LEASE_LOST, KillReason.CANCELLED, KillReason.UNFENCED}
+)
 
 
 @dataclass(slots=True)
@@ -481,16 +485,19 @@ class ChildLedger:
         renewed: Collection[int],
         sent_at: float,
         cancelled: Collection[int] = (),
+        locked: Collection[int] = (),
     ) -> RenewalVerdict:
         """A renewal of the `sent` leases, sent at `sent_at`, answered with the ids of
-        the `renewed` ones (and, of the others, those `cancelled` under our lease). A
-        held job it did not find was ended by its own holder (FINISHING: let be), was
-        cancelled, or is no longer ours. Jobs claimed after the send (the same job
-        claimed anew included: another lease) are not judged."""
+        the `renewed` ones (and, of the others, those `cancelled` under our lease, and
+        those still ours but `locked`: skipped, their lease keeps its last renewal and
+        lapses from it, limits.check_lapses). A held job it did not find was ended by
+        its own holder (FINISHING: let be), was cancelled, or is no longer ours. Jobs
+        claimed after the send (the same job claimed anew included: another lease) are
+        not judged."""
         lost, given_up, stopping = [], [], []
         self._moments = None
         for job in self.held():
-            if job.lease not in sent:
+            if job.lease not in sent or job.id in locked:
                 continue
             if job.id in renewed:
                 job.renewed_at = sent_at  # the new expiry is later still
@@ -543,6 +550,11 @@ class ChildLedger:
 
     def leases(self) -> list[Lease]:
         return [job.lease for job in self.held()]
+
+    def last_renewed(self, sent: Collection[Lease]) -> float:
+        """The oldest last good renewal of the held jobs among `sent` (inf: none): what
+        a renewal that skipped some of them may tell the child's lease guard."""
+        return min((job.renewed_at for job in self.held() if job.lease in sent), default=math.inf)
 
     def __bool__(self) -> bool:
         return self.moments().held

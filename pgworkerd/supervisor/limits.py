@@ -6,10 +6,12 @@ its handler, which may clean up); SOFT_TIMEOUT_GRACE_S later its process is kill
 The kill is the only authority on runtime. A cancelled running job likewise: its
 process is killed CANCEL_GRACE_S after JobCancelled was asked for, if it still runs.
 
-Lease lapse: a lease is renewed every lease_ttl / 3. When renewals keep failing and a
-job's last good renewal is UNFENCED_FRACTION of lease_ttl old, its lease is about to
-lapse: a handler still running would soon run unfenced, so its process is killed, and
-jobs not started are given up (their child told to skip them) and left for a rescue.
+Lease lapse: a lease is renewed every lease_ttl / 3. When renewals keep failing (or
+keep skipping one job's row, locked by another transaction: jobs_renew never waits on
+it) and a job's last good renewal is UNFENCED_FRACTION of lease_ttl old, its lease is
+about to lapse: a handler still running would soon run unfenced, so its process is
+killed, and jobs not started are given up (their child told to skip them) and left for
+a rescue. Each job by its own last renewal: a skipped lease stops its own job only.
 A cancelled job still running (CANCELLING) is not renewed, but its cancelled row holds
 its lease and its place under a concurrency limit until the handler ends (HELD in
 storage/sql/queries.sql): its process is killed at the same moment before that lease

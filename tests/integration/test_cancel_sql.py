@@ -1,6 +1,6 @@
 """The statements behind cancelling a running job: jobs_cancel tells the holders of
 the running jobs it cancelled (and only them) on the cancel channel, in payloads
-that fit NOTIFY's limit; jobs_cancelled_among tells a cancel from a rescue."""
+that fit NOTIFY's limit; jobs_unrenewed_among tells a cancel from a rescue."""
 
 from __future__ import annotations
 
@@ -72,13 +72,13 @@ def test_a_renewal_miss_is_a_cancel_only_if_cancelled_under_that_lease(conn: Con
     assert store.renew(conn, leases, 30) == {rescued.id, held.id}
     expire_leases(conn)
     store.rescue(conn)  # `rescued` and `held` go back to queued: not cancels
-    assert store.cancelled_among(conn, leases) == {cancelled.id}
+    assert store.unrenewed_among(conn, leases) == (set(), {cancelled.id})
     # A job retried by hand (once its handler has ended: its holder releases the lease
     # the cancelled row kept) and cancelled again is not a cancel of the old lease.
     assert store.release_cancelled(conn, [cancelled.lease, rescued.lease]) == {cancelled.id}
     store.retry_finished(conn, ids=[cancelled.id])
     (again,) = [job for job in claim(store, conn, limit=3) if job.id == cancelled.id]
     store.cancel(conn, [again.id])
-    assert store.cancelled_among(conn, [cancelled.lease]) == set()
-    assert store.cancelled_among(conn, [again.lease]) == {again.id}
-    assert store.cancelled_among(conn, []) == set()
+    assert store.unrenewed_among(conn, [cancelled.lease]) == (set(), set())
+    assert store.unrenewed_among(conn, [again.lease]) == (set(), {again.id})
+    assert store.unrenewed_among(conn, []) == (set(), set())

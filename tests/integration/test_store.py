@@ -237,6 +237,23 @@ def test_renew_extends_live_leases_only(conn, store):
     assert timedelta(seconds=590) < expires - now < timedelta(seconds=610)
 
 
+def test_renew_skips_a_locked_row_and_says_it_is_still_held(conn, store, db_dsn):
+    """Review 25 F4: another transaction's row lock on one leased job (a producer's open
+    `enqueue(after=[it])` locks it FOR SHARE) is skipped, not waited on; the others are
+    renewed, and the skipped lease is told from a lost one."""
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 3)
+    locked, free, lost = claim(store, conn, limit=3, lease_ttl_s=5)
+    store.cancel(conn, [lost.id])
+    leases = [locked.lease, free.lease, lost.lease]
+    with psycopg.connect(db_dsn) as holder:
+        holder.execute("SELECT 1 FROM pgworkerd.jobs WHERE id = %s FOR SHARE", (locked.id,))
+        conn.execute("SET lock_timeout = '2s'")  # a wait would fail the test, not hang it
+        assert store.renew(conn, leases, lease_ttl_s=600) == {free.id}
+        missing = [locked.lease, lost.lease]
+        assert store.unrenewed_among(conn, missing) == ({locked.id}, {lost.id})
+    assert store.renew(conn, leases, lease_ttl_s=600) == {locked.id, free.id}
+
+
 # -- rescue --------------------------------------------------------------------------------
 
 

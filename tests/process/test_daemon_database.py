@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgworkerd
-from tests.daemon import job, job_in_state, states, wait_until
+from tests.daemon import history, job, job_in_state, states, wait_until
 
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 
@@ -57,7 +58,8 @@ def test_when_renewals_fail_past_the_lease_the_supervisor_stops_the_job(
     victim = pgworkerd.enqueue(history_conn, "sleep_first_attempt", {"seconds": 60})
     daemon = start_daemon(workers=ONE_WORKER, lease_ttl="3s")
     daemon.worker_running(victim)
-    # Hold the job's row lock: the supervisor's renewals time out (statement_timeout).
+    # Hold the job's row lock: the supervisor's renewals skip the row (SKIP LOCKED), and
+    # the job's lease goes unrenewed.
     with psycopg.connect(db_dsn) as blocker:
         blocker.execute("SELECT 1 FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", (victim,))
         wait_until(
@@ -73,6 +75,84 @@ def test_when_renewals_fail_past_the_lease_the_supervisor_stops_the_job(
         "could not renew" in row["errors"][0]["error"]
         or "lease expired" in row["errors"][0]["error"]
     )
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_a_row_lock_on_one_running_job_stops_that_job_alone(start_daemon, history_conn, db_dsn):
+    """Review 25 F4: one renewal statement renewed every lease of the daemon, so it
+    waited on any of their rows: a producer's open `enqueue(after=[a running job])` (its
+    insert locks that row FOR SHARE), an uncommitted cancel or a user's SELECT ... FOR
+    UPDATE held longer than 80 % of lease_ttl made the supervisor kill every worker, and
+    a job nobody had touched ran again, charged. The renewal now skips a locked row:
+    the other leases are renewed, and only the locked job's lease goes unrenewed; its
+    worker is killed before that lease can lapse, the job charged and run again."""
+    locked = pgworkerd.enqueue(history_conn, "sleep_first_attempt", {"seconds": 30})
+    other = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 9})
+    daemon = start_daemon(
+        workers=[{"queues": ["default"], "concurrency": 2, "batch_size": 1}], lease_ttl="3s"
+    )
+    locked_worker = daemon.worker_running(locked, started_in=history_conn)
+    daemon.worker_running(other, started_in=history_conn)
+    with psycopg.connect(db_dsn) as blocker:
+        blocker.execute("SELECT 1 FROM pgworkerd.jobs WHERE id = %s FOR SHARE", (locked,))
+        held_since = time.monotonic()
+        # Taken once any renewal under way committed: no renewal moves it from here on.
+        expires = job(history_conn, locked)["lease_expires_at"]
+        locked_worker.wait(timeout=10)
+        (fenced,) = history_conn.execute("SELECT clock_timestamp() < %s", (expires,)).fetchone()
+        assert fenced, "the locked job's worker was killed before its lease ran out"
+        time.sleep(max(0.0, held_since + 7 - time.monotonic()))  # > 2 x lease_ttl
+        assert job(history_conn, other)["lease_expires_at"] > expires, "still renewed"
+        blocker.rollback()
+    wait_until(job_in_state(history_conn, other, "succeeded"), what="the other job to end")
+    assert job(history_conn, other)["attempt"] == 1, "the other job was neither killed nor charged"
+    assert [event for _, _, event, _, _ in history(history_conn, other)] == ["start", "end"]
+    wait_until(job_in_state(history_conn, locked, "succeeded"), what="the locked job to rerun")
+    row = job(history_conn, locked)
+    assert row["attempt"] == 2
+    assert (
+        "could not renew" in row["errors"][0]["error"]
+        or "lease expired" in row["errors"][0]["error"]
+    )
+    stopped = [line for line in daemon.log().splitlines() if "cannot renew leases" in line]
+    assert stopped and all(f"jobs=[{locked}]" in line for line in stopped), stopped
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_a_lease_skipped_while_its_row_was_locked_is_renewed_once_the_lock_goes(
+    start_daemon, history_conn, db_dsn
+):
+    """A row lock shorter than the lease: the renewals that found the row locked skip
+    it, the next one renews it, and the job runs on to its end, once."""
+    held = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 8})
+    daemon = start_daemon(workers=ONE_WORKER, lease_ttl="6s")
+    daemon.worker_running(held, started_in=history_conn)
+    with psycopg.connect(db_dsn) as blocker:
+        blocker.execute("SELECT 1 FROM pgworkerd.jobs WHERE id = %s FOR SHARE", (held,))
+        expires = job(history_conn, held)["lease_expires_at"]
+        (locked_at,) = history_conn.execute("SELECT clock_timestamp()").fetchone()
+        # The heartbeat is written in the renewal's transaction, before the renewal:
+        # one begun after the lock that committed has answered while the row was locked.
+        wait_until(
+            lambda: history_conn.execute(
+                "SELECT max(heartbeat_at) > %s FROM pgworkerd.daemons", (locked_at,)
+            ).fetchone()[0],
+            timeout_s=3,
+            what="a renewal to answer while the row is locked",
+        )
+        assert job(history_conn, held)["lease_expires_at"] == expires, "skipped, not renewed"
+        blocker.rollback()
+    wait_until(
+        lambda: job(history_conn, held)["lease_expires_at"] > expires,
+        timeout_s=3,
+        what="the next renewal to renew the lease",
+    )
+    wait_until(job_in_state(history_conn, held, "succeeded"), what="the job to end")
+    assert job(history_conn, held)["attempt"] == 1
+    assert [event for _, _, event, _, _ in history(history_conn, held)] == ["start", "end"]
+    assert "cannot renew leases" not in daemon.log()
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
 

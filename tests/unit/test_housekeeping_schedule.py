@@ -64,8 +64,8 @@ class FakeStore:
         self.calls.append("renew")
         return {lease.job_id for lease in leases if lease.job_id % 2}  # odd ids still ours
 
-    def cancelled_among(self, conn: Any, leases: list[Lease]) -> set[int]:
-        return set()  # of the leases a renewal missed, none was cancelled
+    def unrenewed_among(self, conn: Any, leases: list[Lease]) -> tuple[set[int], set[int]]:
+        return set(), set()  # of the leases a renewal missed, none was locked or cancelled
 
     def rescue(self, conn: Any) -> list[Any]:
         self.calls.append("rescue")
@@ -81,6 +81,9 @@ class FakeStore:
 
     def fail(self, conn: Any, lease: Lease, error: str) -> None:
         self.calls.append(f"charge {lease.job_id}")
+
+    def limit_lock_wait(self, conn: Any, ms: int) -> None:
+        pass  # a settlement's row is never locked here
 
 
 class FakeConnection:

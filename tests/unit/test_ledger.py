@@ -219,11 +219,12 @@ def test_a_runtime_kill_charges_its_job_and_spares_the_neighbours() -> None:
     assert settled[2] is None
 
 
-def test_an_unfenced_kill_charges_every_running_job() -> None:
-    settled = _settled(_ledger_in_every_state(), KillReason.UNFENCED)
-    assert (
-        settled[3] == settled[4] == "worker killed: its supervisor could not renew the job's lease"
-    )
+def test_an_unfenced_kill_charges_the_jobs_it_is_for_and_spares_the_others() -> None:
+    ledger = _ledger_in_every_state()
+    ledger.blame([ledger.jobs[3]])
+    settled = _settled(ledger, KillReason.UNFENCED)
+    assert settled[3] == "worker killed: its supervisor could not renew the job's lease"
+    assert settled[4] is None  # its lease was renewed: another job's kept it from running on
 
 
 def test_a_lease_lost_kill_leaves_the_lost_job_and_spares_the_others() -> None:

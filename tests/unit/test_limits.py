@@ -128,3 +128,21 @@ def test_the_history_checker_counts_overlaps_and_windows() -> None:
     # Windows are (t - period, t]: a start exactly one period earlier has left.
     assert most_in_window([at(0), at(0.5), at(1.0), at(1.2)], 1.0) == 3
     assert most_in_window([at(0), at(1), at(2)], 1.0) == 1
+
+
+def test_a_lease_a_renewal_skipped_as_locked_lapses_alone() -> None:
+    """Review 25 F4: the renewal answered, but skipped job 1's locked row: its lease
+    keeps its last renewal and lapses from it; job 2, renewed, runs on."""
+    ledger = ledger_with([600.0, 600.0], started=2)
+    sent = set(ledger.leases())
+    verdict = ledger.renewal(sent, renewed={2}, sent_at=T0 + 10, locked={1})
+    assert verdict.lost_running == [] and verdict.given_up == []
+    assert ledger.jobs[1].state is JobState.RUNNING and ledger.jobs[1].renewed_at == T0
+    assert ledger.jobs[2].renewed_at == T0 + 10
+    assert ledger.last_renewed(sent) == T0, "what the child's lease guard may be told"
+    lapse = T0 + limits.UNFENCED_FRACTION * TTL
+    assert limits.next_lapse(ledger, TTL) == lapse
+    lapsing = limits.check_lapses(ledger, lapse, TTL)
+    assert [job.id for job in lapsing.running] == [1] and lapsing.unstarted == []
+    ledger.renewal(sent, renewed={1, 2}, sent_at=T0 + 20)  # the lock went: renewed again
+    assert limits.check_lapses(ledger, lapse, TTL).running == []

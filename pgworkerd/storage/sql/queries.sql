@@ -18,7 +18,8 @@
 --     leased rows, so its place stays taken while the handler may still run. Every
 --     other reader takes it for what its state says: cancelled.
 --   * SKIP LOCKED: claimers and rescuers never wait on each other's rows and never
---     take the same row twice.
+--     take the same row twice; the supervisor's lease renewal never waits on a row
+--     lock (jobs_renew).
 --   * Every time that decides a lease or a schedule is the database's now().
 --   * FINISHED: every statement that makes a job final (succeeded, dead, cancelled)
 --     sends `pg_notify(<schema>.finished, id)` for a job that pgworkerd.wait() marked
@@ -1296,11 +1297,27 @@ RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT pg_catalog.count(*) FROM p
 
 
 -- name: jobs_renew
--- Extends the leases still held. The ids missing from the result lost their lease.
+-- Extends the leases still held. The ids missing from the result lost their lease, or
+-- their row was locked by another transaction: a row lock is skipped, never waited on.
+-- One statement renews all of a daemon's leases, and before, it waited on any of them:
+-- a producer holding `enqueue(after=[a running job])` open (its insert locks that row
+-- FOR SHARE), an uncommitted cancel, a user's SELECT ... FOR UPDATE held the renewal
+-- of every lease until they ended, and past 80 %% of lease_ttl the supervisor killed
+-- all its workers (review 25 F4). Now the locked leases are left for the next renewal
+-- (jobs_unrenewed_among tells them from lost ones); one whose row stays locked goes
+-- unrenewed, and its own job alone is stopped before the lease lapses
+-- (supervisor/limits.py). FOR NO KEY UPDATE is the lock the UPDATE takes anyway.
+WITH held AS (
+    SELECT j.id
+    FROM {schema}.jobs AS j
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'running'  -- FENCE
+    FOR NO KEY UPDATE SKIP LOCKED
+)
 UPDATE {schema}.jobs AS j
 SET lease_expires_at = now() + make_interval(secs => %(lease_ttl_s)s::float8)
-WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'running'  -- FENCE
+FROM held AS h
+WHERE j.id = h.id
 RETURNING j.id;
 
 
@@ -1312,7 +1329,7 @@ RETURNING j.id;
 -- the handler has ended (jobs_release_cancelled) or the lease has expired
 -- (jobs_rescue_cancelled). The token stays on the row (only a running job has one
 -- when cancelled: every way back to queued clears it), so the holder's renewal can
--- tell a cancel from a rescue (jobs_cancelled_among). No place is freed here: the
+-- tell a cancel from a rescue (jobs_unrenewed_among). No place is freed here: the
 -- release wakes the queue's workers.
 WITH cancelled AS (
     UPDATE {schema}.jobs
@@ -1335,6 +1352,13 @@ SELECT id FROM cancelled
 CROSS JOIN (SELECT pg_catalog.count(*) FROM told) AS force_notify;  -- an unreferenced CTE never runs
 
 
+-- name: lock_wait_limit
+-- For the rest of the transaction, a lock waited on longer than `ms` fails the
+-- statement (55P03): the supervisor's settlements never wait on a job's row lock held
+-- by another transaction (housekeeping/settlements.py).
+SELECT pg_catalog.set_config('lock_timeout', %(ms)s::text, true);
+
+
 -- name: jobs_release_cancelled
 -- HELD: the holder of these leases says their handlers have ended (a fenced outcome
 -- write found the row cancelled, or the worker that ran it is gone): the cancelled rows
@@ -1355,13 +1379,16 @@ WITH released AS (
 SELECT r.id, pg_notify({queue_channel}, r.queue) FROM released AS r;
 
 
--- name: jobs_cancelled_among
--- Of the leases a renewal did not find, those whose job was cancelled while they held
--- it: the holder is told to stop its handler, not killed as after a rescue.
-SELECT j.id
+-- name: jobs_unrenewed_among
+-- Of the leases a renewal did not renew, those still held (state 'running': the
+-- renewal skipped their row, locked by another transaction; the next one tries again)
+-- and those whose job was cancelled while they held it ('cancelled': the holder is told
+-- to stop its handler, not killed as after a rescue). A plain read: it waits on no
+-- lock. The others were rescued, released or ended by their holder.
+SELECT j.id, j.state
 FROM {schema}.jobs AS j
 WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state = 'cancelled';
+  AND j.lease_token = ANY(%(tokens)s::uuid[]) AND j.state IN ('running', 'cancelled');
 
 
 -- name: jobs_retry_finished
