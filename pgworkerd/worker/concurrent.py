@@ -247,7 +247,17 @@ class ConcurrentWorker(BaseWorker):
             if item.outcome.kind != "succeeded":
                 self._settle()  # written at once, on the connection: nothing under way
             self._finished(item.job, item.outcome, item.ran_s)
+            if item.outcome.kind == "key_paused" and item.job.key is not None and self.backlog:
+                # Its key is paused now: what waits to start of that key must not start
+                # before the pause ends (the connection is settled: its write just ran).
+                self._give_back_waiting(item.job.key)
         self._title()
+
+    def _give_back_waiting(self, key: str) -> None:
+        """Give back the jobs of `key` that wait in the backlog (BaseWorker._give_back_key)."""
+        given_back = self._give_back_key(key, list(self.backlog))
+        if given_back:
+            self.backlog = deque([job for job in self.backlog if job.id not in given_back])
 
     # -- waiting ----------------------------------------------------------------------------
 

@@ -48,3 +48,60 @@ def test_pause_key_holds_back_only_its_key_for_the_time_asked(start_daemon, hist
     assert pauser_starts[1][4] >= until, "not before the pause ended (database clock)"
     [sibling_start] = history(history_conn, sibling)
     assert sibling_start[4] >= until
+
+
+def _pause_of(conn, key: str):
+    wait_until(
+        lambda: (
+            conn.execute(
+                "SELECT count(*) FROM pgworkerd.paused_keys WHERE key = %s", (key,)
+            ).fetchone()[0]
+            == 1
+        ),
+        what="the handler to pause its key",
+    )
+    [(until,)] = conn.execute(
+        "SELECT until FROM pgworkerd.paused_keys WHERE key = %s", (key,)
+    ).fetchall()
+    return until
+
+
+def _started_after_the_pause(conn, pauser: int, siblings: list[int], until) -> None:
+    for job_id in (pauser, *siblings):
+        wait_until(job_in_state(conn, job_id, "succeeded"), timeout_s=30, what="key a")
+    for job_id in siblings:
+        [(_, attempt, _, _, at)] = history(conn, job_id)
+        assert at >= until, f"job {job_id} of the paused key started inside the pause"
+        assert attempt == 1, "given back uncharged"
+
+
+def test_pause_key_gives_back_the_claimed_jobs_of_its_key_one_thread(start_daemon, history_conn):
+    """Review 25 F2: one claim takes the pauser and three jobs of its key; the pause
+    holds for those three too, though this worker claimed them before it began (they
+    are given back, uncharged, and claimed again when it ends)."""
+    pauser = pgworkerd.enqueue(history_conn, "pause_key_once", {"seconds": 3}, key="a")
+    siblings = pgworkerd.enqueue_many(
+        history_conn, [{"kind": "record", "payload": {}, "key": "a"}] * 3
+    )
+    start_daemon(
+        workers=[{"queues": ["default"], "concurrency": 1, "batch_size": 4}],
+        poll_interval="60s",
+    )
+    until = _pause_of(history_conn, "a")
+    _started_after_the_pause(history_conn, pauser, siblings, until)
+
+
+def test_pause_key_gives_back_the_claimed_jobs_of_its_key_threads(start_daemon, history_conn):
+    """As above with a worker of two threads: its backlog's jobs of the key are given
+    back (the other slot is busy with a job of another key meanwhile)."""
+    pauser = pgworkerd.enqueue(history_conn, "pause_key_once", {"seconds": 3}, key="a")
+    pgworkerd.enqueue(history_conn, "sleep", {"seconds": 1}, key="b")
+    siblings = pgworkerd.enqueue_many(
+        history_conn, [{"kind": "record", "payload": {}, "key": "a"}] * 3
+    )
+    start_daemon(
+        workers=[{"queues": ["default"], "concurrency": 1, "threads": 2, "batch_size": 4}],
+        poll_interval="60s",
+    )
+    until = _pause_of(history_conn, "a")
+    _started_after_the_pause(history_conn, pauser, siblings, until)
