@@ -609,6 +609,7 @@ class JobStore:
             "delay_s": float(delay_s or 0.0),
             "until": until,
             "pause_key": pause_key,
+            "channel": cancel_channel(self.schema),  # KEY PAUSE NOTICE in queries.sql
             "wake_queues": self._wake_on_snooze,
         }
         row = execute(conn, self._sql["jobs_snooze"], params).fetchone()

@@ -75,6 +75,7 @@ class NoStart(enum.Enum):
 
     STOP = "stop"  # start none of the rest
     SKIP = "skip"  # not this one: cancelled or rescued before it started
+    PAUSED = "paused"  # not this one: its key was paused after our claim took it
 
 
 class BaseWorker:
@@ -206,6 +207,10 @@ class BaseWorker:
         queue list; the next claim, after it, takes a batch)."""
         buffer = self.outcomes.successes
         successes = buffer.take()
+        if self.control.paused_keys:
+            # The pauses read so far committed before this claim begins: it sees them,
+            # and what we claimed before has started or been given back.
+            self.control.paused_keys.clear()
         try:
             conn = self.connection.get()
         except CONNECTION_FAULTS as exc:
@@ -297,6 +302,9 @@ class BaseWorker:
                 # if its row was cancelled under it, is released at our next write.
                 self.skipped.append(job.lease)
                 return NoStart.SKIP
+            paused = self.control.paused_keys  # read by is_skipped just now; mostly empty
+            if paused and job.key in paused:
+                return NoStart.PAUSED  # the caller gives back the claimed jobs of the key
             slot = take_slot()
             number = self._claim_number[job.id]
             self.board.post_start(number, slot)

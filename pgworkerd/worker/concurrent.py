@@ -219,6 +219,13 @@ class ConcurrentWorker(BaseWorker):
             slot = self._decide_start(job, self.slots.take_slot)
             if slot is NoStart.STOP:
                 return  # it stays in the backlog, which stopping clears
+            if slot is NoStart.PAUSED:
+                # Its key was paused after our claim: it and the backlog's other jobs
+                # of the key are given back (on the connection, so nothing under way).
+                self._settle()
+                assert job.key is not None  # a key-less job is never paused
+                self._give_back_waiting(job.key)
+                continue
             self.backlog.popleft()
             if slot is not NoStart.SKIP:
                 self._start(job, slot)

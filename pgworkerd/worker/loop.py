@@ -179,6 +179,13 @@ class Worker(BaseWorker):
                     # this write. Rare (a cancel or a lost lease before the start).
                     self._release_skipped()
                     continue
+                if started is NoStart.PAUSED:
+                    # Paused by an operator, or another worker's PauseKey, after our
+                    # claim: this job and the rest of the batch of its key wait for the
+                    # pause's end, given back (in the database: its claims skip them).
+                    assert job.key is not None  # a key-less job is never paused
+                    given_back |= self._give_back_key(job.key, batch[position:])
+                    continue
                 if self._run_one(job) == "key_paused" and job.key is not None:
                     # Its key is paused now: the rest of the batch of that key must not
                     # start before the pause ends.

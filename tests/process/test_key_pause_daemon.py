@@ -105,3 +105,34 @@ def test_pause_key_gives_back_the_claimed_jobs_of_its_key_threads(start_daemon, 
     )
     until = _pause_of(history_conn, "a")
     _started_after_the_pause(history_conn, pauser, siblings, until)
+
+
+def _operator_pause_while_claimed(start_daemon, conn, worker: dict, others: list[dict]) -> None:
+    """The first job of key a runs 2 s, the next three of its key were claimed with it
+    (and `others` too); the operator pauses key a for 4 s while the first runs."""
+    first = pgworkerd.enqueue(conn, "sleep", {"seconds": 2}, key="a")
+    if others:
+        pgworkerd.enqueue_many(conn, others)
+    siblings = pgworkerd.enqueue_many(conn, [{"kind": "record", "payload": {}, "key": "a"}] * 3)
+    start_daemon(workers=[worker], poll_interval="60s")
+    wait_until(lambda: history(conn, first), what="the first job to start")
+    assert job_in_state(conn, siblings[0], "running")(), "claimed with the first"
+    until = pgworkerd.pause_key(conn, "a", 4)
+    _started_after_the_pause(conn, first, siblings, until)
+
+
+def test_an_operator_pause_gives_back_the_claimed_jobs_of_its_key_one_thread(
+    start_daemon, history_conn
+):
+    """Review 25 F2, an operator's pause: the daemon hears of it (a notification, then
+    a control line) and its worker gives back the jobs of the key it had claimed."""
+    worker = {"queues": ["default"], "concurrency": 1, "batch_size": 4}
+    _operator_pause_while_claimed(start_daemon, history_conn, worker, [])
+
+
+def test_an_operator_pause_gives_back_the_claimed_jobs_of_its_key_threads(
+    start_daemon, history_conn
+):
+    worker = {"queues": ["default"], "concurrency": 1, "threads": 2, "batch_size": 4}
+    other = [{"kind": "sleep", "payload": {"seconds": 3}, "key": "b"}]
+    _operator_pause_while_claimed(start_daemon, history_conn, worker, other)
