@@ -136,3 +136,28 @@ def test_an_operator_pause_gives_back_the_claimed_jobs_of_its_key_threads(
     worker = {"queues": ["default"], "concurrency": 1, "threads": 2, "batch_size": 4}
     other = [{"kind": "sleep", "payload": {"seconds": 3}, "key": "b"}]
     _operator_pause_while_claimed(start_daemon, history_conn, worker, other)
+
+
+def test_a_handlers_pause_gives_back_what_another_worker_claimed_of_its_key(
+    start_daemon, history_conn
+):
+    """A PauseKey in one pool's worker: the other pool's worker, which claimed jobs of
+    the key before, hears of the pause (jobs_snooze's notification) and gives them back."""
+    first = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 2}, key="a")
+    siblings = pgworkerd.enqueue_many(
+        history_conn, [{"kind": "record", "payload": {}, "key": "a"}] * 3
+    )
+    start_daemon(
+        queues={"default": {}, "pauser": {}},
+        workers=[
+            {"queues": ["default"], "concurrency": 1, "batch_size": 4},
+            {"queues": ["pauser"], "concurrency": 1},
+        ],
+        poll_interval="60s",
+    )
+    wait_until(lambda: history(history_conn, first), what="the first job to start")
+    pauser = pgworkerd.enqueue(
+        history_conn, "pause_key_once", {"seconds": 4}, key="a", queue="pauser"
+    )
+    until = _pause_of(history_conn, "a")
+    _started_after_the_pause(history_conn, pauser, siblings, until)
