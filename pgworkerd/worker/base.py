@@ -347,15 +347,17 @@ class BaseWorker:
         self.status.send(Released(tuple(job.id for job in jobs)))
 
     def _give_back_key(self, key: str, waiting: list[Job]) -> set[int]:
-        """A handler's PauseKey has just paused `key` (its outcome is written): give
-        back now, uncharged, the jobs of `waiting` (claimed by us, not started) of
-        that key, which our claim took before the pause: no job of a paused key starts
-        before the pause ends (docs/design.md, flow control). Back in their queue with
-        their run_at, they are claimed again, by anyone, once the pause has ended
-        (KEY PAUSES in storage/sql/queries.sql). Those we were told to skip are left
-        to the decision step, which releases a cancelled one's held lease. Returns
-        the ids given back. Also when the write found the lease lost (no pause was
-        written): a give-back costs those jobs nothing but a later claim."""
+        """`key` was just paused, by one of our handlers' PauseKey (its outcome is
+        written) or as a `pause` line says (an operator, another worker): give back
+        now, uncharged, the jobs of `waiting` (claimed by us, not started) of that
+        key, which our claim took before the pause: no job of a paused key starts
+        before the pause ends (docs/design.md, "A key pause and the jobs already
+        claimed"). Back in their queue with their run_at, they are claimed again, by
+        anyone, once the pause has ended (KEY PAUSES in storage/sql/queries.sql).
+        Those we were told to skip are left to the decision step, which releases a
+        cancelled one's held lease. Returns the ids given back. Also when the
+        PauseKey's write found the lease lost (no pause was written): a give-back
+        costs those jobs nothing but a later claim."""
         control = self.control
         jobs = [
             job
