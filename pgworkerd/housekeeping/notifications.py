@@ -1,6 +1,8 @@
 """Notifications received on the session's connection (the daemon's one listening
-connection): enqueues, which name their queue, and cancels of running jobs, which
-name their leases (pgworkerd/housekeeping/cancelling.py)."""
+connection): enqueues, which name their queue, cancels of running jobs, which name
+their leases (pgworkerd/housekeeping/cancelling.py), and key pauses, which name their
+key (`pause KEY` on the cancel channel: the workers give back the jobs of the key they
+claimed and have not started)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from pgworkerd.housekeeping.cancelling import leases_in
 from pgworkerd.housekeeping.session import DatabaseSession
 from pgworkerd.job import Lease
 
+# A notification on the cancel channel that names a key just paused, not leases.
+PAUSE_PREFIX = "pause "
+
 # Stands for every queue: notifications may have been missed while not connected.
 ALL_QUEUES = "*"
 
@@ -23,6 +28,7 @@ class Notified:
 
     queues: set[str] = field(default_factory=set)  # got a job (ALL_QUEUES: maybe any)
     cancelled: list[Lease] = field(default_factory=list)  # running jobs cancelled
+    paused_keys: set[str] = field(default_factory=set)  # keys just paused
 
 
 class Notifications:
@@ -62,7 +68,10 @@ class Notifications:
             return notified
         for channel, payload in received:
             if channel == self.cancel_channel:
-                notified.cancelled.extend(leases_in(payload))
+                if payload.startswith(PAUSE_PREFIX):  # KEY PAUSE NOTICE (queries.sql)
+                    notified.paused_keys.add(payload[len(PAUSE_PREFIX) :])
+                else:
+                    notified.cancelled.extend(leases_in(payload))
             else:
                 notified.queues.add(payload)
         return notified

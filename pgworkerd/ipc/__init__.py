@@ -31,7 +31,9 @@ Three channels, each with one writer and one reader:
    handler runs in the thread that reads the pipe), `wake` (a job it can run
    was enqueued), `timeout <id>` (that running job passed its max runtime: raise
    JobTimeout in it; SIGUSR1 follows the line, so the child is woken to read it) and
-   `cancel <id>` (that running job was cancelled: JobCancelled, SIGUSR1 likewise).
+   `cancel <id>` (that running job was cancelled: JobCancelled, SIGUSR1 likewise)
+   and `pause <key>` (that key was just paused: give back, unstarted, its jobs claimed
+   so far; no signal, the child reads the pipe before each start).
    The supervisor counts the lines it wrote on the start board, so the child reads
    the pipe only when that count moved. It also posts there each renewal of the
    child's leases that answered (sent when, covering which claim numbers), which the

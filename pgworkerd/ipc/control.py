@@ -1,5 +1,5 @@
-"""The control pipe, supervisor -> child: `skip <id> <token>`, `wake`, `timeout <id>`
-and `cancel <id>` lines.
+"""The control pipe, supervisor -> child: `skip <id> <token>`, `wake`, `timeout <id>`,
+`cancel <id>` and `pause <key>` lines.
 
 The writer counts each line on the start board after writing it; the reader looks at
 that count before reading, and reads the pipe only when it moved (a read per job
@@ -56,6 +56,11 @@ class ControlWriter:
         `timeout`."""
         self._write(f"cancel {job_id}\n".encode())
 
+    def pause_key(self, key: str) -> None:
+        """The key was just paused: start none of its jobs claimed so far (a key has no
+        control character: one line; at most 255 characters: one atomic write)."""
+        self._write(f"pause {key}\n".encode())
+
     def _write(self, line: bytes) -> None:
         with contextlib.suppress(OSError):
             os.write(self.fd, line)
@@ -70,13 +75,16 @@ class ControlWriter:
 class ControlReader:
     """The child's end. `skipped` gathers the (job id, token) pairs not to start,
     `timeouts` the ids of running jobs past their max runtime, `cancels` those of
-    running jobs cancelled (both taken by the reader)."""
+    running jobs cancelled (both taken by the reader), `paused_keys` the keys paused
+    since the child's last claim was sent (the worker clears it then: that claim saw
+    the pauses)."""
 
     fd: int
     board: StartBoard
     skipped: set[tuple[int, str]] = field(default_factory=set)
     timeouts: set[int] = field(default_factory=set)
     cancels: set[int] = field(default_factory=set)
+    paused_keys: set[str] = field(default_factory=set)
     woken: bool = False  # a `wake` was read; the reader that acts on it resets this
     new_skips: bool = False  # a `skip` was read; likewise
     _lines_read: int = 0  # the board's count of control lines when last read
@@ -135,6 +143,9 @@ class ControlReader:
         return bool(self.skipped) and (job_id, str(token)) in self.skipped
 
     def _take(self, line: bytes) -> bool:
+        if line.startswith(b"pause "):  # the key is the rest of the line, spaces and all
+            self.paused_keys.add(line[6:].decode(errors="replace"))
+            return False
         verb, job_id, token = [*line.decode(errors="replace").split(" "), "", ""][:3]
         if verb == "skip" and job_id.isdigit():
             self.skipped.add((int(job_id), token))

@@ -13,7 +13,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgworkerd.storage import queries
-from pgworkerd.storage.channels import notify_channel
+from pgworkerd.storage.channels import cancel_channel, notify_channel
 from pgworkerd.storage.rows import execute
 
 
@@ -21,20 +21,26 @@ class KeyPauseStore:
     def __init__(self, schema: str) -> None:
         self._sql = queries.statements(schema)
         self._channel = notify_channel(schema)
+        self._pause_channel = cancel_channel(schema)  # KEY PAUSE NOTICE in queries.sql
 
     def pause_until(
         self, conn: psycopg.Connection[Any], key: str, until: datetime, *, extend: bool
     ) -> datetime:
         """Pauses `key` until `until`; `extend` keeps a pause that runs longer. Returns
         the pause's end."""
-        params = {"key": key, "until": until, "extend": extend}
+        params = {"key": key, "until": until, "extend": extend, "channel": self._pause_channel}
         return _end(execute(conn, self._sql["keys_pause"], params).fetchone())
 
     def pause_for(
         self, conn: psycopg.Connection[Any], key: str, seconds: float, *, extend: bool
     ) -> datetime:
         """Pauses `key` for `seconds` from now (database clock); as `pause_until`."""
-        params = {"key": key, "seconds": float(seconds), "extend": extend}
+        params = {
+            "key": key,
+            "seconds": float(seconds),
+            "extend": extend,
+            "channel": self._pause_channel,
+        }
         return _end(execute(conn, self._sql["keys_pause_for"], params).fetchone())
 
     def resume(self, conn: psycopg.Connection[Any], key: str) -> bool:

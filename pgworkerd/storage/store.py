@@ -217,6 +217,22 @@ class ClaimPositions:
             self._after[level] = capped if before is None else max(before, capped)
         self._moves += 1
 
+    def step_back(self, jobs: Iterable[Job]) -> None:
+        """These jobs were given back (released, their run_at kept): the positions of
+        their levels move back to just before them, so this process's next claims and
+        its idle look for the next due job see them again. A sweep alone would not do
+        when they are held back by a key pause: the sweep that follows at once finds
+        them paused, and a position held still by the pause stays past them, so the
+        claim when the pause ends would miss them until the next sweep (the poll of an
+        idle worker, 5 s at best)."""
+        after = self._after
+        for job in jobs:
+            level = (job.queue, job.priority)
+            position = after.get(level)
+            if position is not None and job.run_at is not None:
+                after[level] = min(position, (job.run_at, job.id - 1))
+        self._moves += 1
+
     def claimed(self, queues: Sequence[str], sweep: bool) -> None:
         if sweep:
             self._swept_at[tuple(queues)] = time.monotonic()
@@ -593,6 +609,7 @@ class JobStore:
             "delay_s": float(delay_s or 0.0),
             "until": until,
             "pause_key": pause_key,
+            "channel": cancel_channel(self.schema),  # KEY PAUSE NOTICE in queries.sql
             "wake_queues": self._wake_on_snooze,
         }
         row = execute(conn, self._sql["jobs_snooze"], params).fetchone()

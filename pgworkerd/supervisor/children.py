@@ -156,6 +156,12 @@ class ChildProcess:
         self.control.cancel(job.id)
         osutil.signal_process(self.pid, signal.SIGUSR1)
 
+    def pause_keys(self, keys: Iterable[str]) -> None:
+        """These keys were just paused: the child starts none of the jobs of theirs it
+        claimed before (it reads the pipe before each start)."""
+        for key in keys:
+            self.control.pause_key(key)
+
     def wake(self) -> None:
         """Tell an idle child to claim now: a job it can run was enqueued."""
         self.idle = False

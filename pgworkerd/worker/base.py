@@ -75,6 +75,7 @@ class NoStart(enum.Enum):
 
     STOP = "stop"  # start none of the rest
     SKIP = "skip"  # not this one: cancelled or rescued before it started
+    PAUSED = "paused"  # not this one: its key was paused after our claim took it
 
 
 class BaseWorker:
@@ -206,6 +207,10 @@ class BaseWorker:
         queue list; the next claim, after it, takes a batch)."""
         buffer = self.outcomes.successes
         successes = buffer.take()
+        if self.control.paused_keys:
+            # The pauses read so far committed before this claim begins: it sees them,
+            # and what we claimed before has started or been given back.
+            self.control.paused_keys.clear()
         try:
             conn = self.connection.get()
         except CONNECTION_FAULTS as exc:
@@ -297,6 +302,9 @@ class BaseWorker:
                 # if its row was cancelled under it, is released at our next write.
                 self.skipped.append(job.lease)
                 return NoStart.SKIP
+            paused = self.control.paused_keys  # read by is_skipped just now; mostly empty
+            if paused and job.key in paused:
+                return NoStart.PAUSED  # the caller gives back the claimed jobs of the key
             slot = take_slot()
             number = self._claim_number[job.id]
             self.board.post_start(number, slot)
@@ -337,6 +345,29 @@ class BaseWorker:
         # Said either way: if the release did not reach the database, the supervisor's
         # renewals stop and the leases expire into a rescue.
         self.status.send(Released(tuple(job.id for job in jobs)))
+
+    def _give_back_key(self, key: str, waiting: list[Job]) -> set[int]:
+        """`key` was just paused, by one of our handlers' PauseKey (its outcome is
+        written) or as a `pause` line says (an operator, another worker): give back
+        now, uncharged, the jobs of `waiting` (claimed by us, not started) of that
+        key, which our claim took before the pause: no job of a paused key starts
+        before the pause ends (docs/design.md, "A key pause and the jobs already
+        claimed"). Back in their queue with their run_at, they are claimed again, by
+        anyone, once the pause has ended (KEY PAUSES in storage/sql/queries.sql).
+        Those we were told to skip are left to the decision step, which releases a
+        cancelled one's held lease. Returns the ids given back. Also when the
+        PauseKey's write found the lease lost (no pause was written): a give-back
+        costs those jobs nothing but a later claim."""
+        control = self.control
+        jobs = [
+            job
+            for job in waiting
+            if job.key == key and not control.is_skipped(job.id, job.lease_token)
+        ]
+        if jobs:
+            self.store.positions.step_back(jobs)  # else missed when the pause ends
+            self._release(jobs)
+        return {job.id for job in jobs}
 
     def _release_skipped(self) -> None:
         """Release the skipped jobs' leases now, on this thread's connection (the

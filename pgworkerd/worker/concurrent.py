@@ -219,6 +219,13 @@ class ConcurrentWorker(BaseWorker):
             slot = self._decide_start(job, self.slots.take_slot)
             if slot is NoStart.STOP:
                 return  # it stays in the backlog, which stopping clears
+            if slot is NoStart.PAUSED:
+                # Its key was paused after our claim: it and the backlog's other jobs
+                # of the key are given back (on the connection, so nothing under way).
+                self._settle()
+                assert job.key is not None  # a key-less job is never paused
+                self._give_back_waiting(job.key)
+                continue
             self.backlog.popleft()
             if slot is not NoStart.SKIP:
                 self._start(job, slot)
@@ -247,7 +254,17 @@ class ConcurrentWorker(BaseWorker):
             if item.outcome.kind != "succeeded":
                 self._settle()  # written at once, on the connection: nothing under way
             self._finished(item.job, item.outcome, item.ran_s)
+            if item.outcome.kind == "key_paused" and item.job.key is not None and self.backlog:
+                # Its key is paused now: what waits to start of that key must not start
+                # before the pause ends (the connection is settled: its write just ran).
+                self._give_back_waiting(item.job.key)
         self._title()
+
+    def _give_back_waiting(self, key: str) -> None:
+        """Give back the jobs of `key` that wait in the backlog (BaseWorker._give_back_key)."""
+        given_back = self._give_back_key(key, list(self.backlog))
+        if given_back:
+            self.backlog = deque([job for job in self.backlog if job.id not in given_back])
 
     # -- waiting ----------------------------------------------------------------------------
 

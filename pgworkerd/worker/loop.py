@@ -33,7 +33,12 @@ from pgworkerd.ipc import (
 from pgworkerd.job import Job, JobCancelled, JobTimeout
 from pgworkerd.worker.base import BaseWorker, NoStart
 from pgworkerd.worker.connection import drain_pipe
-from pgworkerd.worker.execution import Executor, outcome_of_undecodable, outcome_of_unknown_kind
+from pgworkerd.worker.execution import (
+    Executor,
+    OutcomeKind,
+    outcome_of_undecodable,
+    outcome_of_unknown_kind,
+)
 from pgworkerd.worker.spec import WorkerSpec
 
 log = logging.getLogger("pgworkerd.worker")
@@ -149,14 +154,19 @@ class Worker(BaseWorker):
             answers once a second)."""
             if connection.epoch == epoch and not should_recycle():
                 return False
-            self._release(batch[position:])
+            self._release([job for job in batch[position:] if job.id not in given_back])
             return True
 
         successes = self.outcomes.successes
+        # The jobs of the batch given back because a job before them paused their key
+        # (BaseWorker._give_back_key): empty unless a handler raised PauseKey.
+        given_back: set[int] = set()
         self._batch = batch
         self._said_skipping.clear()
         try:
-            for position, job in enumerate(batch):  # noqa: B007 (give_up reads it)
+            for position, job in enumerate(batch):  # give_up reads `position` too
+                if given_back and job.id in given_back:
+                    continue
                 if successes.due_before(job):
                     setproctitle(f"{self.title} idle")  # a write, no job, runs now
                     self.outcomes.flush()
@@ -169,14 +179,25 @@ class Worker(BaseWorker):
                     # this write. Rare (a cancel or a lost lease before the start).
                     self._release_skipped()
                     continue
-                self._run_one(job)
+                if started is NoStart.PAUSED:
+                    # Paused by an operator, or another worker's PauseKey, after our
+                    # claim: this job and the rest of the batch of its key wait for the
+                    # pause's end, given back (in the database: its claims skip them).
+                    assert job.key is not None  # a key-less job is never paused
+                    given_back |= self._give_back_key(job.key, batch[position:])
+                    continue
+                if self._run_one(job) == "key_paused" and job.key is not None:
+                    # Its key is paused now: the rest of the batch of that key must not
+                    # start before the pause ends.
+                    given_back |= self._give_back_key(job.key, batch[position + 1 :])
         finally:
             self._batch = []
             # Once a batch, not after every job: between two jobs of a batch the title
             # would say `idle` for microseconds, at the cost of a call per job.
             setproctitle(f"{self.title} idle")
 
-    def _run_one(self, job: Job) -> None:
+    def _run_one(self, job: Job) -> OutcomeKind:
+        """Run `job` and record its outcome; returns the outcome's kind."""
         outcomes = self.outcomes
         # The handler straight from the registry unless its start is logged: a call a job.
         registry = self.spec.registry
@@ -206,6 +227,7 @@ class Worker(BaseWorker):
         self.guard.ended(job.id)
         outcomes.record(job, outcome, ran_s)  # BaseWorker._finished, written out
         self.jobs_done += 1
+        return outcome.kind
 
     def _take_skips(self, job: Job) -> None:
         """Read what the control pipe holds, and say `skipping` for the jobs after

@@ -206,6 +206,18 @@ def test_timeout_and_cancel_lines_name_their_job(pipe: tuple[int, int]) -> None:
     board.close()
 
 
+def test_a_pause_line_names_its_key_spaces_and_all(pipe: tuple[int, int]) -> None:
+    r, w = pipe
+    board = StartBoard()
+    writer, reader = ControlWriter(w, board), ControlReader(r, board)
+    writer.pause_key("tenant 42")
+    writer.pause_key("skip 1 2")  # a key that reads like another line is still a key
+    assert reader.has_news() and reader.read() is False
+    assert reader.paused_keys == {"tenant 42", "skip 1 2"}
+    assert not reader.skipped and not reader.new_skips
+    board.close()
+
+
 def test_a_read_from_a_signal_handler_inside_a_read_leaves_the_lines_to_it(
     pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:

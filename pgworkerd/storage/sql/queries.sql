@@ -1281,7 +1281,11 @@ paused AS (
     ON CONFLICT (key) DO UPDATE
     SET until     = greatest(p.until, EXCLUDED.until),
         paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
-    RETURNING p.key
+    RETURNING p.key, p.until
+),
+told AS (  -- KEY PAUSE NOTICE (keys_pause): the claimed jobs of the key do not start
+    SELECT pg_notify(%(channel)s::text, 'pause ' || p.key) FROM paused AS p
+    WHERE p.until > now()
 )
 UPDATE {schema}.jobs AS j
 SET state            = 'queued',
@@ -1293,6 +1297,7 @@ SET state            = 'queued',
 FROM target AS t
 WHERE j.id = t.id
 RETURNING j.id, j.state, j.run_at, j.attempt, (SELECT pg_catalog.count(*) FROM paused) AS keys_paused,
+          (SELECT pg_catalog.count(*) FROM told) AS told,  -- an unreferenced CTE never runs
           {wake_limited};
 
 
@@ -2009,24 +2014,37 @@ SELECT EXISTS (
 -- then (KEY PAUSES in claim_picks). `extend`: a pause already running longer is kept
 -- (a handler's PauseKey never shortens an operator's pause); otherwise the new `until`
 -- replaces it (an operator's `keys pause` means what it says). Returns the pause's end.
-INSERT INTO {schema}.paused_keys AS p (key, until)
-VALUES (%(key)s::text, %(until)s::timestamptz)
-ON CONFLICT (key) DO UPDATE
-SET until     = CASE WHEN %(extend)s::bool THEN greatest(p.until, EXCLUDED.until)
-                     ELSE EXCLUDED.until END,
-    paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
-RETURNING p.until;
+-- KEY PAUSE NOTICE: a pause still to run is announced on the cancel channel (`pause
+-- KEY`, delivered at commit), which every daemon's supervisor LISTENs on: it tells its
+-- workers, which give back the jobs of the key they claimed before the pause and have
+-- not started (the claim of those did not see it). One notification a pause, nothing
+-- a job.
+WITH paused AS (
+    INSERT INTO {schema}.paused_keys AS p (key, until)
+    VALUES (%(key)s::text, %(until)s::timestamptz)
+    ON CONFLICT (key) DO UPDATE
+    SET until     = CASE WHEN %(extend)s::bool THEN greatest(p.until, EXCLUDED.until)
+                         ELSE EXCLUDED.until END,
+        paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
+    RETURNING p.key, p.until
+)
+SELECT p.until, CASE WHEN p.until > now() THEN pg_notify(%(channel)s::text, 'pause ' || p.key) END
+FROM paused AS p;
 
 
 -- name: keys_pause_for
 -- keys_pause for `seconds` from now (database clock).
-INSERT INTO {schema}.paused_keys AS p (key, until)
-VALUES (%(key)s::text, now() + make_interval(secs => %(seconds)s::float8))
-ON CONFLICT (key) DO UPDATE
-SET until     = CASE WHEN %(extend)s::bool THEN greatest(p.until, EXCLUDED.until)
-                     ELSE EXCLUDED.until END,
-    paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
-RETURNING p.until;
+WITH paused AS (
+    INSERT INTO {schema}.paused_keys AS p (key, until)
+    VALUES (%(key)s::text, now() + make_interval(secs => %(seconds)s::float8))
+    ON CONFLICT (key) DO UPDATE
+    SET until     = CASE WHEN %(extend)s::bool THEN greatest(p.until, EXCLUDED.until)
+                         ELSE EXCLUDED.until END,
+        paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
+    RETURNING p.key, p.until
+)
+SELECT p.until, CASE WHEN p.until > now() THEN pg_notify(%(channel)s::text, 'pause ' || p.key) END
+FROM paused AS p;
 
 
 -- name: keys_resume
