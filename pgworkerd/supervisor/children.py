@@ -34,6 +34,10 @@ from pgworkerd.supervisor.ledger import ChildLedger, JobState, KillReason, Ledge
 from pgworkerd.supervisor.metrics import METRICS
 from pgworkerd.worker import WorkerSpec, child_main
 
+# At most this many `pause` lines to a child between two of its claims: each is at most
+# 262 bytes, so they fill at most a quarter of a pipe's 64 KiB (Linux's default).
+PAUSE_LINES_MAX = 64
+
 
 @dataclass(eq=False)  # identity: a child is itself, whatever its state
 class ChildProcess:
@@ -54,6 +58,7 @@ class ChildProcess:
     finished_any: bool = False
     boot_error: str | None = None
     idle: bool = False  # said `idle` and was not woken since: waits for a `wake`
+    pause_lines: int = 0  # `pause` lines written since its last claim (PAUSE_LINES_MAX)
 
     @property
     def name(self) -> str:
@@ -96,6 +101,7 @@ class ChildProcess:
                 self.ledger.claimed(message, runtime_for)
                 METRICS.claimed(message)
                 self.idle = False
+                self.pause_lines = 0
             case Finishing(ids):
                 self.ledger.finishing(ids)
                 self._count_starts()
@@ -158,9 +164,20 @@ class ChildProcess:
 
     def pause_keys(self, keys: Iterable[str]) -> None:
         """These keys were just paused: the child starts none of the jobs of theirs it
-        claimed before (it reads the pipe before each start)."""
+        claimed before (it reads the pipe before each start). Only a child holding jobs
+        not seen started is told (another has none to give back, and an idle one would
+        claim again for nothing), and at most PAUSE_LINES_MAX lines between two of its
+        claims: a child in a long handler reads nothing, and a full pipe would drop the
+        `cancel` or `skip` lines that must reach it (ControlWriter drops a line it
+        cannot write); past the bound, its claimed jobs of a key paused later may
+        start, as they did before key pauses were sent (docs/design.md)."""
+        if not self.ledger.in_state(JobState.CLAIMED):
+            return
         for key in keys:
+            if self.pause_lines >= PAUSE_LINES_MAX:
+                return
             self.control.pause_key(key)
+            self.pause_lines += 1
 
     def wake(self) -> None:
         """Tell an idle child to claim now: a job it can run was enqueued."""

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from pgworkerd.config import parse
-from pgworkerd.ipc import ControlWriter, StartBoard, StatusReader
-from pgworkerd.supervisor.children import ChildProcess
+from pgworkerd.ipc import Claimed, ClaimedJob, ControlWriter, StartBoard, StatusReader
+from pgworkerd.supervisor.children import PAUSE_LINES_MAX, ChildProcess
 from pgworkerd.supervisor.core import State, Supervisor
 
 
@@ -83,3 +84,17 @@ def test_a_lost_connection_leaves_the_selector(supervisor: Supervisor) -> None:
     assert supervisor.listen_fd is None and not supervisor.selector.get_map()
     supervisor._watch_listener()  # no housekeeper: stays unconnected, nothing registered
     assert not supervisor.selector.get_map()
+
+
+def test_pause_lines_go_only_to_a_child_with_unstarted_jobs_and_are_bounded(
+    supervisor: Supervisor,
+) -> None:
+    # Review 25: a child in a long handler reads no line, and every key paused meanwhile
+    # wrote one more: a full pipe drops the `cancel` and `skip` lines the child must get.
+    child = next(iter(supervisor.children.values()))
+    child.pause_keys(["k"])
+    assert child.board.control_lines() == 0  # nothing claimed: an idle child is not told
+    jobs = tuple(ClaimedJob(i, uuid.uuid4().hex, "k", "default", None) for i in (7, 8))
+    child.ledger.claimed(Claimed(1, 0.0, False, jobs), lambda kind, own: 60.0)
+    child.pause_keys(f"key{i}" for i in range(PAUSE_LINES_MAX + 10))
+    assert child.board.control_lines() == PAUSE_LINES_MAX
