@@ -273,3 +273,36 @@ def test_a_keyed_queues_positions_never_move_so_jobs_behind_them_are_found(conn)
     wait = store.next_run_in(conn, ["default"])
     assert wait is not None and wait < 0, "a2 and a3 are ready, behind where the claim went"
     assert [j.id for j in claim(store, conn, limit=2)] == [older[1]]
+
+
+def test_a_keys_concurrency_is_shared_by_its_priority_levels(conn):
+    """A key with jobs at several priorities gets its room once per claim, not once per
+    level: each level's walk counts the key's room from the rows before the claim, so
+    the picks are cut to it per key across levels (review 25 F1: with key k at
+    priorities 0, 5 and 10, one claim ran 3 of k against a limit of 1). The highest
+    priority gets the room first; another key keeps its own."""
+    store = limited(default=QueueLimits(key_concurrency=2))
+    (top,) = pgworkerd.enqueue_many(conn, keyed("k", 1, priority=10))
+    middle = pgworkerd.enqueue_many(conn, keyed("k", 2, priority=5))
+    pgworkerd.enqueue_many(conn, keyed("k", 2))
+    (other,) = pgworkerd.enqueue_many(conn, keyed("m", 1, priority=5))
+    jobs = claim(store, conn, limit=10)
+    assert sorted(j.id for j in jobs) == sorted([top, middle[0], other])
+    assert claim(store, conn, limit=10) == [], "k has 2 running, its limit"
+    (done,) = [j for j in jobs if j.id == top]
+    store.complete(conn, [(done.lease, None)])
+    assert [j.id for j in claim(store, conn, limit=10)] == [middle[1]]
+
+
+def test_a_keys_rate_is_shared_by_its_priority_levels(conn):
+    """As above for a per-key rate: 2 starts of k in the window, not 2 per level (review
+    25 F1: 6 starts of 2 in one claim with k at three priorities)."""
+    store = limited(default=QueueLimits(key_rate=(2, 3600.0)))
+    top = pgworkerd.enqueue_many(conn, keyed("k", 2, priority=10))
+    for priority in (5, 0):
+        pgworkerd.enqueue_many(conn, keyed("k", 2, priority=priority))
+    jobs = claim(store, conn, limit=10)
+    assert sorted(j.id for j in jobs) == top
+    store.complete(conn, [(j.lease, None) for j in jobs])
+    assert claim(store, conn, limit=10) == [], "the window is full"
+    assert conn.execute("SELECT count(*) FROM pgworkerd.starts").fetchone()[0] == 2

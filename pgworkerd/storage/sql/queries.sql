@@ -762,6 +762,15 @@ FROM (SELECT pg_catalog.hashtextextended(%(schema_name)s::text || '.' || q.name,
 -- before any gets a second). Jobs without a key in a keyed queue form one more group,
 -- after the keys, with no per-key limit (the queue's own limits still apply), found
 -- among the first 1,000 ready jobs of their level only.
+-- KEY ACROSS LEVELS: a key's room is the queue's key's, not a level's, but each level's
+-- walk counts it from the rows before this claim (a level cannot see what the levels
+-- before it picked), so one key with jobs at several priorities was given its whole
+-- room once per level (review 25 F1: 3 running of 1). `picked` therefore cuts each key
+-- to its room across the queue's levels, highest priority first, before it cuts the
+-- queue to its room (the rows let go are locked until commit, as above). A level whose
+-- picks of a key are cut had counted them toward its walk's LIMIT, so such a claim can
+-- come back short of the batch while other keys' jobs are ready in that level; the
+-- next claim takes them (the queue is then among held_queues, as after any short walk).
 WITH RECURSIVE {claim_levels},
 {limit_settings},
 running AS MATERIALIZED (
@@ -806,7 +815,7 @@ level_limits AS (  -- claim_levels' levels, each with its queue's room and key l
 ),
 level_picks AS MATERIALIZED (
     SELECT ready.id, l.name, l.ord, l.priority, l.room, NULL::text AS key,
-           0 AS step, ready.run_at
+           NULL::bigint AS key_room, 0 AS step, ready.run_at
     FROM (SELECT * FROM level_limits WHERE NOT keyed ORDER BY ord, priority DESC) AS l
     CROSS JOIN LATERAL (
         SELECT j.id, j.run_at FROM {schema}.jobs AS j
@@ -817,7 +826,8 @@ level_picks AS MATERIALIZED (
     ) AS ready
 ),
 key_picks AS MATERIALIZED (
-    SELECT turn.id, l.name, l.ord, l.priority, l.room, turn.key, turn.step, turn.run_at
+    SELECT turn.id, l.name, l.ord, l.priority, l.room, turn.key, turn.key_room, turn.step,
+           turn.run_at
     FROM (SELECT * FROM level_limits WHERE keyed ORDER BY ord, priority DESC) AS l
     CROSS JOIN LATERAL (
         WITH RECURSIVE walk(key, step, phase) AS (
@@ -858,11 +868,17 @@ key_picks AS MATERIALIZED (
         )
         -- no window function or sort here: the LIMIT below must stop the walk as
         -- soon as the level has enough (the nested loop yields them in turn order)
-        SELECT job.id, g.key, g.step, job.run_at
+        SELECT job.id, g.key, key_room.room AS key_room, g.step, job.run_at
         FROM groups AS g
         CROSS JOIN LATERAL (
-            SELECT CASE WHEN g.key IS NULL THEN NULL ELSE greatest(0, least(
-                       CASE WHEN l.fair THEN 1 END,
+            -- the key's room by its limits (NULL: no per-key limit, as in a queue that
+            -- is only fair; greatest() would make that 0), counted from the
+            -- rows before this claim: the same in every level of the queue, so each
+            -- level may take all of it here, and `picked` cuts the key to it across
+            -- the levels (KEY ACROSS LEVELS)
+            SELECT CASE WHEN g.key IS NULL
+                             OR (l.key_concurrency IS NULL AND l.key_rate_count IS NULL)
+                        THEN NULL ELSE greatest(0, least(
                        l.key_concurrency - coalesce((SELECT r.n FROM running AS r
                                                      WHERE r.queue = l.name
                                                        AND r.key = g.key), 0),
@@ -884,7 +900,9 @@ key_picks AS MATERIALIZED (
                     SELECT FROM {schema}.paused_keys AS pk
                     WHERE pk.key = j.key AND pk.until > now())
              ORDER BY j.run_at, j.id
-             LIMIT least(%(limit)s::bigint, l.room, key_room.room)
+             -- a fair queue's key gives 1 a turn (the walk's round-robin)
+             LIMIT least(%(limit)s::bigint, l.room, key_room.room,
+                         CASE WHEN l.fair THEN 1 END)
              FOR UPDATE SKIP LOCKED) AS of_key
           UNION ALL
             -- ... or the jobs without a key, looked for among the level's first 1,000
@@ -907,11 +925,20 @@ key_picks AS MATERIALIZED (
     ) AS turn
 ),
 picked AS MATERIALIZED (
+    -- Each key cut to its room across its queue's levels (KEY ACROSS LEVELS), then each
+    -- queue to its room across its levels, both in claim order (priority first): the
+    -- queue's room goes to the picks its keys kept.
     SELECT p.id, p.name, p.priority, p.key, p.step, p.run_at
-    FROM (SELECT lp.*,
-                 row_number() OVER (PARTITION BY lp.name
-                                    ORDER BY lp.priority DESC, lp.step, lp.run_at, lp.id) AS n
-          FROM (SELECT * FROM level_picks UNION ALL SELECT * FROM key_picks) AS lp) AS p
+    FROM (SELECT kp.*,
+                 row_number() OVER (PARTITION BY kp.name
+                                    ORDER BY kp.priority DESC, kp.step, kp.run_at, kp.id) AS n
+          FROM (SELECT lp.*,
+                       row_number() OVER (PARTITION BY lp.name, lp.key
+                                          ORDER BY lp.priority DESC, lp.step, lp.run_at,
+                                                   lp.id) AS key_n
+                FROM (SELECT * FROM level_picks UNION ALL SELECT * FROM key_picks) AS lp
+               ) AS kp
+          WHERE kp.key_room IS NULL OR kp.key_n <= kp.key_room) AS p
     WHERE p.room IS NULL OR p.n <= p.room
     ORDER BY p.ord, p.priority DESC, p.step, p.run_at, p.id
     LIMIT %(limit)s::bigint
