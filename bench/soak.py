@@ -123,7 +123,7 @@ def main() -> None:
         while (elapsed := time.monotonic() - started) < args.minutes * 60:
             now = time.monotonic()
             if now - last_kill >= args.kill_every:
-                busy = [p for p in daemon.workers() if " job " in " ".join(p.cmdline())]
+                busy = [p for p in daemon.workers() if _running_a_job(p)]
                 if busy:
                     rng.choice(busy).kill()
                     kills += 1
@@ -183,6 +183,16 @@ def main() -> None:
     print("RSS MB over time (s, supervisor, largest worker):")
     for elapsed, supervisor, child in rss_samples:
         print(f"  {elapsed:6.0f}  {supervisor:6.1f}  {child:6.1f}")
+
+
+def _running_a_job(worker: psutil.Process) -> bool:
+    """Whether the worker's title says it runs a job. A worker killed a moment ago may be a
+    zombie its supervisor has not reaped yet: psutil raises for it (ZombieProcess, a
+    NoSuchProcess), which ended a 30-minute soak after 12 minutes."""
+    try:
+        return " job " in " ".join(worker.cmdline())
+    except psutil.NoSuchProcess:
+        return False
 
 
 if __name__ == "__main__":
