@@ -129,3 +129,20 @@ def test_a_cancel_of_thousands_with_dependents_releases_each_once(conn: Conn, st
         "SELECT state FROM pgworkerd.jobs WHERE id = %s", [callback]
     ).fetchone() == ("cancelled",)
     assert conn.execute("SELECT count(*) FROM pgworkerd.job_dependencies").fetchone() == (0,)
+
+
+def test_one_batch_completing_several_dependencies_of_a_job_counts_each(
+    conn: Conn, store: JobStore
+):
+    """A dependent with edges from several jobs of one statement is counted down by
+    all of them at once (0019's fast path: n edges, one update)."""
+    a, b, c = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": i} for i in range(3)])
+    both = pgworkerd.enqueue(conn, "k", {}, after=[a, b])
+    all_three = pgworkerd.enqueue(conn, "k", {}, after=[a, b, c])
+    leases = {job.id: job.lease for job in claim(store, conn, limit=10)}
+    assert store.complete(conn, [(leases[a], None), (leases[b], None)]) == {a, b}
+    rows = conn.execute(
+        "SELECT id, state, deps_pending FROM pgworkerd.jobs WHERE id = ANY(%s) ORDER BY id",
+        [[both, all_three]],
+    ).fetchall()
+    assert rows == [(both, "queued", 0), (all_three, "waiting", 1)]

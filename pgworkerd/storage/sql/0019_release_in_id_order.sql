@@ -26,8 +26,8 @@
 -- Kept from 0010/0018: the release of dead and cancelled dependencies cascades level by
 -- level in a loop (each level locked in id order; a cascade is a failure path), and the
 -- nested UPDATEs of the release fire neither trigger (pg_trigger_depth()).
--- The setting's name carries the table's oid, so two pgworkerd schemas in one
--- transaction keep their own lists. A statement that makes more than ~2,000 jobs with
+-- The setting's name is a constant of the schema (an md5 of its name, written into the
+-- bodies), so two pgworkerd schemas in one transaction keep their own lists. A statement that makes more than ~2,000 jobs with
 -- dependents final at once (a cancel of a whole workflow) releases them in chunks of
 -- that size, each in id order: the list is copied at each note, and one list would cost
 -- its length squared.
@@ -169,38 +169,40 @@ CREATE FUNCTION %1$I.note_outcome() RETURNS trigger
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
-    setting text := 'pgworkerd.released_' || TG_RELID::text;
-    noted   text := coalesce(pg_catalog.current_setting(setting, true), '')
-                    || CASE WHEN NEW.state = 'succeeded' THEN '' ELSE '-' END
-                    || NEW.id::text || ',';
+    noted text := coalesce(pg_catalog.current_setting(%4$L, true), '')
+                  || CASE WHEN NEW.state = 'succeeded' THEN '' ELSE '-' END
+                  || NEW.id::text || ',';
 BEGIN
     IF pg_catalog.length(noted) < 16384 THEN
-        PERFORM pg_catalog.set_config(setting, noted, true);  -- true: until the transaction ends
+        PERFORM pg_catalog.set_config(%4$L, noted, true);  -- true: until the transaction ends
     ELSE  -- chunks, not one list copied at every note (above)
-        PERFORM pg_catalog.set_config(setting, '', true);
+        PERFORM pg_catalog.set_config(%4$L, '', true);
         PERFORM %1$I.release_dependents(noted);
     END IF;
     RETURN NULL;
 END
 $fn$;
 
--- The statement trigger's function: releases what the statement's rows noted.
+-- The statement trigger's function: releases what the statement's rows noted. Called
+-- for every statement that sets state (claims too): one test of the setting, then out.
 CREATE FUNCTION %1$I.release_noted() RETURNS trigger
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
-    setting text := 'pgworkerd.released_' || TG_RELID::text;
-    noted   text := pg_catalog.current_setting(setting, true);
+    noted text;
 BEGIN
-    IF noted IS NULL OR noted = '' THEN
+    IF coalesce(pg_catalog.current_setting(%4$L, true), '') = '' THEN
         RETURN NULL;
     END IF;
-    PERFORM pg_catalog.set_config(setting, '', true);
+    noted := pg_catalog.current_setting(%4$L);
+    PERFORM pg_catalog.set_config(%4$L, '', true);
     PERFORM %1$I.release_dependents(noted);
     RETURN NULL;
 END
 $fn$;
-$create$, current_schema(), current_schema() || '.jobs', current_schema() || '.finished');
+$create$, current_schema(), current_schema() || '.jobs', current_schema() || '.finished',
+   -- the setting's name: a constant of this schema (a GUC name takes no quoting)
+   'pgworkerd.released_' || pg_catalog.left(pg_catalog.md5(current_schema()), 16));
 END
 $do$;
 
