@@ -26,7 +26,7 @@
 -- Kept from 0010/0018: the release of dead and cancelled dependencies cascades level by
 -- level in a loop (each level locked in id order; a cascade is a failure path), and the
 -- nested UPDATEs of the release fire neither trigger (pg_trigger_depth()).
--- The setting's name is a constant of the schema (an md5 of its name, written into the
+-- The setting's name is a constant of the schema (its name in hex, written into the
 -- bodies), so two pgworkerd schemas in one transaction keep their own lists. A statement that makes more than ~2,000 jobs with
 -- dependents final at once (a cancel of a whole workflow) releases them in chunks of
 -- that size, each in id order: the list is copied at each note, and one list would cost
@@ -201,8 +201,9 @@ BEGIN
 END
 $fn$;
 $create$, current_schema(), current_schema() || '.jobs', current_schema() || '.finished',
-   -- the setting's name: a constant of this schema (a GUC name takes no quoting)
-   'pgworkerd.released_' || pg_catalog.left(pg_catalog.md5(current_schema()), 16));
+   -- the setting's name: a constant of this schema, its name in hex (a setting's name
+   -- takes letters, digits and underscores; md5() is refused on a FIPS build)
+   'pgworkerd.released_' || pg_catalog.encode(pg_catalog.convert_to(current_schema(), 'UTF8'), 'hex'));
 END
 $do$;
 
