@@ -103,8 +103,9 @@ def test_no_statement_calls_what_another_schema_could_take_over(
 def test_the_release_function_calls_nothing_another_schema_could_take_over(
     conn: psycopg.Connection[Any],
 ) -> None:
-    """release_dependents (PL/pgSQL) parses its statements when it first runs them, in
-    the session of whoever completes a job: its succeeded and its dead branch run here."""
+    """The release's functions (PL/pgSQL: note_outcome, release_noted and
+    release_dependents, 0019) parse their statements when they first run them, in the
+    session of whoever completes a job: the succeeded and the dead branch run here."""
     catalog = Catalog(conn)
     store = JobStore()
     first = pgworkerd.enqueue(conn, "k", {}, max_attempts=1)
@@ -116,11 +117,15 @@ def test_the_release_function_calls_nothing_another_schema_could_take_over(
     trees = trees_of(conn)
     store.complete(conn, [(job.lease, None)])
     assert store.fail(conn, dead.lease, "boom").state == "dead"
-    in_function = [tree for tree, context in trees if "release_dependents" in context]
+    names = ("note_outcome", "release_noted", "release_dependents")
+    in_function = [tree for tree, context in trees if any(n in context for n in names)]
     assert len(in_function) >= 2, "the release's statements were parsed here"
-    source = conn.execute(
-        "SELECT prosrc FROM pg_proc WHERE oid = 'pgworkerd.release_dependents'::regproc"
-    ).fetchone()[0]
+    source = "\n".join(
+        conn.execute(
+            f"SELECT prosrc FROM pg_proc WHERE oid = 'pgworkerd.{name}'::regproc"
+        ).fetchone()[0]
+        for name in names
+    )
     calls = [call for tree in in_function for call in catalog.open_calls(tree)]
     assert sorted(set(_unguarded(calls, source))) == []
 

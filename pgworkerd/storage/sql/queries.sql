@@ -1355,7 +1355,7 @@ RETURNING j.id;
 
 -- name: jobs_cancel
 -- Cancels waiting, queued or running jobs (a job with dependents releases them: the
--- release_dependents trigger of 0010_workflows.sql). A running job's holder can no
+-- release triggers of 0010_workflows.sql and 0019_release_in_id_order.sql). A running job's holder can no
 -- longer write its outcome (FENCE: state = 'running'), but the row keeps the lease
 -- (HELD): the job is cancelled, its place under a concurrency limit stays taken until
 -- the handler has ended (jobs_release_cancelled) or the lease has expired
