@@ -39,12 +39,15 @@ def psql_roles(admin_dsn: str, owner: str, runtime: str) -> None:
     )
 
 
-def cli(*args: str, dsn: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, dsn: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`cwd`: where the default config file is looked for (config/pgworkerd.yaml); the
+    repository's own, the demo's, names only the demo's handlers."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGWORKERD_")}
     env.update(PGWORKERD_DATABASE_URL=dsn, PYTHONPATH=str(REPO))
     return subprocess.run(
         [sys.executable, "-m", "pgworkerd", *args],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
@@ -132,7 +135,8 @@ def test_the_runtime_role_runs_everything_but_migrations(roles, empty_db_dsn, da
         flaky = pgworkerd.enqueue(conn, "fail_then_succeed", {"succeed_at": 2})
         failing = pgworkerd.enqueue(conn, "fail", {})
         [many] = pgworkerd.enqueue_many(conn, [{"kind": "noop", "payload": {"n": 1}}])
-        enqueued = cli("enqueue", "noop", "--payload", "{}", dsn=runtime_dsn)
+        # Not from the repository, whose config names the demo's handlers alone.
+        enqueued = cli("enqueue", "noop", "--payload", "{}", dsn=runtime_dsn, cwd=tmp_path)
         outputs.append(enqueued.stdout + enqueued.stderr)
         assert enqueued.returncode == 0, enqueued.stderr
         by_cli = int(enqueued.stdout)

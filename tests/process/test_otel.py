@@ -148,11 +148,16 @@ def test_an_async_task_named_under_handlers_fails_inside_its_span(
     wait_until(lambda: job(history_conn, job_id)["state"] == "dead", what="dead")
 
 
-def test_a_producer_without_a_tracer_provider_stores_no_context(db_dsn, start_daemon, history_conn):
+def test_a_producer_without_a_tracer_provider_stores_no_context(
+    db_dsn, start_daemon, history_conn, tmp_path
+):
     """`pgworkerd enqueue` has the API but no TracerProvider configured: no span, no
     context to pass on, the column stays NULL and the handler's span is a root."""
     history_conn.execute(SPANS_TABLE)
-    result = pgworkerd_cli("enqueue", "succeed_async", env={"PGWORKERD_DATABASE_URL": db_dsn})
+    # Not from the repository, whose config names the demo's handlers alone.
+    result = pgworkerd_cli(
+        "enqueue", "succeed_async", env={"PGWORKERD_DATABASE_URL": db_dsn}, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     job_id = int(result.stdout.strip())
     assert job(history_conn, job_id)["trace_context"] is None
