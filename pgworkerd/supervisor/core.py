@@ -489,8 +489,9 @@ class Supervisor:
         self.wakeups.notified(notified.queues, list(self.children.values()), accepting=accepting)
         enforcement.stop_cancelled(self.children.values(), notified.cancelled, time.monotonic())
         if notified.paused_keys:
-            # Every child, busy or not: one may hold claimed jobs of the key that its
-            # claim took before the pause; it gives them back rather than start them.
+            # Any child, busy or not, may hold claimed jobs of the key that its claim took
+            # before the pause: it gives them back rather than start them (pause_keys
+            # tells only those holding unstarted jobs, a bounded number of lines).
             for child in self.children.values():
                 child.pause_keys(notified.paused_keys)
 
