@@ -28,20 +28,31 @@ class KeyPauseStore:
     ) -> datetime:
         """Pauses `key` until `until`; `extend` keeps a pause that runs longer. Returns
         the pause's end."""
-        params = {"key": key, "until": until, "extend": extend, "channel": self._pause_channel}
-        return _end(execute(conn, self._sql["keys_pause"], params).fetchone())
+        return self._pause(conn, key, until, None, extend)
 
     def pause_for(
         self, conn: psycopg.Connection[Any], key: str, seconds: float, *, extend: bool
     ) -> datetime:
         """Pauses `key` for `seconds` from now (database clock); as `pause_until`."""
+        return self._pause(conn, key, None, float(seconds), extend)
+
+    def _pause(
+        self,
+        conn: psycopg.Connection[Any],
+        key: str,
+        until: datetime | None,
+        seconds: float | None,
+        extend: bool,
+    ) -> datetime:
+        """keys_pause: until `until`, or for `seconds` from now when `until` is None."""
         params = {
             "key": key,
-            "seconds": float(seconds),
+            "until": until,
+            "seconds": seconds,
             "extend": extend,
             "channel": self._pause_channel,
         }
-        return _end(execute(conn, self._sql["keys_pause_for"], params).fetchone())
+        return _end(execute(conn, self._sql["keys_pause"], params).fetchone())
 
     def resume(self, conn: psycopg.Connection[Any], key: str) -> bool:
         """Ends `key`'s pause; whether one was running."""

@@ -2037,8 +2037,8 @@ SELECT EXISTS (
 
 
 -- name: keys_pause
--- Pauses a key until `until` (database clock): no claim takes a job of that key before
--- then (KEY PAUSES in claim_picks). `extend`: a pause already running longer is kept
+-- Pauses a key until `until`, or, when `until` is NULL, for `seconds` from now (database
+-- clock): no claim takes a job of that key before then (KEY PAUSES in claim_picks). `extend`: a pause already running longer is kept
 -- (a handler's PauseKey never shortens an operator's pause); otherwise the new `until`
 -- replaces it (an operator's `keys pause` means what it says). Returns the pause's end.
 -- KEY PAUSE NOTICE: a pause still to run is announced on the cancel channel (`pause
@@ -2048,22 +2048,8 @@ SELECT EXISTS (
 -- a job.
 WITH paused AS (
     INSERT INTO {schema}.paused_keys AS p (key, until)
-    VALUES (%(key)s::text, %(until)s::timestamptz)
-    ON CONFLICT (key) DO UPDATE
-    SET until     = CASE WHEN %(extend)s::bool THEN greatest(p.until, EXCLUDED.until)
-                         ELSE EXCLUDED.until END,
-        paused_at = CASE WHEN p.until > now() THEN p.paused_at ELSE now() END
-    RETURNING p.key, p.until
-)
-SELECT p.until, CASE WHEN p.until > now() THEN pg_notify(%(channel)s::text, 'pause ' || p.key) END
-FROM paused AS p;
-
-
--- name: keys_pause_for
--- keys_pause for `seconds` from now (database clock).
-WITH paused AS (
-    INSERT INTO {schema}.paused_keys AS p (key, until)
-    VALUES (%(key)s::text, now() + make_interval(secs => %(seconds)s::float8))
+    VALUES (%(key)s::text,
+            coalesce(%(until)s::timestamptz, now() + make_interval(secs => %(seconds)s::float8)))
     ON CONFLICT (key) DO UPDATE
     SET until     = CASE WHEN %(extend)s::bool THEN greatest(p.until, EXCLUDED.until)
                          ELSE EXCLUDED.until END,
