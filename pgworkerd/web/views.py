@@ -509,8 +509,8 @@ def _shown_errors(errors: Any, job_id: int) -> list[dict[str, str]]:
 
 
 def _shown_text(text: str, job_id: int, limit: int = MAX_SHOWN_CHARS) -> str:
-    """`text` (an error, a traceback) up to `limit` characters, then cut as _shown_json
-    cuts a payload."""
+    """`text` (an error, a traceback, a payload's indented JSON) up to `limit`
+    characters, then a line saying where it is whole."""
     if len(text) <= limit:
         return text
     cut = f"… cut here: `pgworkerd jobs show {job_id} --json` has it whole"
@@ -532,16 +532,15 @@ def _shown_json(value: Any, job_id: int) -> str:
     work stops there too."""
     pieces: list[str] = []
     size = 0
-    whole = f"pgworkerd jobs show {job_id} --json"
     try:
         for piece in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value):
             pieces.append(piece)
             size += len(piece)
             if size > MAX_SHOWN_CHARS:
-                return "".join(pieces)[:MAX_SHOWN_CHARS] + f"\n… cut here: `{whole}` has it whole"
+                return _shown_text("".join(pieces), job_id)  # cut as an error's text is
     except RecursionError:
         # Decoded (a value too deep to decode comes as the marker json_loads makes, its
         # text in it) but too deep to indent here, a frame or more a level: a row
         # written by SQL, or by a version that did not bound the depth.
-        return f"(nested too deeply to show indented: `{whole}` has it)"
+        return f"(nested too deeply to show indented: `pgworkerd jobs show {job_id} --json` has it)"
     return "".join(pieces)
