@@ -28,6 +28,13 @@ class InvalidJob(PgworkerdError, ValueError):
     """An enqueue was refused before any SQL ran."""
 
 
+class WrongConnection(InvalidJob, TypeError):
+    """A client call was given what it cannot run on (a sync connection to an `_async`
+    function, an AsyncConnection to a sync one, a DSN, None, Django's `connection`):
+    refused before any statement ran. An InvalidJob, as the SQLAlchemy objects refused by
+    enqueue always were, and a TypeError, which it is."""
+
+
 class DatabaseURLError(PgworkerdError, ValueError):
     """The database URL (or connection string) cannot be parsed: bad input, not a
     database fault. Its message never repeats the URL, which may hold a password."""

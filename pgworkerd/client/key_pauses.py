@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from pgworkerd.client.connections import checked
 from pgworkerd.client.producer import (
     MAX_DURATION_S,
     brief,
@@ -43,13 +44,13 @@ def pause_key(
     A pause of the key already set is replaced (to shorten one, pause again; to end it,
     `resume_key`). Runs in the caller's transaction, like `enqueue`; `schema` defaults
     as `enqueue`'s does. Returns when the pause ends (database clock)."""
-    return KeyPauses(schema_of(schema)).pause(conn, key, until)
+    return KeyPauses(schema_of(schema)).pause(checked(conn, "pause_key"), key, until)
 
 
 def resume_key(conn: psycopg.Connection[Any], key: str, *, schema: str | None = None) -> bool:
     """End `key`'s pause; idle workers are told at commit and claim its jobs at once.
     True if it was paused."""
-    return KeyPauses(schema_of(schema)).resume(conn, key)
+    return KeyPauses(schema_of(schema)).resume(checked(conn, "resume_key"), key)
 
 
 class KeyPauses:

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from pgworkerd.client.connections import checked
 from pgworkerd.client.producer import check_job_id, schema_of
 from pgworkerd.config.periodic import PeriodicEntry
 from pgworkerd.storage.key_pauses import KeyPauseStore
@@ -57,7 +58,7 @@ def cancel(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = N
     its queue's (or key's) concurrency limit, and `retry` refuses it. Runs in the
     caller's transaction, like `enqueue`; `schema` defaults as `enqueue`'s does
     (`PGWORKERD_DATABASE__SCHEMA`, else `pgworkerd`)."""
-    job_id = check_job_id(job_id)
+    conn, job_id = checked(conn, "cancel"), check_job_id(job_id)
     return JobStore(schema_of(schema)).cancel(conn, [job_id]) == [job_id]
 
 
@@ -67,7 +68,7 @@ def retry(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = No
     state, whose unique_key a live job holds meanwhile, or cancelled while it ran and
     whose handler has not ended yet (within the cancel's grace of 3 s, or until its
     lease expires if its worker died): retried then, it could run beside itself."""
-    job_id = check_job_id(job_id)
+    conn, job_id = checked(conn, "retry"), check_job_id(job_id)
     return JobStore(schema_of(schema)).retry_finished(conn, ids=[job_id]) == [job_id]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from pgworkerd.client.connections import checked
 from pgworkerd.client.producer import check_name, schema_of
 from pgworkerd.storage.queue_pauses import QueuePauseStore
 from pgworkerd.storage.states import STATES
@@ -26,12 +27,14 @@ def pause_queue(conn: psycopg.Connection[Any], queue: str, *, schema: str | None
     finish. True if it was not paused already. Runs in the caller's transaction, like
     `enqueue`; `schema` defaults as `enqueue`'s does. Any name may be paused, one no job
     has yet included."""
+    conn = checked(conn, "pause_queue")
     return QueuePauses(schema_of(schema)).pause(conn, [queue]) == [queue]
 
 
 def resume_queue(conn: psycopg.Connection[Any], queue: str, *, schema: str | None = None) -> bool:
     """Resume a paused `queue`; idle workers are told at commit and claim its jobs at
     once. True if it was paused."""
+    conn = checked(conn, "resume_queue")
     return QueuePauses(schema_of(schema)).resume(conn, [queue]) == [queue]
 
 

@@ -26,6 +26,7 @@ from typing import Any, TypedDict, Unpack, cast
 import psycopg
 
 from pgworkerd import timestamps
+from pgworkerd.client.connections import wrong_connection
 from pgworkerd.contrib import otel
 from pgworkerd.contrib import sqlalchemy as sa_contrib
 from pgworkerd.encoding import (
@@ -158,9 +159,9 @@ class Producer:
         """Enqueue one job in `conn`'s transaction; returns its id (or, for a
         `unique_key` held by a queued or running job, that job's id)."""
         if options.keys() <= _BARE_OPTIONS and not otel.tracing():
-            target = _psycopg(conn)  # first, as below: the same errors in the same order
+            target = _psycopg(conn, "enqueue")  # first, as below: the same errors in the same order
             return self.store.insert_bare(target, *self._bare(kind, payload, options))
-        return _run(_psycopg(conn), self._one(kind, payload, options))[0]
+        return _run(_psycopg(conn, "enqueue"), self._one(kind, payload, options))[0]
 
     async def enqueue_async(
         self,
@@ -172,22 +173,23 @@ class Producer:
         """`enqueue` in `aconn`'s transaction."""
         if options.keys() <= _BARE_OPTIONS and not otel.tracing():
             bare = self._bare(kind, payload, options)
-            return await self.store.insert_bare_async(await _psycopg_async(aconn), *bare)
+            target = await _psycopg_async(aconn, "enqueue_async")
+            return await self.store.insert_bare_async(target, *bare)
         steps = self._one(kind, payload, options)
-        return (await _run_async(await _psycopg_async(aconn), steps))[0]
+        return (await _run_async(await _psycopg_async(aconn, "enqueue_async"), steps))[0]
 
     def enqueue_many(self, conn: Connectable, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Enqueue dicts with `enqueue`'s argument names in one statement (a list with
         jobs `after` others or with uniqueness modes: in a few, all or nothing); ids in
         order."""
-        return _run(_psycopg(conn), self._many(jobs))
+        return _run(_psycopg(conn, "enqueue_many"), self._many(jobs))
 
     async def enqueue_many_async(
         self, aconn: AsyncConnectable, jobs: Iterable[Mapping[str, Any]]
     ) -> list[int]:
         """`enqueue_many` in `aconn`'s transaction."""
         steps = self._many(jobs)
-        return await _run_async(await _psycopg_async(aconn), steps)
+        return await _run_async(await _psycopg_async(aconn, "enqueue_many_async"), steps)
 
     # -- internals ------------------------------------------------------------------------
 
@@ -220,14 +222,14 @@ class Producer:
     def chain(self, conn: Connectable, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Enqueue `jobs` (as `enqueue_many` items) each to run after the previous one
         succeeded (a link that ends dead or cancelled cancels the rest); ids in order."""
-        return _run(_psycopg(conn), self._chain(jobs))
+        return _run(_psycopg(conn, "chain"), self._chain(jobs))
 
     async def chain_async(
         self, aconn: AsyncConnectable, jobs: Iterable[Mapping[str, Any]]
     ) -> list[int]:
         """`chain` in `aconn`'s transaction."""
         steps = self._chain(jobs)
-        return await _run_async(await _psycopg_async(aconn), steps)
+        return await _run_async(await _psycopg_async(aconn, "chain_async"), steps)
 
     def batch(
         self, conn: Connectable, jobs: Iterable[Mapping[str, Any]], *, then: Mapping[str, Any]
@@ -235,7 +237,7 @@ class Producer:
         """Enqueue `jobs` (as `enqueue_many` items) and `then`, which runs once when every
         one of them is final, whatever their states; (their ids, then's id). All or
         nothing: `then` is checked with the jobs, before any statement."""
-        *ids, then_id = _run(_psycopg(conn), self._batch(jobs, then))
+        *ids, then_id = _run(_psycopg(conn, "batch"), self._batch(jobs, then))
         return ids, then_id
 
     async def batch_async(
@@ -243,7 +245,7 @@ class Producer:
     ) -> tuple[list[int], int]:
         """`batch` in `aconn`'s transaction."""
         steps = self._batch(jobs, then)
-        *ids, then_id = await _run_async(await _psycopg_async(aconn), steps)
+        *ids, then_id = await _run_async(await _psycopg_async(aconn, "batch_async"), steps)
         return ids, then_id
 
     def _batch(self, jobs: Iterable[Mapping[str, Any]], then: Any) -> AllOrNothing:
@@ -846,14 +848,22 @@ async def enqueue_many_async(
 
 # A SQLAlchemy object stands for the psycopg connection under it. The check reads class
 # names only: SQLAlchemy is imported by contrib/sqlalchemy.py when such an object comes.
-def _psycopg(conn: Any) -> psycopg.Connection[Any]:
-    return sa_contrib.psycopg_connection(conn) if sa_contrib.is_sqlalchemy(conn) else conn
+# Anything else is refused before any statement runs (client/connections.py): a sync
+# Connection given to an _async function ran the INSERT before failing.
+def _psycopg(conn: Any, call: str) -> psycopg.Connection[Any]:
+    if isinstance(conn, psycopg.Connection):
+        return conn
+    if sa_contrib.is_sqlalchemy(conn):
+        return sa_contrib.psycopg_connection(conn)
+    raise wrong_connection(conn, call, in_async=False, sqlalchemy=True)
 
 
-async def _psycopg_async(aconn: Any) -> psycopg.AsyncConnection[Any]:
+async def _psycopg_async(aconn: Any, call: str) -> psycopg.AsyncConnection[Any]:
+    if isinstance(aconn, psycopg.AsyncConnection):
+        return aconn
     if sa_contrib.is_sqlalchemy(aconn):
         return await sa_contrib.psycopg_async_connection(aconn)
-    return cast(psycopg.AsyncConnection[Any], aconn)
+    raise wrong_connection(aconn, call, in_async=True, sqlalchemy=True)
 
 
 # The two drivers of `Producer._insert_steps` (or of the one statement `_one` returns

@@ -29,6 +29,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from pgworkerd.client.connections import checked, checked_async
 from pgworkerd.client.producer import check_job_id, schema_of
 from pgworkerd.errors import JobNotFound, NoResult, WaitError
 from pgworkerd.storage.states import FINAL_STATES
@@ -40,7 +41,7 @@ def result(conn: psycopg.Connection[Any], job_id: int, *, schema: str | None = N
     (None when it returned None; a `{"pgworkerd_result_omitted": why}` marker when the
     value could not be kept). JobNotFound for an unknown (or pruned) id, NoResult for a
     job in any other state (its `state` says which)."""
-    job_id = check_job_id(job_id)
+    conn, job_id = checked(conn, "result"), check_job_id(job_id)
     return _result_of(job_id, FinishedJobs(schema_of(schema)).outcome(job_id).run(conn))
 
 
@@ -54,7 +55,7 @@ def wait(
     """Block until the job is final and return its state: "succeeded", "dead" or
     "cancelled". TimeoutError after `timeout` seconds (None: no limit); JobNotFound for
     an unknown id. See the module's text for the connection it needs."""
-    finished = FinishedJobs(schema_of(schema))
+    conn, finished = checked(conn, "wait"), FinishedJobs(schema_of(schema))
     job_id, timeout = check_job_id(job_id), _timeout(timeout)
     deadline = _deadline(timeout)
     with _outside_transaction(conn):
@@ -78,7 +79,7 @@ async def wait_async(
     schema: str | None = None,
 ) -> str:
     """`wait` on an AsyncConnection: the event loop runs on while it waits."""
-    finished = FinishedJobs(schema_of(schema))
+    aconn, finished = checked_async(aconn, "wait_async"), FinishedJobs(schema_of(schema))
     job_id, timeout = check_job_id(job_id), _timeout(timeout)
     deadline = _deadline(timeout)
     async with _outside_transaction_async(aconn):

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from pgworkerd.errors import InvalidJob
+from pgworkerd.errors import InvalidJob, WrongConnection
 
 _PREFIX = "sqlalchemy."
 # A tuple built once: `Connection | AsyncConnection` in the check made a union object at
@@ -41,7 +41,7 @@ def psycopg_connection(target: Any) -> psycopg.Connection[Any]:
     elif isinstance(target, Connection):
         connection = target
     else:
-        raise InvalidJob(_unsupported(target, "a Session or a Connection", in_async=False))
+        raise WrongConnection(_unsupported(target, "a Session or a Connection", in_async=False))
     if not connection.in_transaction():
         # As a statement of its own would: SQLAlchemy autobegins, so that the caller's
         # commit() or rollback() ends the transaction the job is in (else SQLAlchemy,
@@ -62,7 +62,7 @@ async def psycopg_async_connection(target: Any) -> psycopg.AsyncConnection[Any]:
     elif isinstance(target, AsyncConnection):
         connection = target
     else:
-        raise InvalidJob(
+        raise WrongConnection(
             _unsupported(target, "an AsyncSession or an AsyncConnection", in_async=True)
         )
     if not connection.in_transaction():
