@@ -55,7 +55,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from pgworkerd.client.producer import Producer
+from pgworkerd.client.producer import BIGINT_MAX, Producer
 from pgworkerd.encoding import (
     MAX_PAYLOAD_DEPTH,
     RESULT_OMITTED,
@@ -161,6 +161,10 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
             job_id = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(result_id) from None
+        if not -BIGINT_MAX - 1 <= job_id <= BIGINT_MAX:
+            # Past bigint no job can have it; queried, it raised DataError (numeric out
+            # of range) and aborted the caller's transaction.
+            raise TaskResultDoesNotExist(result_id)
         with self._psycopg() as connection:
             row = self.store.get(connection, job_id)
         if row is None:

@@ -89,6 +89,22 @@ def test_an_unknown_id_does_not_exist(django_dsn, pg):
         asyncio.run(default_task_backend.aget_result("999999998"))
 
 
+def test_an_id_beyond_bigint_does_not_exist_and_leaves_the_transaction_usable(django_dsn, pg):
+    """Queried, it raised DataError (numeric out of range), which aborted the caller's
+    atomic block: its next statement failed."""
+    from shop.tasks import add
+
+    beyond = ("99999999999999999999", "-99999999999999999999", str(2**63), str(-(2**63) - 1))
+    with transaction.atomic():
+        for unknown in beyond:
+            with pytest.raises(TaskResultDoesNotExist):
+                default_task_backend.get_result(unknown)
+        kept = add.enqueue(4, 5)  # the block is still usable
+    assert job(pg, int(kept.id))["payload"] == {"args": [4, 5], "kwargs": {}}
+    with pytest.raises(TaskResultDoesNotExist):
+        asyncio.run(default_task_backend.aget_result(beyond[0]))
+
+
 def test_committed_tasks_run_in_pgworkerd_run(django_dsn, pg, django_daemon):
     from shop.models import Order, SignalLog
     from shop.tasks import add, explode, greet, send_receipt, which_attempt
