@@ -255,10 +255,26 @@ def _imported_task(kind: str) -> Task | None:
     import_string(kind), which imported whatever module the kind named."""
     module_name, _, name = kind.rpartition(".")
     module = sys.modules.get(module_name) if module_name else None
+    if module is None:
+        return None
     task = getattr(module, name, None)
     if isinstance(task, Task) and task.module_path == kind:
         return task
-    return None
+    # A task bound under another name than its function's (`send_email_task =
+    # task(send_email)`): its kind is the function's path, and the worker's registry,
+    # which looks at every task of the module, runs it; found the same way here, else
+    # its result could never be read.
+    return _module_tasks(module).get(kind)
+
+
+def _module_tasks(module: Any) -> dict[str, Task]:
+    """The module's own tasks by kind (`module_path`): a task it imports from another
+    module (whose kind names that module) is not its own (docs/django.md)."""
+    return {
+        value.module_path: value
+        for value in vars(module).values()
+        if isinstance(value, Task) and value.func.__module__ == module.__name__
+    }
 
 
 PAYLOAD_SHAPE = '{"args": [...], "kwargs": {...}}'
@@ -391,11 +407,8 @@ def worker_registry(
     registry: dict[str, Handler] = {}
     for module_name in modules:
         module = importlib.import_module(module_name)
-        for value in vars(module).values():
-            # The module's own tasks only: a task it imports from another module (whose
-            # kind names that module) is not listed, and does not run (docs/django.md).
-            if isinstance(value, Task) and value.func.__module__ == module.__name__:
-                registry[value.module_path] = _handler(value, worker_id)
+        for kind, task in _module_tasks(module).items():
+            registry[kind] = _handler(task, worker_id)
     return registry
 
 

@@ -152,3 +152,12 @@ def times(context) -> dict:
 @task(takes_context=True)
 async def atimes(context) -> dict:
     return _times(context)
+
+
+def doubles(n: int) -> int:
+    return 2 * n
+
+
+# Bound under another name than its function's: its kind is `...faults.doubles`, where
+# the module holds the plain function (tests/django/test_faults.py).
+doubles_task = task(doubles)

@@ -322,6 +322,20 @@ def test_reading_a_result_imports_nothing_the_jobs_kind_names(django_dsn, pg):
     assert module not in sys.modules
 
 
+def test_a_task_bound_under_another_name_runs_and_its_result_reads_back(django_dsn, pg, daemon):
+    """`doubles_task = task(doubles)`: the worker ran it (its registry looks at every
+    task of the module), but get_result looked up the function's name, found the plain
+    function, and raised TaskResultDoesNotExist for each of its jobs."""
+    from tests.django.faults import doubles_task
+
+    result = doubles_task.enqueue(21)
+    assert doubles_task.get_result(result.id).status == TaskResultStatus.READY
+    daemon()
+    assert settled(pg, int(result.id))["state"] == "succeeded"
+    done = doubles_task.get_result(result.id)
+    assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+
+
 # -- a payload not of Django's shape ---------------------------------------------------
 
 NOT_DJANGOS = [[1, 2], {"args": {"a": 1}}, {"args": [1, 2], "kwarg": {"b": 3}}, "1, 2"]
