@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import difflib
 import functools
 import importlib
 import inspect
@@ -68,6 +69,7 @@ from pgworkerd.errors import InvalidJob
 from pgworkerd.job import Discard, Job, JobCancelled, JobTimeout, PauseKey, Retry, Snooze
 from pgworkerd.storage import migrations
 from pgworkerd.storage.connections import json_loads
+from pgworkerd.storage.schema_names import schema_name_problem
 from pgworkerd.storage.store import DEFAULT_SCHEMA, JobStore
 from pgworkerd.worker.execution import ERROR_TEXT
 
@@ -80,6 +82,8 @@ STATUSES = {
     "cancelled": TaskResultStatus.FAILED,
 }
 CANCELLED_CLASS = "pgworkerd.job.JobCancelled"
+# The keys of a backend's OPTIONS (docs/django.md); any other is reported by check().
+OPTIONS = ("database", "schema")
 
 
 class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no types
@@ -94,14 +98,49 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
         super().__init__(alias, params)
         self.schema: str = self.options.get("schema", DEFAULT_SCHEMA)
         self.database: str = self.options.get("database", DEFAULT_DB_ALIAS)
-        self.producer = Producer(schema=self.schema)
-        self.store = JobStore(self.schema)
+
+    # Made at first use, not in __init__: a schema name pgworkerd refuses raised
+    # ValueError there, so that `manage.py check` (which builds every backend to call
+    # its check) ended on a traceback instead of reporting it (pgworkerd.E004).
+    @functools.cached_property
+    def producer(self) -> Producer:
+        return Producer(schema=self._checked_schema())
+
+    @functools.cached_property
+    def store(self) -> JobStore:
+        return JobStore(self._checked_schema())
+
+    def _checked_schema(self) -> str:
+        problem = _schema_problem(self.schema)
+        if problem is not None:
+            raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {problem}")
+        return self.schema
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """`manage.py check` (Django's check framework calls each backend's): a
         database that is not in DATABASES, or not PostgreSQL on psycopg 3, was found at
-        the first enqueue only. Nothing connects."""
+        the first enqueue only; an unknown OPTIONS key (a typo, `shema`) or a schema
+        name pgworkerd refuses, never or by a traceback. Nothing connects."""
         where = f"TASKS[{self.alias!r}]"
+        return self._option_errors(where) + self._database_errors(where)
+
+    def _option_errors(self, where: str) -> list[checks.CheckMessage]:
+        errors = []
+        for key in sorted(set(self.options) - set(OPTIONS), key=str):
+            close = difflib.get_close_matches(str(key), OPTIONS, n=1)
+            errors.append(
+                checks.Error(
+                    f"{where}: unknown OPTIONS key {key!r} (the known ones: {', '.join(OPTIONS)})",
+                    hint=f"did you mean {close[0]!r}?" if close else None,
+                    id="pgworkerd.E003",
+                )
+            )
+        problem = _schema_problem(self.schema)
+        if problem is not None:
+            errors.append(checks.Error(f"{where}: {problem}", id="pgworkerd.E004"))
+        return errors
+
+    def _database_errors(self, where: str) -> list[checks.CheckMessage]:
         if self.database not in connections.settings:
             return [
                 checks.Error(
@@ -246,6 +285,15 @@ class PgworkerdBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
         elif row["state"] == "succeeded":
             object.__setattr__(result, "_return_value", value)
         return result
+
+
+def _schema_problem(schema: Any) -> str | None:
+    """Why OPTIONS['schema'] cannot be pgworkerd's schema (the check every way of naming
+    it goes through, storage/schema_names.py), or None."""
+    if not isinstance(schema, str):
+        return f"OPTIONS['schema'] must be a schema name (text), got {type(schema).__name__}"
+    problem = schema_name_problem(schema)
+    return None if problem is None else f"OPTIONS['schema'] {schema!r}: {problem}"
 
 
 def _imported_task(kind: str) -> Task | None:

@@ -1,5 +1,6 @@
-"""The example project's settings with two misconfigured backends beside its own: one
-whose OPTIONS name no database of DATABASES, one on a database that is not PostgreSQL
+"""The example project's settings with misconfigured backends beside its own: one whose
+OPTIONS name no database of DATABASES, one on a database that is not PostgreSQL, one
+with misspelt OPTIONS keys, one with a schema name pgworkerd refuses
 (tests/django/test_test_runner.py, `manage.py check`). The schema app is installed: it
 has Django register the backends' checks."""
 
@@ -16,4 +17,6 @@ TASKS = {
     **_example.TASKS,
     "nowhere": {"BACKEND": _BACKEND, "QUEUES": [], "OPTIONS": {"database": "nope"}},
     "on_sqlite": {"BACKEND": _BACKEND, "QUEUES": [], "OPTIONS": {"database": "lite"}},
+    "typos": {"BACKEND": _BACKEND, "QUEUES": [], "OPTIONS": {"shema": "x", "databse": "nope"}},
+    "reserved": {"BACKEND": _BACKEND, "QUEUES": [], "OPTIONS": {"schema": "pg_jobs"}},
 }

@@ -10,6 +10,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
 from django.tasks.exceptions import TaskResultDoesNotExist
@@ -48,6 +49,37 @@ def test_the_check_framework_reports_a_database_missing_or_not_postgresql(django
     ((code, message),) = check("nope")
     assert code == "pgworkerd.E001" and "'nope' is not a database of DATABASES" in message
     assert [m.id for m in task_backends["default"].check()] == []
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"shema": "jobs"}, [("pgworkerd.E003", "unknown OPTIONS key 'shema'", "'schema'")]),
+        ({"databse": "default"}, [("pgworkerd.E003", "key 'databse'", "'database'")]),
+        ({"retries": 3}, [("pgworkerd.E003", "known ones: database, schema", None)]),
+        ({"schema": "pg_jobs"}, [("pgworkerd.E004", "OPTIONS['schema'] 'pg_jobs': names", None)]),
+        ({"schema": ""}, [("pgworkerd.E004", "'': must not be empty", None)]),
+        ({"schema": 5}, [("pgworkerd.E004", "must be a schema name (text), got int", None)]),
+    ],
+)
+def test_the_check_framework_reports_unknown_options_and_a_refused_schema(
+    django_dsn, options, expected
+):
+    """Misspelt keys were ignored (the default schema or database used instead); a
+    refused schema raised ValueError as the backend was made, in `manage.py check` too."""
+    backend = PgworkerdBackend("b", {"QUEUES": [], "OPTIONS": options})
+    found = [(m.id, m.msg, m.hint) for m in backend.check()]
+    assert len(found) == len(expected), found
+    for (code, message, hint), (want_code, want_text, want_hint) in zip(
+        found, expected, strict=True
+    ):
+        assert code == want_code and want_text in message and message.startswith("TASKS['b']")
+        assert (hint is None) if want_hint is None else (want_hint in hint)
+    if expected[0][0] == "pgworkerd.E004":
+        from shop.tasks import add
+
+        with pytest.raises(ImproperlyConfigured, match=r"TASKS\['b'\]: OPTIONS\['schema'\]"):
+            backend.enqueue(add, (1, 2), {})
 
 
 def test_a_rolled_back_atomic_block_leaves_no_job(django_dsn, pg):
