@@ -1,5 +1,7 @@
 """Enqueue on a SQLAlchemy `Session`, `Connection`, `AsyncSession` or `AsyncConnection`
-(extra `sqlalchemy`): the job joins that object's transaction.
+(extra `sqlalchemy`), or a `scoped_session` / `async_scoped_session` (Flask-SQLAlchemy's
+`db.session`), which stands for its current session: the job joins that object's
+transaction.
 
 The producer asks `is_sqlalchemy` of every connection it is given; only an object of a
 SQLAlchemy class (or a subclass) reaches the functions below, so SQLAlchemy is imported
@@ -34,8 +36,12 @@ def is_sqlalchemy(target: Any) -> bool:
 def psycopg_connection(target: Any) -> psycopg.Connection[Any]:
     """The psycopg Connection under a Session or Connection, in its transaction."""
     from sqlalchemy.engine import Connection
-    from sqlalchemy.orm import Session
+    from sqlalchemy.orm import Session, scoped_session
 
+    if isinstance(target, scoped_session):
+        # Flask-SQLAlchemy's db.session: the session of the current scope, the one its
+        # own methods (add, commit) act on, made by its registry if the scope has none.
+        target = target()
     if isinstance(target, Session):
         connection = target.connection()  # begins the session's transaction if need be
     elif isinstance(target, Connection):
@@ -48,6 +54,16 @@ def psycopg_connection(target: Any) -> psycopg.Connection[Any]:
         # knowing of none, would commit nothing and the job would go at close).
         connection.begin()
     driver = connection.connection.driver_connection
+    if isinstance(driver, psycopg.AsyncConnection):
+        # The sync Session of AsyncSession.run_sync (or an async engine's sync_engine):
+        # the right driver, but its connection is an AsyncConnection, which the sync
+        # enqueue cannot run on.
+        raise WrongConnection(
+            "cannot enqueue with the sync enqueue on a session or connection of an async "
+            f"engine ({connection.dialect.name}+{connection.dialect.driver}, as in "
+            "AsyncSession.run_sync): await enqueue_async on the AsyncSession or "
+            "AsyncConnection instead"
+        )
     if not isinstance(driver, psycopg.Connection):
         raise InvalidJob(_wrong_driver(connection.dialect))
     return driver
@@ -55,8 +71,10 @@ def psycopg_connection(target: Any) -> psycopg.Connection[Any]:
 
 async def psycopg_async_connection(target: Any) -> psycopg.AsyncConnection[Any]:
     """The psycopg AsyncConnection under an AsyncSession or AsyncConnection."""
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
 
+    if isinstance(target, async_scoped_session):
+        target = target()  # the AsyncSession of the current scope, as for scoped_session
     if isinstance(target, AsyncSession):
         connection = await target.connection()
     elif isinstance(target, AsyncConnection):
@@ -79,12 +97,17 @@ def _unsupported(target: Any, wanted: str, *, in_async: bool) -> str:
     hint for both told a Session given to enqueue_async that "the _async functions take
     the async ones")."""
     if in_async:
-        others = _loaded(("sqlalchemy.orm", "Session"), ("sqlalchemy.engine", "Connection"))
+        others = _loaded(
+            ("sqlalchemy.orm", "Session"),
+            ("sqlalchemy.engine", "Connection"),
+            ("sqlalchemy.orm", "scoped_session"),
+        )
         where = "the functions without _async: enqueue, enqueue_many"
     else:
         others = _loaded(
             ("sqlalchemy.ext.asyncio", "AsyncSession"),
             ("sqlalchemy.ext.asyncio", "AsyncConnection"),
+            ("sqlalchemy.ext.asyncio", "async_scoped_session"),
         )
         where = "the _async functions: enqueue_async, enqueue_many_async"
     hint = next((f" ({c.__name__}s go to {where})" for c in others if isinstance(target, c)), "")

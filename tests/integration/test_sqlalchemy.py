@@ -186,3 +186,64 @@ def test_a_connection_in_commit_as_you_go_style(engine, conn):
     # Closed without a commit: SQLAlchemy rolls the last one back.
     rows = conn.execute("SELECT payload FROM pgworkerd.jobs").fetchall()
     assert rows == [({"order": 8},)]
+
+
+def test_a_scoped_session_enqueues_in_its_current_session(engine, conn):
+    """Flask-SQLAlchemy's db.session is a scoped_session: it was refused ("give a
+    Session or a Connection"). The job joins the current session's transaction."""
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    scoped = scoped_session(sessionmaker(engine))
+    try:
+        pgworkerd.enqueue(scoped, "dropped", {})
+        assert scoped.execute(text("SELECT count(*) FROM pgworkerd.jobs")).scalar() == 1
+        scoped.rollback()
+        kept = pgworkerd.enqueue(scoped, "ship", {"order": 8})
+        many = pgworkerd.enqueue_many(scoped, [{"kind": "bill", "payload": {}}])
+        assert count_jobs(conn) == 0  # not committed yet
+        scoped.commit()
+    finally:
+        scoped.remove()
+    rows = conn.execute("SELECT id, kind FROM pgworkerd.jobs ORDER BY id").fetchall()
+    assert rows == [(kept, "ship"), (many[0], "bill")]
+
+
+def test_an_async_scoped_session_enqueues_in_its_current_session(db_dsn, conn):
+    from sqlalchemy.ext.asyncio import async_scoped_session, async_sessionmaker
+
+    async def produce() -> int:
+        engine = create_async_engine(sqlalchemy_url(db_dsn))
+        scoped = async_scoped_session(async_sessionmaker(engine), scopefunc=asyncio.current_task)
+        try:
+            await pgworkerd.enqueue_async(scoped, "dropped", {})
+            await scoped.rollback()
+            kept = await pgworkerd.enqueue_async(scoped, "ship", {"order": 9})
+            await scoped.commit()
+            return kept
+        finally:
+            await scoped.remove()
+            await engine.dispose()
+
+    kept = asyncio.run(produce())
+    assert conn.execute("SELECT id, kind FROM pgworkerd.jobs").fetchall() == [(kept, "ship")]
+
+
+def test_the_sync_enqueue_in_run_sync_of_an_async_session_says_what_is_wrong(db_dsn, conn):
+    """It said the driver was wrong and to use a postgresql+psycopg:// URL: the one in use."""
+
+    async def produce() -> None:
+        engine = create_async_engine(sqlalchemy_url(db_dsn))
+        try:
+            async with AsyncSession(engine) as session:
+                await session.run_sync(lambda sync: pgworkerd.enqueue(sync, "ship", {}))
+        finally:
+            await engine.dispose()
+
+    with pytest.raises(pgworkerd.InvalidJob) as caught:
+        asyncio.run(produce())
+    assert str(caught.value) == (
+        "cannot enqueue with the sync enqueue on a session or connection of an async engine "
+        "(postgresql+psycopg, as in AsyncSession.run_sync): await enqueue_async on the "
+        "AsyncSession or AsyncConnection instead"
+    )
+    assert count_jobs(conn) == 0
