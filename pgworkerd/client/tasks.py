@@ -115,6 +115,21 @@ def task(
             check_options(name, defaults)
         except InvalidJob as exc:
             raise InvalidJob(f"@pgworkerd.task {where}: {exc}") from None
+        if kind is None and ("<locals>" in where or "<lambda>" in where):
+            # Its default kind would be `mod.make.<locals>.inner` or `mod.<lambda>`: a
+            # name of no module attribute (a new task at each call of the function that
+            # makes it; every lambda of a module the same kind), which a worker registers
+            # only if the task happens to be bound at a task module's top level. Refused
+            # here, after the options (their errors first), as Django refuses such a
+            # task, rather than enqueued for no handler. A kind given by hand (a task
+            # factory) is kept: the registry finds a task by scanning its module's top
+            # level, under the kind it has.
+            raise InvalidJob(
+                f"@pgworkerd.task {where}: a task's function must be defined at a module "
+                "level (its default kind is module.function); for a nested function or "
+                "a lambda give kind=... and bind the task at the top level of a module "
+                "listed in task_modules"
+            )
         return Task(function, name, defaults)
 
     return decorate(fn) if fn is not None else decorate

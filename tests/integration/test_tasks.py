@@ -74,6 +74,45 @@ def test_enqueue_async_joins_the_async_transaction(db_dsn, conn):
     assert (row["kind"], row["priority"]) == ("tests.tasks.shop.send_receipt", 3)
 
 
+def test_a_nested_function_or_a_lambda_without_a_kind_is_refused_at_decoration():
+    """Its default kind (`...<locals>.inner`, `...<lambda>`) names no module attribute:
+    accepted, its jobs waited for a handler that no daemon had."""
+
+    def make() -> None:
+        @task
+        def inner(job):
+            return 1
+
+    with pytest.raises(InvalidJob) as caught:
+        make()
+    where = f"{__name__}.test_a_nested_function_or_a_lambda_without_a_kind_is_refused"
+    assert str(caught.value).startswith(
+        f"@pgworkerd.task {where}_at_decoration.<locals>.make.<locals>.inner: a task's "
+        "function must be defined at a module level"
+    )
+    assert "give kind=..." in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(InvalidJob, match=r"\.<lambda>: a task's function must be defined"):
+        task(lambda job: 1)
+    with pytest.raises(InvalidJob, match="must be defined at a module level"):
+        task(queue="mail")(lambda job: 1)
+
+
+def test_a_nested_function_or_a_lambda_given_a_kind_is_a_task_and_runs(conn):
+    """A task factory: the registry finds a task at its module's top level, whatever
+    its function's name."""
+    from tests.tasks import made
+
+    assert set(load_registry({}, ["tests.tasks.made"])) == {"made.ping", "made.pong"}
+    made.ping.enqueue(conn, {"n": 1})
+    made.pong.enqueue(conn, {})
+    config = parse(json.dumps({"task_modules": ["tests.tasks.made"], "queues": {"default": {}}}))
+    ran = {d.kind: (d.state, d.result) for d in drain(conn, config)}
+    assert ran == {
+        "made.ping": ("succeeded", ["made.ping", {"n": 1}]),
+        "made.pong": ("succeeded", "pong"),
+    }
+
+
 def test_task_modules_make_every_task_a_handler_and_drain_runs_them(conn):
     config = parse(
         json.dumps(
