@@ -77,7 +77,9 @@ def load_registry(
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            problems.append(f"{where}: cannot import {module_name!r}: {_reason(exc)}")
+            problems.append(
+                f"{where}: cannot import {module_name!r}: {_reason(exc)}{_before_django(exc)}"
+            )
             continue
         if not tasks:
             problems.append(f"{where}: {module_name!r} defines no @pgworkerd.task")
@@ -109,6 +111,23 @@ def tasks_of(module_name: str) -> list[Task[Any]]:
         if isinstance(value, Task):
             found.setdefault(id(value), value)
     return list(found.values())
+
+
+def _before_django(exc: BaseException) -> str:
+    """A hint for a task module that needs Django set up as it is imported (models at its
+    top level: AppRegistryNotReady; settings read: ImproperlyConfigured). task_modules
+    are imported by the supervisor, which never sets Django up: each worker does, after
+    the fork (`django:`), before importing the modules of `django.tasks` only."""
+    if type(exc).__module__ != "django.core.exceptions" or type(exc).__name__ not in (
+        "AppRegistryNotReady",
+        "ImproperlyConfigured",
+    ):
+        return ""
+    return (
+        " (task_modules are imported before Django is set up, which each worker does "
+        "after the fork: import models inside the handler, or make it a Django @task in "
+        "a module of django.tasks)"
+    )
 
 
 def _reason(exc: BaseException) -> str:

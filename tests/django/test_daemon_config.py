@@ -70,3 +70,28 @@ def test_check_verifies_a_periodic_entry_naming_a_django_task(django_dsn, tmp_pa
     config.write_text(json.dumps({"django": django, "periodic": [{**entry, "kind": "shop.nope"}]}))
     result = pgworkerd("check", "-c", str(config), env=env, cwd=tmp_path)
     assert_one_line_error(result, 2, "periodic[0].kind: 'shop.nope' is neither under handlers")
+
+
+def test_a_task_module_importing_models_says_django_is_not_set_up_there(django_dsn, tmp_path):
+    """task_modules are imported by the supervisor, which never sets Django up: the
+    error was Django's AppRegistryNotReady alone, which did not say why or what to do."""
+    config = tmp_path / "pgworkerd.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "task_modules": ["tests.django.models_at_top"],
+                "django": {"settings": "mysite.settings", "tasks": ["shop.tasks"]},
+            }
+        )
+    )
+    env = {"PGWORKERD_DATABASE_URL": django_dsn, "PYTHONPATH": ENV_PATH}
+    for command in ("check", "run"):
+        result = pgworkerd(command, "-c", str(config), env=env, cwd=tmp_path)
+        assert_one_line_error(
+            result,
+            2,
+            "task_modules[0]: cannot import 'tests.django.models_at_top': "
+            "AppRegistryNotReady: Apps aren't loaded yet. (task_modules are imported before "
+            "Django is set up, which each worker does after the fork: import models inside "
+            "the handler, or make it a Django @task in a module of django.tasks)",
+        )
