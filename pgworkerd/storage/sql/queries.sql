@@ -755,11 +755,11 @@ FROM (SELECT pg_catalog.hashtextextended(%(schema_name)s::text || '.' || q.name,
 -- in each level, the keys with queued jobs (jobs_key_claim_idx, one descent a key)
 -- in key order from just after the key that had the last turn (key_turns), wrapping
 -- around once. Each key gives its ready jobs (1 a turn in a fair queue) up to its own
--- room, the same two counts per key (RUNNING's row, starts_key_idx). A key with
--- 10,000 ready jobs, or one at its limit, costs one descent, never a walk past its
--- jobs. The key that had the last turn of the claim is written to key_turns: the
--- next claim starts after it (round-robin: every key with ready jobs gets a turn
--- before any gets a second). Jobs without a key in a keyed queue form one more group,
+-- room, the same two counts per key (RUNNING's count, looked up in room's key_running;
+-- starts_key_idx). A key with 10,000 ready jobs, or one at its limit, costs one
+-- descent, never a walk past its jobs. The key that had the last turn of the claim is
+-- written to key_turns: the next claim starts after it (round-robin: every key with
+-- ready jobs gets a turn before any gets a second). Jobs without a key in a keyed queue form one more group,
 -- after the keys, with no per-key limit (the queue's own limits still apply), found
 -- among the first 1,000 ready jobs of their level only.
 -- KEY ACROSS LEVELS: a key's room is the queue's key's, not a level's, but each level's
@@ -801,13 +801,20 @@ room AS MATERIALIZED (
                    SELECT FROM {schema}.starts AS s
                    WHERE s.queue = l.queue AND s.at > statement_timestamp() - l.rate_period
                    LIMIT l.rate_count) AS window_starts)
-           )) END AS room
+           )) END AS room,
+           -- each key's running rows as one object (key -> count): the key walk looks
+           -- a key up by jsonb's binary search, where a scan of `running` per key
+           -- walked (reads every running row of the queue, for every key walked)
+           CASE WHEN l.key_concurrency IS NOT NULL THEN
+           coalesce((SELECT pg_catalog.jsonb_object_agg(r.key, r.n) FROM running AS r
+                     WHERE r.queue = l.queue AND r.key IS NOT NULL), '{{}}')
+           END AS key_running
     FROM limits AS l
 ),
 level_limits AS (  -- claim_levels' levels, each with its queue's room and key limits
     SELECT l.*,
            r.room, coalesce(r.keyed, false) AS keyed, r.fair, r.key_concurrency,
-           r.key_rate_count, r.key_rate_period,
+           r.key_running, r.key_rate_count, r.key_rate_period,
            coalesce((SELECT t.last_key FROM {schema}.key_turns AS t
                      WHERE t.queue = l.name AND t.priority = l.priority), '') AS last_key
     FROM levels AS l
@@ -879,15 +886,16 @@ key_picks AS MATERIALIZED (
             SELECT CASE WHEN g.key IS NULL
                              OR (l.key_concurrency IS NULL AND l.key_rate_count IS NULL)
                         THEN NULL ELSE greatest(0, least(
-                       l.key_concurrency - coalesce((SELECT r.n FROM running AS r
-                                                     WHERE r.queue = l.name
-                                                       AND r.key = g.key), 0),
+                       l.key_concurrency - coalesce((l.key_running ->> g.key)::bigint, 0),
                        l.key_rate_count - (SELECT pg_catalog.count(*) FROM (
                            SELECT FROM {schema}.starts AS s
                            WHERE s.queue = l.name AND s.key = g.key
                              AND s.at > statement_timestamp() - l.key_rate_period
                            LIMIT l.key_rate_count) AS window_starts)
                    )) END AS room
+            -- OFFSET 0: computed once per key; pulled up into its two uses (the
+            -- output and the LIMIT below), the planner ran its probes twice a key
+            OFFSET 0
         ) AS key_room
         CROSS JOIN LATERAL (
             -- a key's ready jobs (jobs_key_claim_idx) ...
