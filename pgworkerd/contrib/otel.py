@@ -3,7 +3,10 @@ handler, as the Celery instrumentation does across a broker.
 
 - At enqueue: a PRODUCER span `send <kind>`, child of the caller's current span; its W3C
   context (`traceparent`, `tracestate`) goes into the job's `trace_context` column,
-  never into the payload.
+  never into the payload. Written (and read by the worker) with the W3C TraceContext
+  propagator alone, not the application's global one: that one's default also carries
+  W3C baggage, application key-values (a user id, an e-mail) that would sit in the jobs
+  table for as long as the row is kept.
 - In the worker: each handler runs inside a CONSUMER span `process <kind>` whose parent
   is that stored context (every attempt: a retry stays in the same trace), with the
   messaging attributes (system `pgworkerd`, destination = queue, message id = job id),
@@ -34,6 +37,7 @@ answer and say nothing), and a provider set in code later still counts.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -177,7 +181,7 @@ def start_send(records: list[dict[str, Any]]) -> Any:
     End it with `end_send`."""
     if not tracing():
         return None
-    from opentelemetry import propagate, trace
+    from opentelemetry import trace
 
     kinds = {record["kind"] for record in records}
     queues = {record["queue"] for record in records}
@@ -196,11 +200,20 @@ def start_send(records: list[dict[str, Any]]) -> Any:
         name, kind=trace.SpanKind.PRODUCER, attributes=attributes
     )
     carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    w3c_propagator().inject(carrier, context=trace.set_span_in_context(span))
     if carrier:  # empty when there is no valid context to pass on
         for record in records:
             record["trace_context"] = carrier
     return span
+
+
+@functools.cache
+def w3c_propagator() -> Any:
+    """The W3C TraceContext propagator (`traceparent`, `tracestate`), the only one a
+    job's `trace_context` is written and read with (never baggage: see the top)."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator()
 
 
 def end_send(span: Any, ids: list[int] | None = None, error: BaseException | None = None) -> None:

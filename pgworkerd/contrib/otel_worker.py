@@ -31,6 +31,7 @@ from pgworkerd.contrib.otel import (
     TRACER_NAME,
     one_line,
     tracing,
+    w3c_propagator,
 )
 from pgworkerd.job import Job, PauseKey, Retry, Snooze
 
@@ -86,11 +87,13 @@ def traced(handler: Handler) -> Handler:
 
 @contextlib.contextmanager
 def _consumer_span(job: Job) -> Iterator[Span]:
-    from opentelemetry import propagate, trace
+    from opentelemetry import trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
     # The stored context is the parent; a job enqueued outside any trace starts one.
-    parent = propagate.extract(job.trace_context) if job.trace_context else None
+    # Read as it was written: W3C trace context alone (a row from before that holds
+    # baggage too keeps it unread).
+    parent = w3c_propagator().extract(job.trace_context) if job.trace_context else None
     attributes: dict[str, str | int] = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "process",
