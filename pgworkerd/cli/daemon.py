@@ -4,10 +4,13 @@ the schema."""
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 
 import pgworkerd
 from pgworkerd import logs
 from pgworkerd.cli.common import EXIT_OK, CommandAdder, connect, load_config
+from pgworkerd.errors import mask_passwords
 
 # Each command imports the handlers, psycopg and the daemon when it runs, not when the
 # command line is parsed: every `pgworkerd` call is a new Python, and a bad config or
@@ -67,6 +70,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     registry = handlers.load_registry(config.handlers, config.task_modules)
     handlers.check_periodic_kinds(config, registry)
     handlers.check_child_modules(config)
+    _say_otel_problem_once()
     # `import pgworkerd` loads each public name on first use: load them all here, once,
     # so a handler calling pgworkerd.result or cancel does not import their modules in
     # every worker after the fork (nor a HUP's new workers).
@@ -98,6 +102,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     if loader is not None:  # check never forks: Django is set up here, as a worker would
         registry.update(loader(None))
     handlers.check_periodic_kinds(config, registry, with_django=True)
+    from pgworkerd.contrib import otel
+
+    # Not a refusal: `run` runs with it (and traces nothing); said so before a deploy.
+    otel_problem = otel.env_provider_problem(load=True)
+    if otel_problem is not None:
+        print(f"pgworkerd: warning: {mask_passwords(otel_problem)}", file=sys.stderr)
     url = connections.database_url(config)
     with connections.connect(url, application_name="pgworkerd check") as conn:
         version = migrations.check_version(conn, config.database.schema_name)
@@ -111,3 +121,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         slots = ", ".join(s.isoformat() for s in schedules.upcoming(schedule, now, CHECK_SLOTS))
         print(f"periodic {entry.kind} ({schedule.describe()}): next at {slots}")
     return EXIT_OK
+
+
+def _say_otel_problem_once() -> None:
+    """A TracerProvider that OTEL_PYTHON_TRACER_PROVIDER names and no package provides:
+    said here, once, before the forks (after the handlers' modules, which may set a
+    provider in code instead); the workers inherit the answer and trace nothing
+    without saying it again, each of them, at its first job."""
+    from pgworkerd.contrib import otel
+
+    problem = otel.env_provider_problem()
+    if problem is not None:
+        logs.event(logging.getLogger("pgworkerd.supervisor"), logging.WARNING, problem)

@@ -202,6 +202,7 @@ def worker_spec(
         max_memory_bytes=config.max_memory_per_child,
         log_format=log_format,
         log_level=config.log_level,
+        shutdown_timeout_s=config.shutdown_timeout,
         supervisor_pid=supervisor_pid,
         worker_id=f"{socket.gethostname()}:{supervisor_pid}/{seat.pool_name}#{seat.index}",
         threads=seat.pool.threads,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from pgworkerd.contrib import otel_worker
 from pgworkerd.ipc import BootError, ControlReader, ExitCode, StartBoard, StatusWriter
 from pgworkerd.worker.base import BaseWorker
 from pgworkerd.worker.connection import WORKER_OPTIONS, WORKER_PLAN_CACHE_MODE
@@ -43,4 +44,10 @@ def child_main(
         status.send(BootError(f"{type(exc).__name__}: {exc}"))
         return ExitCode.BOOT_ERROR
     booted()
-    return worker.run()
+    try:
+        return worker.run()
+    finally:
+        # The child ends with os._exit, which runs no atexit handler: the spans an
+        # OpenTelemetry SDK still buffers are exported now or never (bounded, and within
+        # the drain's deadline when drained).
+        otel_worker.flush_spans(worker.exit_deadline)

@@ -55,6 +55,10 @@ from pgworkerd.worker.success_buffer import Success, SuccessBuffer
 log = logging.getLogger("pgworkerd.worker")
 
 MEMORY_CHECK_INTERVAL_S = 1.0  # reading our RSS costs a /proc read: not before every job
+# What a drained worker keeps of the drain's time for its exit and the supervisor's reap
+# (the supervisor's deadline began a little before our SIGTERM came): what it does on
+# its way out (child_main) ends this long before the supervisor would kill it.
+EXIT_MARGIN_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,9 @@ class BaseWorker:
         self.control = control  # `skip` and `wake` lines from the supervisor
         self.board = board  # where we post each job start for the supervisor
         self.stopping = False  # set by SIGTERM; read before every job start
+        # Set by SIGTERM too: when our way out must end (the drain's deadline, less
+        # EXIT_MARGIN_S), as time.monotonic(); None when not drained (a recycle).
+        self.exit_deadline: float | None = None
         # Deciding to start a job and posting the start are one step for the
         # supervisor: a SIGTERM that comes in between says `stopping` only after.
         self._deciding = False
@@ -145,6 +152,7 @@ class BaseWorker:
         if self.stopping:
             return
         self.stopping = True
+        self.exit_deadline = time.monotonic() + self.spec.shutdown_timeout_s - EXIT_MARGIN_S
         if self._deciding:
             self._stopping_deferred = True  # said by the decision step once it is out
         else:

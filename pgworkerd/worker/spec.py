@@ -31,6 +31,8 @@ class WorkerSpec:
     log_level: str
     supervisor_pid: int
     worker_id: str  # written into jobs.worker: hostname:supervisor pid/pool#index
+    # The drain's bound: the supervisor kills us this long after it sends its SIGTERM.
+    shutdown_timeout_s: float = 30.0
     threads: int = 1  # execution slots: jobs run at once (one start-board record each)
     # More handlers, loaded by the child after the fork (Django's: handlers.child_loader).
     # Called with worker_id, the id this worker writes into jobs.worker.

@@ -239,3 +239,38 @@ print(sorted(span.name for span in exporter.get_finished_spans()))
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['process noop', 'send noop']"
+
+
+def test_only_the_w3c_trace_context_is_stored_and_read_never_baggage(conn, exporter):
+    """The global propagator (by default W3C trace context and W3C baggage) wrote the
+    caller's baggage into the job's row too: application key-values, maybe personal
+    data (an e-mail here), kept in the jobs table; and the worker read it back into
+    the handler's context. Only `traceparent` and `tracestate` go either way."""
+    from opentelemetry import baggage, context
+
+    from pgworkerd.contrib.otel_worker import traced
+
+    token = context.attach(baggage.set_baggage("user.email", "alice@example.com"))
+    try:
+        with trace.get_tracer("the-app").start_as_current_span("POST /signup"):
+            job_id = pgworkerd.enqueue(conn, "read_baggage", {})
+    finally:
+        context.detach(token)
+    stored = job(conn, job_id)["trace_context"]
+    assert set(stored) == {"traceparent"}, stored
+
+    # A row written before (or by another producer) with baggage in it: not read.
+    (send,) = [s for s in exporter.get_finished_spans() if s.name == "send read_baggage"]
+    handler = traced(lambda job: dict(baggage.get_all()))  # what its handler would see
+    row = pgworkerd.Job(
+        id=job_id,
+        kind="read_baggage",
+        queue="default",
+        payload={},
+        attempt=1,
+        max_attempts=5,
+        trace_context={**stored, "baggage": "user.email=alice%40example.com"},
+    )
+    assert handler(row) == {}
+    (process,) = [s for s in exporter.get_finished_spans() if s.name == "process read_baggage"]
+    assert process.parent is not None and process.parent.span_id == send.context.span_id
