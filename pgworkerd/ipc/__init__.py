@@ -46,8 +46,17 @@ Ordering rules:
   start posted in a slot means the job that slot ran before has returned, and a job
   numbered below the highest started number that no slot shows any more has been
   started and has returned too (its record was overwritten before the supervisor
-  looked). The supervisor reads the board before it acts on each message, because a
-  message may depend on the starts before it (`stopping` releases only unstarted jobs).
+  looked), unless the child gave it back (`released`: a key pause gives back claimed
+  jobs of its key and starts the others after them). The supervisor reads the board
+  before it acts on each message, because a message may depend on the starts before
+  it (`stopping` releases only unstarted jobs).
+* The child counts on the board, with each start it posts, the `released` messages it
+  sent before it. The supervisor acts on a look at the board only when it has read as
+  many: else it would count jobs given back as started (`pgworkerd_jobs_started`) and
+  hold them as finishing. The `released` is in the pipe already, so it looks again
+  soon; the messages before it need none of those starts (no `stopping` is among
+  them: nothing starts after it; a `done` follows a `finishing` of its jobs, which
+  counts a start not seen).
 * The child posts one start at a time: the record, then the counter of starts posted.
   The supervisor reads every slot's record between two reads of that counter, and
   again if it moved: its view of the slots is of one moment.

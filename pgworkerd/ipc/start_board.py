@@ -5,6 +5,10 @@ job and would cost a system call each way through a pipe:
     (child -> supervisor);
   * how many lines the supervisor wrote to the child's control pipe (supervisor ->
     child), so the child reads that pipe only when there is something in it;
+  * how many `released` messages the child had sent when it posted its last start
+    (child -> supervisor): a job the child gave back is below the claim numbers of
+    the starts after it, which would say it started (see pgworkerd/ipc, ordering
+    rules), until the supervisor reads that `released`;
   * the last renewal of the child's leases that answered: when it was sent and the
     highest claim number it covered (supervisor -> child), so a child whose supervisor
     stopped renewing (frozen, stopped, stuck in a slow import) stops its handlers
@@ -26,8 +30,12 @@ import struct
 import time
 from dataclasses import dataclass
 
-_HEADER = struct.Struct("<qq")  # starts posted (child), control lines written (supervisor)
-_COUNTER = struct.Struct("<q")  # one of the header's two
+# Starts posted (child), control lines written (supervisor), `released` messages sent
+# before the last start posted (child).
+_HEADER = struct.Struct("<qqq")
+_COUNTER = struct.Struct("<q")  # one of the header's three
+_CONTROL_LINES_OFFSET = 8
+_RELEASED_OFFSET = 16
 # Claim number, start time (time.monotonic_ns(): the clock of time.monotonic()), check.
 _RECORD = struct.Struct("<qqq")
 _CHECK_SEED = 0x5A17_0F_C0FFEE
@@ -59,6 +67,8 @@ class StartBoard:
             self._write_record(slot, 0, 0)
         _RENEWAL.pack_into(self._memory, self._renewal_offset, 0, 0, _CHECK_SEED)
         self._starts_posted = 0  # the child's own count
+        self._released_sent = 0  # the child's own count of `released` messages sent
+        self._released_posted = 0  # what the header says of it
         self._control_lines = 0  # the supervisor's own count
 
     # -- the child's side -----------------------------------------------------------------
@@ -73,12 +83,21 @@ class StartBoard:
             started_ns,
             claim_number ^ started_ns ^ _CHECK_SEED,
         )
+        released = self._released_sent
+        if released != self._released_posted:  # rare: a give-back since the last start
+            self._released_posted = released
+            _COUNTER.pack_into(self._memory, _RELEASED_OFFSET, released)
         self._starts_posted += 1
         _COUNTER.pack_into(self._memory, 0, self._starts_posted)
 
+    def sent_released(self) -> None:
+        """The child sent a `released` message (after sending it): the next start
+        posted says so."""
+        self._released_sent += 1
+
     def control_lines(self) -> int:
         """How many lines the supervisor has written to the control pipe so far."""
-        return int(_COUNTER.unpack_from(self._memory, 8)[0])
+        return int(_COUNTER.unpack_from(self._memory, _CONTROL_LINES_OFFSET)[0])
 
     def renewal(self) -> tuple[int, float]:
         """(the highest claim number the last renewal that answered covered, when it
@@ -113,16 +132,18 @@ class StartBoard:
         """A counter that moves whenever a start is posted: unchanged, nothing is new."""
         return int(_COUNTER.unpack_from(self._memory, 0)[0])
 
-    def snapshot(self) -> tuple[int, list[StartRecord]]:
-        """(starts posted, the last start of each slot) as of one moment. The child
-        posts one start at a time (record, then counter): a read of the records that
+    def snapshot(self) -> tuple[int, int, list[StartRecord]]:
+        """(starts posted, `released` messages the child had sent when it posted the
+        last of them, the last start of each slot) as of one moment. The child posts
+        one start at a time (record and count of `released`, then counter): a read that
         the counter did not see change in between saw no post half done, and no slot
         older than a later one it shows (a seqlock with one writer)."""
         while True:
             posted = self.starts_posted()
+            released = int(_COUNTER.unpack_from(self._memory, _RELEASED_OFFSET)[0])
             records = self.records()
             if self.starts_posted() == posted:
-                return posted, records
+                return posted, released, records
 
     def records(self) -> list[StartRecord]:
         """The last start of each slot that has started a job (see snapshot())."""
@@ -140,7 +161,7 @@ class StartBoard:
     def wrote_control_line(self) -> None:
         """Count a line written to the control pipe (after writing it)."""
         self._control_lines += 1
-        _COUNTER.pack_into(self._memory, 8, self._control_lines)
+        _COUNTER.pack_into(self._memory, _CONTROL_LINES_OFFSET, self._control_lines)
 
     def close(self) -> None:
         self._memory.close()

@@ -59,6 +59,7 @@ class ChildProcess:
     boot_error: str | None = None
     idle: bool = False  # said `idle` and was not woken since: waits for a `wake`
     pause_lines: int = 0  # `pause` lines written since its last claim (PAUSE_LINES_MAX)
+    released_read: int = 0  # `released` messages read (StartBoard.snapshot)
 
     @property
     def name(self) -> str:
@@ -70,7 +71,14 @@ class ChildProcess:
             return
         # One consistent view across slots: a slot read before its newest post, beside
         # one read after a later post, would make the ledger infer its job returned.
-        posted, records = self.board.snapshot()
+        posted, released, records = self.board.snapshot()
+        if released > self.released_read:
+            # A start posted after a `released` still unread: it would say the jobs
+            # given back below its number started (a key pause's give-back leaves such
+            # gaps). That `released` is in the pipe already: looked at again once it is
+            # read, this turn or the next. The messages before it need none of these
+            # starts: none is `stopping`, after which nothing starts.
+            return
         forbidden, complete = self.ledger.observe_starts(records)
         if complete:
             self.ledger.starts_seen = posted
@@ -111,6 +119,7 @@ class ChildProcess:
                 self.finished_any = True
             case Released(ids):
                 self.ledger.released(ids)
+                self.released_read += 1
             case Idle():
                 self.idle = True
             case BootError(reason):

@@ -352,7 +352,15 @@ class BaseWorker:
             self.store.release(self.connection.get(), [job.lease for job in jobs])
         # Said either way: if the release did not reach the database, the supervisor's
         # renewals stop and the leases expire into a rescue.
-        self.status.send(Released(tuple(job.id for job in jobs)))
+        self._say_released(tuple(job.id for job in jobs))
+
+    def _say_released(self, ids: tuple[int, ...]) -> None:
+        """Tell the supervisor these claimed jobs were given back unstarted, and count
+        it on the start board: a job given back (of a paused key) is numbered below the
+        starts after it, which would tell the supervisor it started and returned; it
+        acts on those starts only once it has read this `released` (ipc's ordering)."""
+        self.status.send(Released(ids))
+        self.board.sent_released()
 
     def _give_back_key(self, key: str, waiting: list[Job]) -> set[int]:
         """`key` was just paused, by one of our handlers' PauseKey (its outcome is
@@ -399,7 +407,7 @@ class BaseWorker:
         which would settle them if we died, forgets them (only those: a skipped job
         that was rescued may be claimed anew, by us too, under another lease)."""
         if released:
-            self.status.send(Released(tuple(released)))
+            self._say_released(tuple(released))
 
     # -- waiting --------------------------------------------------------------------------
 

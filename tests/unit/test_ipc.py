@@ -256,7 +256,7 @@ def test_a_snapshot_is_one_moment_across_slots() -> None:
     board = StartBoard(slots=2)
     board.post_start(1, slot=0)
     board.post_start(2, slot=1)
-    posted, records = board.snapshot()
+    posted, _, records = board.snapshot()
     assert posted == 2 and [(r.slot, r.number) for r in records] == [(0, 1), (1, 2)]
 
     # A post landing between two slots' reads: the snapshot reads again.
@@ -271,7 +271,21 @@ def test_a_snapshot_is_one_moment_across_slots() -> None:
         return real_records()
 
     board.records = records_with_a_post_in_between  # type: ignore[method-assign]
-    posted, records = board.snapshot()
+    posted, _, records = board.snapshot()
     assert reads == 2 and posted == 3
     assert [(r.slot, r.number) for r in records] == [(0, 1), (1, 3)]
+    board.close()
+
+
+def test_a_snapshot_says_the_released_sent_before_the_last_start() -> None:
+    """The count of `released` messages goes on the board with the next start, not when
+    sent: the supervisor waits for a `released` only when a start came after it."""
+    board = StartBoard(slots=2)
+    board.post_start(1, slot=0)
+    board.sent_released()
+    assert board.snapshot()[:2] == (1, 0)
+    board.post_start(3, slot=1)
+    assert board.snapshot()[:2] == (2, 1)
+    board.post_start(4, slot=0)
+    assert board.snapshot()[:2] == (3, 1)
     board.close()
