@@ -1,0 +1,140 @@
+"""The locks a release takes and the locks an enqueue `after` takes are taken in orders
+that cannot cross (review 25, after F3). Each test holds one row with a third session
+so that the two statements stop where, with the old order, each held what the other
+needed next; the row is then let go. Before the fixes, PostgreSQL broke the cycle by
+rolling one of them back (DeadlockDetected)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+import pgworkerd
+from pgworkerd.storage.store import JobStore
+from tests.integration.store_helpers import claim
+
+Conn = psycopg.Connection[Any]
+
+
+def _blocked(conn: Conn, session: Conn) -> bool:
+    row = conn.execute(
+        "SELECT cardinality(pg_blocking_pids(%s::int)) > 0", [session.info.backend_pid]
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _wait_blocked(conn: Conn, session: Conn, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not _blocked(conn, session):
+        assert time.monotonic() < deadline, f"{what} never waited for a lock"
+        time.sleep(0.02)
+
+
+class _Sessions:
+    """Sessions that each run one call in a thread of its own and commit it; their
+    errors are kept by name."""
+
+    def __init__(self, db_dsn: str) -> None:
+        self.db_dsn = db_dsn
+        self.errors: dict[str, str] = {}
+        self.results: dict[str, Any] = {}
+        self.sessions: list[Conn] = []
+        self.threads: list[threading.Thread] = []
+
+    def session(self) -> Conn:
+        session = psycopg.connect(self.db_dsn)
+        self.sessions.append(session)
+        session.execute("SET deadlock_timeout = '50ms'")  # a deadlock found in 50 ms
+        # A batch's rows found by an index scan of the primary key, so locked in id order
+        # (a sequential or bitmap scan takes them as they lie in the heap).
+        session.execute("SET enable_seqscan = off")
+        session.execute("SET enable_bitmapscan = off")
+        session.commit()
+        return session
+
+    def start(self, name: str, session: Conn, call: Callable[[Conn], Any]) -> None:
+        def run() -> None:
+            try:
+                self.results[name] = call(session)
+                session.commit()
+            except psycopg.Error as exc:  # reported by the caller's assertion
+                self.errors[name] = type(exc).__name__
+                session.rollback()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        self.threads.append(thread)
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(timeout=30)
+        assert not any(thread.is_alive() for thread in self.threads)
+
+    def close(self) -> None:
+        for session in self.sessions:
+            session.close()
+
+
+def test_an_enqueue_after_a_waiting_and_a_running_job_never_deadlocks_with_their_batch(
+    db_dsn: str, conn: Conn, store: JobStore
+):
+    """A worker completes A and R in one statement; W waits for A; a producer enqueues
+    a job after W and R (A < W < R by id). The completion locks A and R, then (its
+    release) W; the producer locked W, then R: in id order. Now it locks the jobs that
+    are not waiting first (R), then the waiting ones (W)."""
+    a = pgworkerd.enqueue(conn, "k", {})
+    w = pgworkerd.enqueue(conn, "k", {}, after=[a])
+    z = pgworkerd.enqueue(conn, "k", {}, queue="other")  # held: the producer stops there
+    r = pgworkerd.enqueue(conn, "k", {})
+    conn.commit()
+    leases = {job.id: job.lease for job in claim(store, conn, limit=10)}
+    conn.commit()
+    assert sorted(leases) == [a, r]
+
+    run = _Sessions(db_dsn)
+    try:
+        holder, producer, worker = run.session(), run.session(), run.session()
+        holder.execute("SELECT FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", [z])
+        # Before: the producer has locked W and waits for Z. Now: it waits for Z (not
+        # waiting, so before W), holding nothing of this test's.
+        run.start("producer", producer, lambda c: pgworkerd.enqueue(c, "k", {}, after=[w, z, r]))
+        _wait_blocked(conn, producer, "the producer")
+        # The batch locks A and R; its release then needs W. Before: held by the
+        # producer, so it waits. Now it is free and the batch commits.
+        run.start(
+            "worker", worker, lambda c: store.complete(c, [(leases[a], None), (leases[r], None)])
+        )
+        deadline = time.monotonic() + 10
+        while "worker" not in run.results and "worker" not in run.errors:
+            if _blocked(conn, worker):
+                break
+            assert time.monotonic() < deadline, "the batch neither ended nor waited"
+            time.sleep(0.02)
+        # Z let go: before, the producer went on to R, held by the batch, which waited
+        # for W, held by the producer: a cycle.
+        holder.rollback()
+        run.join()
+    finally:
+        run.close()
+
+    assert run.errors == {}
+    assert run.results["worker"] == {a, r}
+    job = run.results["producer"]
+    rows = conn.execute(
+        "SELECT id, state FROM pgworkerd.jobs WHERE id = ANY(%s) ORDER BY id",
+        [[a, w, r, job]],
+    ).fetchall()
+    assert rows == [(a, "succeeded"), (w, "queued"), (r, "succeeded"), (job, "waiting")]
+    # R had succeeded when the producer read it: the job waits for W and Z only.
+    assert conn.execute(
+        "SELECT deps_pending FROM pgworkerd.jobs WHERE id = %s", [job]
+    ).fetchone() == (2,)
+    assert conn.execute(
+        "SELECT dependency_id FROM pgworkerd.job_dependencies WHERE job_id = %s"
+        " ORDER BY dependency_id",
+        [job],
+    ).fetchall() == [(w,), (z,)]
