@@ -138,3 +138,79 @@ def test_an_enqueue_after_a_waiting_and_a_running_job_never_deadlocks_with_their
         " ORDER BY dependency_id",
         [job],
     ).fetchall() == [(w,), (z,)]
+
+
+def _cascade_across(conn: Conn) -> tuple[int, int, int, int, int, int]:
+    """R and S; P1 after R; Q after P1 and S; P2 after R and S; H after R (by id in
+    that order). A cancel of R cancels P1, P2, H (the first level), then Q (after P1).
+    S's release needs Q and P2."""
+    r, s = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": i} for i in range(2)])
+    p1 = pgworkerd.enqueue(conn, "k", {}, after=[r])
+    q = pgworkerd.enqueue(conn, "k", {}, after=[p1, s])
+    p2 = pgworkerd.enqueue(conn, "k", {}, after=[r, s])
+    h = pgworkerd.enqueue(conn, "k", {}, after=[r])
+    conn.commit()
+    return r, s, p1, q, p2, h
+
+
+def _cancel_cascading_across(
+    db_dsn: str, conn: Conn, jobs: tuple[int, ...], other: Callable[[Conn], Any]
+) -> _Sessions:
+    """Cancel R while `other` releases S's dependents; H is held meanwhile. Before, the
+    cancel locked its first level (P1, P2) and waited for H, `other` then locked Q and
+    waited for P2, and the cancel, let go, went on to its second level, Q: a cycle. Now
+    the cancel locks P1, Q, P2 (all it can reach, in id order) and waits for H; `other`
+    waits for Q."""
+    r, _, _, _, _, h = jobs
+    run = _Sessions(db_dsn)
+    try:
+        holder, cancelling, releasing = run.session(), run.session(), run.session()
+        holder.execute("SELECT FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", [h])
+        run.start("cancel", cancelling, lambda c: pgworkerd.cancel(c, r))
+        _wait_blocked(conn, cancelling, "the cancel")
+        run.start("other", releasing, other)
+        _wait_blocked(conn, releasing, "the other release")
+        holder.rollback()
+        run.join()
+    finally:
+        run.close()
+    return run
+
+
+def test_a_cancellation_cascade_never_deadlocks_with_a_completion(
+    db_dsn: str, conn: Conn, store: JobStore
+):
+    jobs = _cascade_across(conn)
+    r, s, p1, q, p2, h = jobs
+    (lease,) = [job.lease for job in claim(store, conn, limit=10) if job.id == s]
+    conn.commit()
+    run = _cancel_cascading_across(db_dsn, conn, jobs, lambda c: store.complete(c, [(lease, None)]))
+    assert run.errors == {}
+    assert run.results == {"cancel": True, "other": {s}}
+    states = dict(
+        conn.execute(
+            "SELECT id, state FROM pgworkerd.jobs WHERE id = ANY(%s)", [list(jobs)]
+        ).fetchall()
+    )
+    assert states == {
+        r: "cancelled",
+        s: "succeeded",
+        p1: "cancelled",
+        q: "cancelled",
+        p2: "cancelled",
+        h: "cancelled",
+    }
+    assert conn.execute("SELECT count(*) FROM pgworkerd.job_dependencies").fetchone() == (0,)
+
+
+def test_two_cancellation_cascades_crossing_never_deadlock(db_dsn: str, conn: Conn):
+    jobs = _cascade_across(conn)
+    s = jobs[1]
+    run = _cancel_cascading_across(db_dsn, conn, jobs, lambda c: pgworkerd.cancel(c, s))
+    assert run.errors == {}
+    assert run.results == {"cancel": True, "other": True}
+    assert conn.execute(
+        "SELECT count(*) FROM pgworkerd.jobs WHERE id = ANY(%s) AND state = 'cancelled'",
+        [list(jobs)],
+    ).fetchone() == (6,)
+    assert conn.execute("SELECT count(*) FROM pgworkerd.job_dependencies").fetchone() == (0,)
