@@ -214,3 +214,52 @@ def test_two_cancellation_cascades_crossing_never_deadlock(db_dsn: str, conn: Co
         [list(jobs)],
     ).fetchone() == (6,)
     assert conn.execute("SELECT count(*) FROM pgworkerd.job_dependencies").fetchone() == (0,)
+
+
+def test_two_cancels_in_each_of_two_transactions_may_deadlock_and_a_rerun_succeeds(
+    db_dsn: str, conn: Conn
+):
+    """Not fixed (docs/design.md, "Not fixed: two outcome statements in one application
+    transaction"): each cancel locks its dependents until its transaction ends, so two
+    transactions of two cancels each, over jobs that share dependents, can deadlock. What
+    is promised: the transaction PostgreSQL picks is rolled back whole, and run again it
+    succeeds, every dependent counted down once."""
+    a, b, c, e = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": i} for i in range(4)])
+    d = pgworkerd.enqueue(conn, "k", {}, after=[a, c], after_failure="run")
+    f = pgworkerd.enqueue(conn, "k", {}, after=[e, b], after_failure="run")
+    run = _Sessions(db_dsn)
+    try:
+        first, second = run.session(), run.session()
+        assert pgworkerd.cancel(first, a)  # D locked until `first` ends
+        assert pgworkerd.cancel(second, b)  # F locked until `second` ends
+        run.start("first", first, lambda s: pgworkerd.cancel(s, e))  # waits for F
+        _wait_blocked(conn, first, "the first transaction")
+        run.start("second", second, lambda s: pgworkerd.cancel(s, c))  # waits for D: a cycle
+        run.join()
+        assert list(run.errors.values()) == ["DeadlockDetected"]
+        (victim,) = run.errors
+        assert len(run.results) == 1
+        # Rolled back whole: its first cancel too. Run again, it goes through.
+        rerun = run.session()
+        ids = (a, e) if victim == "first" else (b, c)
+        assert conn.execute(
+            "SELECT count(*) FROM pgworkerd.jobs WHERE id = ANY(%s) AND state = 'queued'",
+            [list(ids)],
+        ).fetchone() == (2,)
+        with rerun.transaction():
+            assert all(pgworkerd.cancel(rerun, job) for job in ids)
+    finally:
+        run.close()
+    rows = conn.execute(
+        "SELECT id, state, deps_pending FROM pgworkerd.jobs WHERE id = ANY(%s) ORDER BY id",
+        [[a, b, c, e, d, f]],
+    ).fetchall()
+    assert rows == [
+        (a, "cancelled", 0),
+        (b, "cancelled", 0),
+        (c, "cancelled", 0),
+        (e, "cancelled", 0),
+        (d, "queued", 0),
+        (f, "queued", 0),
+    ]
+    assert conn.execute("SELECT count(*) FROM pgworkerd.job_dependencies").fetchone() == (0,)
