@@ -36,6 +36,7 @@ SHIPPED = {
     ): "e8ad533b983d8df7598a223f794ee36abf077098dac0281cc35ff7ede47888e0",
     (18, "release_exact_types"): "f305cf3e6d37baa9cea6014ae3bde9bfc35920b7f7d543e2f6c0435b2be70ba5",
     (19, "release_in_id_order"): "7addab866112a216c99870bc585fcfb20f53e5667ecdd6870127c690b213459e",
+    (20, "cascade_lock_order"): "09972f9e52c7d2a58b36729e1576f626a1f3bd2c776187d208e1bd0c4dddacef",
 }
 
 

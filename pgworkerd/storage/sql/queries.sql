@@ -141,7 +141,8 @@ RETURNING id, pg_notify({queue_channel}, queue);
 -- JSON array of job records, each with its own `after` (ids, none repeated): a fan-out
 -- (thousands of dependents of one job) or a list of pairs is one statement, not one per
 -- job. Used only for such jobs: jobs_insert is untouched. Every dependency any of them
--- names is locked once, in id order (FOR SHARE, or FOR NO KEY UPDATE while it lacks
+-- names is locked once, in id order among the waiting ones and among the others, the
+-- others first (LOCK ORDER, below; FOR SHARE, or FOR NO KEY UPDATE while it lacks
 -- has_dependents: LOCK MODE), before its state is read: an outcome of one of them, an
 -- UPDATE, waits for this transaction to end, and this statement waits for an outcome in
 -- progress and then reads the state it committed. So either this insert sees the
@@ -183,9 +184,20 @@ deps AS MATERIALIZED (
            j.state IN ('dead', 'cancelled') AS failed,
            (j.state NOT IN ('succeeded', 'dead', 'cancelled') AND NOT j.has_dependents)::int
                AS unmarked
-    -- in id order: the nested loop keeps the order of its outer side
-    FROM (SELECT DISTINCT a.id FROM input AS i CROSS JOIN pg_catalog.unnest(i.after) AS a(id)
-          ORDER BY a.id) AS a
+    -- LOCK ORDER: those not waiting first, then the waiting ones, each group in id order
+    -- (the nested loop keeps the order of its outer side). An outcome statement locks its
+    -- own rows (running ones, for a worker's batch) and then, in its release, the
+    -- waiting dependents: a producer that took a waiting W before a running R of that
+    -- batch, R's statement having taken R and waiting for W, deadlocked (`after=[W, R]`,
+    -- W < R, W a dependent of a job of R's batch: tests/integration/
+    -- test_workflow_lock_order.py). The state is read from this statement's snapshot,
+    -- by primary key (a scalar subquery runs once per id), before any lock.
+    FROM (SELECT a.id
+          FROM (SELECT DISTINCT a.id
+                FROM input AS i CROSS JOIN pg_catalog.unnest(i.after) AS a(id)) AS a
+          ORDER BY (SELECT j.state = 'waiting' FROM {schema}.jobs AS j WHERE j.id = a.id)
+                       IS TRUE,
+                   a.id) AS a
     -- LOCK MODE. A dependency that has the flag already is locked FOR SHARE: producers
     -- of its later dependents run side by side, one lookup each. One without it is
     -- locked FOR NO KEY UPDATE from the start, the mode `marked` needs to set it: two
