@@ -192,6 +192,11 @@ class Config(BaseSettings):
     defaults: Defaults = Defaults()
     lease_ttl: Seconds = Field(30.0, ge=1)
     shutdown_timeout: Seconds = 30.0
+    reload_timeout: Seconds = Field(
+        60.0,
+        description="a HUP whose config and handler imports take longer is refused "
+        "(an import that hangs would otherwise hold back the respawns)",
+    )
     poll_interval: Seconds = Field(
         1.0, description="an idle worker looks for work this often when no NOTIFY comes"
     )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from pydantic import BaseModel
 from setproctitle import setproctitle
 
 from pgworkerd import handlers, logs
@@ -36,7 +37,8 @@ from pgworkerd.supervisor import enforcement, operating, osutil
 from pgworkerd.supervisor.children import ChildProcess
 from pgworkerd.supervisor.http import HttpListener
 from pgworkerd.supervisor.ledger import JobState, KillReason, LedgerJob
-from pgworkerd.supervisor.reloading import Loading
+from pgworkerd.supervisor.metrics import METRICS
+from pgworkerd.supervisor.reloading import Loading, Stamps, changed_files, module_files
 from pgworkerd.supervisor.signals import SignalInbox
 from pgworkerd.supervisor.systemd import Notifier
 from pgworkerd.supervisor.wakeups import Wakeups
@@ -87,6 +89,11 @@ class Supervisor:
         self._renewing: dict[ChildProcess, set[Lease]] = {}  # leases sent in the renewal
         self.loading: Loading | None = None  # a HUP's load, under way in its thread
         self.hup_again = False  # a HUP came during that load: load again after it
+        # Loads refused past reload_timeout whose threads still run (reloading.py).
+        self.stuck_loads: list[Loading] = []
+        # The module files' stamps the running config was loaded with (module_files):
+        # a HUP that changes neither them nor the config replaces nothing.
+        self.code_files: Stamps = {}
         # Each child's highest claim number known when the renewal was sent: the held
         # jobs numbered up to it were all in it (a child's claims are read in order).
         self._renewing_through: dict[ChildProcess, int] = {}
@@ -99,6 +106,7 @@ class Supervisor:
         self.selector.register(self.signals.fd, selectors.EVENT_READ, _SIGNALS)
         self.http = operating.start(self)  # None: no `http.listen` in the config
         self.workforce.staff(self.config)
+        self.code_files = module_files()
         osutil.freeze_start_up_heap()  # before the forks: the children share it frozen
         self.workforce.spawn_due()  # forks first: no connection of ours exists to inherit
         self.housekeeper = self._housekeeper()
@@ -258,8 +266,14 @@ class Supervisor:
         self.loading = Loading(self.config_path).start()
 
     def _reloaded(self) -> None:
+        if self.stuck_loads:
+            self._count_stuck_loads()
         loading = self.loading
-        if loading is None or not loading.done:
+        if loading is None:
+            return
+        if not loading.done:
+            if time.monotonic() - loading.started_at >= self.config.reload_timeout:
+                self._abandon(loading)
             return
         self.loading = None
         if self.state is State.RUNNING:
@@ -275,6 +289,29 @@ class Supervisor:
             self.hup_again = False
             self.handle_hup()
 
+    def _abandon(self, loading: Loading) -> None:
+        """A load past reload_timeout (an import that hangs): refused, and the loop
+        forks again. Its thread cannot be stopped and is left behind; why forking
+        beside it is safe for the running config's children: reloading.py."""
+        self.loading = None
+        logs.event(
+            log,
+            logging.ERROR,
+            "reload refused; keeping the running config",
+            problem=f"the load did not finish within reload_timeout "
+            f"({self.config.reload_timeout:g}s): still {loading.doing()}",
+        )
+        METRICS.reloaded("timed_out")
+        self.stuck_loads.append(loading)
+        self._count_stuck_loads()
+        if self.hup_again:  # a HUP sent after this one: load it now
+            self.hup_again = False
+            self.handle_hup()
+
+    def _count_stuck_loads(self) -> None:
+        self.stuck_loads = [loading for loading in self.stuck_loads if not loading.done]
+        METRICS.loads_stuck(len(self.stuck_loads))
+
     def _apply_reload(self, loading: Loading) -> None:
         if loading.loaded is None:
             for problem in loading.problems:
@@ -284,6 +321,7 @@ class Supervisor:
                     "reload refused; keeping the running config",
                     problem=problem,
                 )
+            METRICS.reloaded("refused")
             return
         new_config, new_registry = loading.loaded
         if new_config.database != self.config.database:
@@ -293,9 +331,29 @@ class Supervisor:
                 "reload refused; keeping the running config",
                 problem="database settings changed: they need a restart",
             )
+            METRICS.reloaded("refused")
             return
         new_config = self._keep_start_up_settings(new_config)
-        logs.event(log, logging.INFO, "reloading: replacing workers")
+        changed = changed_files(self.code_files, loading.files)
+        if new_config == self.config and not changed and new_config.django is None:
+            # Replacing them anyway, every HUP started a full set of workers beside the
+            # old ones, still draining their jobs (10 HUPs with 40 s jobs: 2 -> 22).
+            # Under `django:` the workers import their modules after the fork, files
+            # this process never sees: such a reload always replaces them.
+            logs.event(log, logging.INFO, "reload: nothing changed; keeping the workers")
+            METRICS.reloaded("unchanged")
+            # A reload all the same, to systemd (`systemctl reload` waits for its end).
+            self.notifier.notify("RELOADING=1", "STATUS=reloading")
+            self.notifier.notify("READY=1", "STATUS=reloaded")
+            return
+        logs.event(
+            log,
+            logging.INFO,
+            "reloading: replacing workers",
+            changed=_what_changed(new_config != self.config, changed),
+        )
+        METRICS.reloaded("applied")
+        self.code_files = loading.files
         self.notifier.notify("RELOADING=1", "STATUS=reloading")
         self.config, self.registry = new_config, new_registry
         logging.getLogger("pgworkerd").setLevel(new_config.log_level.upper())
@@ -307,13 +365,21 @@ class Supervisor:
         self.notifier.notify("READY=1", "STATUS=reloaded")
 
     def _keep_start_up_settings(self, new_config: Config) -> Config:
-        """`new_config` with the running `lease_ttl` and `notifications`: the
-        housekeeping's renewal, rescue and connection were built from them at start-up
-        and do not follow a reload (docs/configuration.md, "Reloading"). Applied only
-        halfway, a new lease_ttl in the new workers' claims and the lapse checks but not
-        in the renewals, killed long jobs (lowered) or let a job be rescued while it
-        still ran (raised); so the reload keeps them everywhere and says so."""
-        kept = {"lease_ttl": self.config.lease_ttl, "notifications": self.config.notifications}
+        """`new_config` with the running start-up settings (docs/configuration.md,
+        "Reloading"), each one a reload changes said in a warning. `lease_ttl` and
+        `notifications`: the housekeeping's renewal, rescue and connection were built
+        from them at start-up. Applied only halfway, a new lease_ttl in the new workers'
+        claims and the lapse checks but not in the renewals, killed long jobs (lowered)
+        or let a job be rescued while it still ran (raised); so the reload keeps them
+        everywhere. `http`: the listener was bound at start-up, and a reload that moved
+        it (/metrics off 0.0.0.0) silently left the old address answering. `log_format`:
+        the logging of the supervisor and of the workers it forks was set up at start."""
+        kept = {
+            "lease_ttl": self.config.lease_ttl,
+            "notifications": self.config.notifications,
+            "http": self.config.http,
+            "log_format": self.config.log_format,
+        }
         changed = [name for name, value in kept.items() if getattr(new_config, name) != value]
         for name in changed:
             logs.event(
@@ -321,8 +387,8 @@ class Supervisor:
                 logging.WARNING,
                 "reload keeps a setting from start-up; restart the daemon to change it",
                 setting=name,
-                running=getattr(self.config, name),
-                file=getattr(new_config, name),
+                running=_shown(getattr(self.config, name)),
+                file=_shown(getattr(new_config, name)),
             )
         return new_config.model_copy(update=kept) if changed else new_config
 
@@ -534,3 +600,19 @@ class Supervisor:
             on_disconnect=self._forget_listener,
             answer_by=self._next_lapse,
         )
+
+
+def _shown(value: object) -> object:
+    """A setting as a warning shows it: a section as its keys (http: listen=...)."""
+    if isinstance(value, BaseModel):
+        return " ".join(f"{key}={item}" for key, item in value.model_dump().items())
+    return value
+
+
+def _what_changed(config: bool, files: list[str]) -> str:
+    """What made a reload replace the workers, for its log line."""
+    parts = ["the config"] if config else []
+    if files:
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        parts.append(f"module files: {shown}")
+    return "; ".join(parts) or "the django modules (always)"

@@ -124,6 +124,19 @@ class SupervisorMetrics:
         self.jobs_live_tuples = Gauge(
             "pgworkerd_jobs_live_tuples", "Live rows in the jobs table", registry=r
         )
+        self.reloads = Counter(
+            "pgworkerd_reloads",
+            "HUPs by outcome: applied, unchanged (nothing replaced), refused, timed_out "
+            "(the load passed reload_timeout)",
+            ("outcome",),
+            registry=r,
+        )
+        self.reload_loads_stuck = Gauge(
+            "pgworkerd_reload_loads_stuck",
+            "Reload loads refused past reload_timeout whose thread still runs (an import "
+            "that never ends: see the refusal's log line)",
+            registry=r,
+        )
         self.children_alive = Gauge("pgworkerd_children_alive", "Worker children alive", registry=r)
         self.slots_busy = Gauge("pgworkerd_slots_busy", "Slots running a job", registry=r)
         self.slots_free = Gauge("pgworkerd_slots_free", "Slots not running a job", registry=r)
@@ -182,6 +195,16 @@ class SupervisorMetrics:
         """A lease renewal got no answer."""
         if self.counting:
             self.renewals_failed.inc()
+
+    def reloaded(self, outcome: str) -> None:
+        """A HUP's load ended: applied, unchanged, refused or timed_out."""
+        if self.counting:
+            self.reloads.labels(outcome).inc()
+
+    def loads_stuck(self, count: int) -> None:
+        """Timed-out reload loads whose thread still runs."""
+        if self.counting:
+            self.reload_loads_stuck.set(count)
 
     def _labelled(self, metric: Counter | Histogram, labels: Labelled) -> Any:
         key = (metric, *labels)

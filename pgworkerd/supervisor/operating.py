@@ -3,7 +3,9 @@
 /healthz: 200 whenever the loop turns (it answers from the loop).
 /readyz: 200 when the housekeeping's last lease renewal answered recently (within two
 renewal intervals, at least READY_MIN_WINDOW_S), else 503; a ready answer names the
-holder of the xmin horizon when it has held it past HORIZON_WARN_LEASES lease_ttl.
+holder of the xmin horizon when it has held it past HORIZON_WARN_LEASES lease_ttl, and
+says so while a reload's load refused past reload_timeout is still stuck (the daemon
+runs on its old config: ready, but a HUP of the same change will not apply).
 /metrics: pgworkerd/supervisor/metrics.py's registry in the Prometheus text format.
 No answer names the database URL or anything else of the config.
 """
@@ -76,8 +78,16 @@ def _readyz(supervisor: Supervisor) -> tuple[int, str, bytes]:
     # the jobs may be slow to start: vacuum is held back.
     sample = keeper.sampling.latest
     horizon = sample.horizon if sample is not None else None
+    warnings = []
     if horizon is not None and horizon.too_old(keeper.lease_ttl_s):
-        return 200, _TEXT, f"ready; warning: vacuum held back by {horizon.describe()}\n".encode()
+        warnings.append(f"vacuum held back by {horizon.describe()}")
+    stuck_loads = [loading for loading in supervisor.stuck_loads if not loading.done]
+    if stuck_loads:
+        stuck = stuck_loads[-1]
+        age = time.monotonic() - stuck.started_at
+        warnings.append(f"a reload's load has been stuck for {age:.0f}s, {stuck.doing()}")
+    if warnings:
+        return 200, _TEXT, f"ready; warning: {'; '.join(warnings)}\n".encode()
     return 200, _TEXT, b"ready\n"
 
 

@@ -8,11 +8,35 @@ While a load runs the supervisor forks no child (core.py): a fork while another
 thread imports could leave the child an import lock held by a thread it does not
 have. The thread is a daemon thread: a supervisor told to stop does not wait for an
 import that may never end.
+
+A load has `reload_timeout` to finish (core.py, _reloaded). Past it, the reload is
+refused with a line saying what the thread was doing (`doing`: the module it imports),
+and the supervisor forks again. A thread cannot be killed, so the stuck one is left
+behind, and the forks that follow happen while it is in the middle of an import. That
+is safe for the children of the running config: what such a thread holds is the
+import locks of the modules it is importing (the stuck module, the ones importing it),
+all modules the running config does not use, since a module it does use is in
+sys.modules, complete, and importing it again takes no lock. A child inherits those
+locks held by a thread it does not have, and would hang only by importing one of those
+modules itself. (Locks the stuck module's own code took cannot be known; the common
+hang, a blocking call at import, holds none a worker uses, and the interpreter's own,
+logging's among them, are reset in a child at fork.) Waiting for the thread instead
+stopped every respawn for ever: a worker killed later was never replaced, and with
+none left no job ran while the health checks said all was well. A later load of a
+config that names the stuck module waits on its lock, and is refused in its turn
+after its own reload_timeout.
+
+`module_files` stamps the files of the imported modules, so that a HUP of an unchanged
+config over unchanged code replaces nothing (core.py, _apply_reload).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
+import time
+import types
 from dataclasses import dataclass, field
 
 from pgworkerd import config as config_module
@@ -21,15 +45,21 @@ from pgworkerd.config import Config, ConfigError
 from pgworkerd.errors import mask_passwords
 from pgworkerd.handlers import Handler, HandlerError
 
+Stamps = dict[str, tuple[int, int]]  # module file path -> (mtime in ns, size)
+
 
 @dataclass
 class Loading:
     config_path: str | None
     loaded: tuple[Config, dict[str, Handler]] | None = None  # when it went through
     problems: list[str] = field(default_factory=list)  # when it did not
+    # The module files' stamps after the load (module_files), when it went through.
+    files: Stamps = field(default_factory=dict)
+    started_at: float = 0.0  # time.monotonic()
     _thread: threading.Thread | None = None
 
     def start(self) -> Loading:
+        self.started_at = time.monotonic()
         self._thread = threading.Thread(target=self._load, name="reload", daemon=True)
         self._thread.start()
         return self
@@ -37,6 +67,26 @@ class Loading:
     @property
     def done(self) -> bool:
         return self._thread is not None and not self._thread.is_alive()
+
+    def doing(self) -> str:
+        """What the thread is at, for the line that refuses a load past its time: the
+        module whose import runs (the innermost module body on its stack), else the
+        function it is in."""
+        thread = self._thread
+        frame = sys._current_frames().get(thread.ident) if thread and thread.ident else None
+        innermost = frame
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "<module>" and not code.co_filename.startswith("<frozen"):
+                name = frame.f_globals.get("__name__", "?")
+                where = f"{code.co_filename}, line {frame.f_lineno}"
+                return mask_passwords(f"importing the module {name} ({where})")
+            frame = frame.f_back
+        if innermost is None:
+            return "done"
+        code = innermost.f_code
+        where = f"{code.co_filename}, line {innermost.f_lineno}"
+        return mask_passwords(f"in {code.co_name} ({where})")
 
     def _load(self) -> None:
         try:
@@ -53,4 +103,30 @@ class Loading:
             problem = f"cannot load the config: {type(exc).__name__}: {exc}"
             self.problems = [mask_passwords(problem)]  # it is logged
         else:
+            self.files = module_files()
             self.loaded = (new_config, registry)
+
+
+def module_files() -> Stamps:
+    """(mtime in ns, size) of the file of every imported module, by path; (-1, -1) for
+    a file gone. A deploy may change the code under an unchanged config: the reload
+    that follows must not take it for "nothing changed". Read from each module's
+    __dict__, never getattr: a lazy module's __getattr__ would import in this thread."""
+    stamps: Stamps = {}
+    for module in list(sys.modules.values()):
+        path = module.__dict__.get("__file__") if isinstance(module, types.ModuleType) else None
+        if not isinstance(path, str) or path in stamps:
+            continue
+        try:
+            stat = os.stat(path)
+        except OSError:
+            stamps[path] = (-1, -1)
+        else:
+            stamps[path] = (stat.st_mtime_ns, stat.st_size)
+    return stamps
+
+
+def changed_files(before: Stamps, after: Stamps) -> list[str]:
+    """The files of `before` whose stamps `after` shows changed (a module `after` does
+    not know, one dropped from sys.modules since, is taken as unchanged)."""
+    return [path for path, stamp in before.items() if after.get(path, stamp) != stamp]

@@ -246,7 +246,8 @@ def test_a_reload_keeps_the_start_up_lease_ttl_everywhere(start_daemon, history_
     (old_worker,) = daemon.wait_for_workers(1)
     from tests.daemon import write_config
 
-    write_config(tmp_path / "pgworkerd.yaml", workers=ONE_WORKER, lease_ttl="2s")
+    # And a poll_interval: a reload that changes nothing else replaces no worker.
+    write_config(tmp_path / "pgworkerd.yaml", workers=ONE_WORKER, lease_ttl="2s", poll_interval=2)
     daemon.signal(signal.SIGHUP)
     wait_until(
         lambda: [p.pid for p in daemon.wait_for_workers(1)] != [old_worker.pid],
@@ -358,9 +359,12 @@ def test_a_reload_freezes_what_it_imported_before_its_workers_fork(
     wait_until(lambda: "reload refused" in daemon.log(), what="the refusal")
     supervisor_collector_settled(daemon)
 
-    write_config(tmp_path / "pgworkerd.yaml", workers=ONE_WORKER, handlers=handlers)
     frozen = []
-    for _ in range(4):
+    for n in range(4):
+        # Each a change (a reload that changes nothing replaces no worker).
+        write_config(
+            tmp_path / "pgworkerd.yaml", workers=ONE_WORKER, handlers=handlers, poll_interval=2 + n
+        )
         daemon.signal(signal.SIGHUP)
         worker = wait_until(new_worker(daemon, worker.pid), what="the new worker")
         # Forked after the freeze: the module's pages stay shared with the supervisor.
@@ -438,7 +442,7 @@ def hup_and_wait_for_the_reloads_end(proc: subprocess.Popen[bytes], log_path: Pa
     wait_until(
         lambda: any(
             end in log_path.read_text()
-            for end in ("reloading: replacing workers", "reload refused")
+            for end in ("reloading: replacing workers", "reload refused", "nothing changed")
         ),
         what="the reload's end",
     )
