@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from pgworkerd import logs
 from pgworkerd.storage import connections
@@ -42,6 +43,32 @@ WORKER_OPTIONS = f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE} -c enable_seqscan
 # is charged, we reconnect (with backoff) until a writable server answers
 # (docs/faults.md, "Read-only database after failover").
 CONNECTION_FAULTS = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
+# Of CONNECTION_FAULTS (psycopg makes them OperationalErrors), those that end one
+# transaction and leave its connection as it was: the server rolled the transaction
+# back (the worker's statements run in autocommit, or in a `with conn.transaction()`
+# that rolls back) and the session is idle. Taken for a lost connection, each cost a
+# reconnect and a warm-up and logged a network fault there was not. They are retried
+# on the same connection instead (WorkerConnection.failed), with the message here:
+TRANSACTION_FAULTS: dict[type[BaseException], str] = {
+    # 40P01: our outcome statement releases workflow dependents in its triggers, which an
+    # application transaction that cancels or completes jobs may hold while it waits for
+    # our row (docs/workflows.md): the server rolled one of the two back, ours.
+    psycopg.errors.DeadlockDetected: "deadlock detected",
+    # 40001: a database or role whose default isolation is serializable.
+    psycopg.errors.SerializationFailure: "serialization failure",
+    # 55P03: a lock_timeout set on the role or the database; the lock was another's.
+    psycopg.errors.LockNotAvailable: "lock wait timed out (lock_timeout)",
+    # 57014: a statement_timeout set on the role or the database, or an operator's
+    # pg_cancel_backend. One that fires at every try ends in a reconnect, as before.
+    psycopg.errors.QueryCanceled: "statement canceled (statement_timeout or a cancel)",
+}
+# Tries of a failed transaction again on its connection, in a row, before the connection
+# is dropped and reopened as for any fault (whatever in the session makes them fail
+# again, none known, goes with it); the first waits about TRANSACTION_RETRY_S, each
+# next one twice as long, jittered: workers that crossed the same transaction do not
+# all come back at the same moment.
+TRANSACTION_RETRIES = 5
+TRANSACTION_RETRY_S = 0.02
 
 
 class WorkerConnection:
@@ -60,6 +87,8 @@ class WorkerConnection:
         # Set when a connect was refused for a read-only server, cleared by one that
         # went through: the cause is told once a fault, not at every retry of it.
         self._told_read_only = False
+        # Transaction faults retried on this connection since a write last went through.
+        self._transaction_retries = 0
 
     def get(self, *, for_outcome: bool = False) -> psycopg.Connection[Any]:
         """The open connection, or a new one after jittered backoff. Gives up (raises)
@@ -83,6 +112,7 @@ class WorkerConnection:
                 self.store.warm(self.conn, limit=self.spec.batch_size, **self.spec.claim_scope())
                 self.epoch += 1
                 self._told_read_only = False
+                self._transaction_retries = 0
                 return self.conn
             except CONNECTION_FAULTS as exc:
                 self._close()
@@ -113,8 +143,44 @@ class WorkerConnection:
         )
 
     def succeeded(self) -> None:
-        """A write went through: the next read-only fault starts its backoff afresh."""
+        """A write went through: the next read-only fault starts its backoff afresh, and
+        the next transaction fault its retries."""
         self._read_only_delay_s = 0.0
+        self._transaction_retries = 0
+
+    def failed(self, exc: BaseException, retrying: str) -> None:
+        """A statement on our connection raised one of CONNECTION_FAULTS, and the caller
+        tries `retrying` again as it did after a lost connection (the same write, fenced
+        by the leases: a write whose commit went through before the failure is found
+        by them, docs/faults.md "Outcome committed, reply lost"; or the next claim,
+        with the same successes). A transaction fault (TRANSACTION_FAULTS) that left the
+        connection idle is said as what it is and tried again on this connection,
+        after a short jittered wait, without a reconnect or a warm-up; anything else,
+        or a transaction fault past TRANSACTION_RETRIES in a row, loses the connection.
+        Asked only on a failure: nothing of it runs for a write that goes through."""
+        conn = self.conn
+        what = TRANSACTION_FAULTS.get(type(exc))
+        if (
+            what is None
+            or self._transaction_retries >= TRANSACTION_RETRIES
+            or conn is None
+            or conn.info.transaction_status != TransactionStatus.IDLE
+        ):
+            self.lost(exc)
+            return
+        self._transaction_retries += 1
+        wait_s = TRANSACTION_RETRY_S * 2 ** (self._transaction_retries - 1)
+        wait_s *= random.uniform(0.5, 1.5)
+        logs.event(
+            log,
+            logging.WARNING,
+            f"{what}; retrying {retrying} on the same connection",
+            sqlstate=getattr(exc, "sqlstate", None),
+            error=connections.describe_error(exc, self.spec.database_url),
+            retry=self._transaction_retries,
+            retry_in_s=round(wait_s, 3),
+        )
+        sleep_interruptibly(self.wake_fd, wait_s)
 
     def lost(self, exc: BaseException) -> None:
         logs.event(
