@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 
 from pgworkerd import logs
 from pgworkerd.storage import connections
@@ -43,30 +42,15 @@ WORKER_OPTIONS = f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE} -c enable_seqscan
 # is charged, we reconnect (with backoff) until a writable server answers
 # (docs/faults.md, "Read-only database after failover").
 CONNECTION_FAULTS = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
-# Of CONNECTION_FAULTS (psycopg makes them OperationalErrors), those that end one
-# transaction and leave its connection as it was: the server rolled the transaction
-# back (the worker's statements run in autocommit, or in a `with conn.transaction()`
-# that rolls back) and the session is idle. Taken for a lost connection, each cost a
-# reconnect and a warm-up and logged a network fault there was not. They are retried
-# on the same connection instead (WorkerConnection.failed), with the message here:
-TRANSACTION_FAULTS: dict[type[BaseException], str] = {
-    # 40P01: our outcome statement releases workflow dependents in its triggers, which an
-    # application transaction that cancels or completes jobs may hold while it waits for
-    # our row (docs/workflows.md): the server rolled one of the two back, ours.
-    psycopg.errors.DeadlockDetected: "deadlock detected",
-    # 40001: a database or role whose default isolation is serializable.
-    psycopg.errors.SerializationFailure: "serialization failure",
-    # 55P03: a lock_timeout set on the role or the database; the lock was another's.
-    psycopg.errors.LockNotAvailable: "lock wait timed out (lock_timeout)",
-    # 57014: a statement_timeout set on the role or the database, or an operator's
-    # pg_cancel_backend. One that fires at every try ends in a reconnect, as before.
-    psycopg.errors.QueryCanceled: "statement canceled (statement_timeout or a cancel)",
-}
-# Tries of a failed transaction again on its connection, in a row, before the connection
-# is dropped and reopened as for any fault (whatever in the session makes them fail
-# again, none known, goes with it); the first waits about TRANSACTION_RETRY_S, each
-# next one twice as long, jittered: workers that crossed the same transaction do not
-# all come back at the same moment.
+# Of CONNECTION_FAULTS, those that end one transaction only (connections.
+# transaction_fault: a deadlock, a serialization failure, a lock_timeout or a
+# statement_timeout) are tried again on the same connection (WorkerConnection.failed):
+# taken for a lost connection, each cost a reconnect and a warm-up and logged a network
+# fault there was not. Up to TRANSACTION_RETRIES in a row, before the connection is
+# dropped and reopened as for any fault (whatever in the session makes them fail again,
+# none known, goes with it); the first waits about TRANSACTION_RETRY_S, each next one
+# twice as long, jittered: workers that crossed the same transaction do not all come
+# back at the same moment.
 TRANSACTION_RETRIES = 5
 TRANSACTION_RETRY_S = 0.02
 
@@ -158,14 +142,8 @@ class WorkerConnection:
         after a short jittered wait, without a reconnect or a warm-up; anything else,
         or a transaction fault past TRANSACTION_RETRIES in a row, loses the connection.
         Asked only on a failure: nothing of it runs for a write that goes through."""
-        conn = self.conn
-        what = TRANSACTION_FAULTS.get(type(exc))
-        if (
-            what is None
-            or self._transaction_retries >= TRANSACTION_RETRIES
-            or conn is None
-            or conn.info.transaction_status != TransactionStatus.IDLE
-        ):
+        what = connections.transaction_fault(exc, self.conn)
+        if what is None or self._transaction_retries >= TRANSACTION_RETRIES:
             self.lost(exc)
             return
         self._transaction_retries += 1
