@@ -13,7 +13,6 @@ hard limit.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
 import logging
@@ -349,8 +348,22 @@ class BaseWorker:
     def _release(self, jobs: list[Job]) -> None:
         if not jobs:
             return
-        with contextlib.suppress(*CONNECTION_FAULTS):
-            self.store.release(self.connection.get(), [job.lease for job in jobs])
+        leases = [job.lease for job in jobs]
+        while True:
+            try:
+                self.store.release(self.connection.get(), leases)
+            except CONNECTION_FAULTS as exc:
+                # A transaction fault (a deadlock) left the connection as it was: the
+                # release, fenced by the leases, is tried again on it (failed() bounds
+                # the tries). Any other fault is left to the connection's next use.
+                conn = self.connection.conn
+                if connections.transaction_fault(exc, conn) is None:
+                    break
+                self.connection.failed(exc, "the give-back of claimed jobs")
+                if self.connection.conn is not conn:
+                    break
+            else:
+                break
         # Said either way: if the release did not reach the database, the supervisor's
         # renewals stop and the leases expire into a rescue.
         self._say_released(tuple(job.id for job in jobs))

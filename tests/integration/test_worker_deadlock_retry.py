@@ -22,6 +22,7 @@ import pgworkerd
 from pgworkerd.ipc import Done, Finishing, StatusWriter
 from pgworkerd.ipc.messages import decode
 from pgworkerd.storage.store import JobStore
+from pgworkerd.worker.connection import TRANSACTION_RETRIES
 from pgworkerd.worker.outcome_writer import OutcomeWriter
 from pgworkerd.worker.success_buffer import Success, SuccessBuffer
 from tests.integration.store_helpers import claim
@@ -120,3 +121,37 @@ def test_an_outcome_rolled_back_by_a_deadlock_is_written_again_on_the_same_conne
         (logging.WARNING, "deadlock detected; retrying the outcomes on the same connection")
     ]
     assert retried[0].pgworkerd_fields["sqlstate"] == "40P01"
+
+
+def test_a_transaction_fault_at_every_try_ends_in_a_reconnect_after_the_bounded_retries(
+    db_dsn: str,
+    store: JobStore,
+    pipes: tuple[tuple[int, int], tuple[int, int]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A statement_timeout (57014) that fires at every try on this connection: retried
+    # on it TRANSACTION_RETRIES times, then the connection is dropped and reopened as
+    # for any fault (the new one has no such timeout, and the write goes through).
+    (wake_r, _), (_, status_w) = pipes
+    tries: list[int] = []
+
+    def write(c: Conn) -> int:
+        tries.append(c.info.backend_pid)
+        c.execute("SELECT pg_sleep(0.05)")
+        return c.info.backend_pid
+
+    with (
+        caplog.at_level(logging.WARNING, logger="pgworkerd.worker"),
+        worker_connection(db_dsn, store, wake_fd=wake_r) as connection,
+    ):
+        first = connection.get()
+        first.execute("SET statement_timeout = '10ms'")
+        writer = OutcomeWriter(store, connection, StatusWriter(status_w), SuccessBuffer(10))
+        written = writer._until_written(write)
+        assert connection.epoch == 2 and written == tries[-1] != tries[0]
+        records = list(caplog.records)
+    assert tries == [tries[0]] * (TRANSACTION_RETRIES + 1) + [written]
+    canceled = [r for r in records if r.getMessage().startswith("statement canceled")]
+    assert len(canceled) == TRANSACTION_RETRIES
+    assert {r.pgworkerd_fields["sqlstate"] for r in canceled} == {"57014"}
+    assert [r.getMessage() for r in records][-1] == "database connection lost"
