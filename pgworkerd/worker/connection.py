@@ -137,10 +137,11 @@ class WorkerConnection:
         tries `retrying` again as it did after a lost connection (the same write, fenced
         by the leases: a write whose commit went through before the failure is found
         by them, docs/faults.md "Outcome committed, reply lost"; or the next claim,
-        with the same successes). A transaction fault (TRANSACTION_FAULTS) that left the
-        connection idle is said as what it is and tried again on this connection,
-        after a short jittered wait, without a reconnect or a warm-up; anything else,
-        or a transaction fault past TRANSACTION_RETRIES in a row, loses the connection.
+        with the same successes). A transaction fault (connections.transaction_fault)
+        that left the connection idle is said as what it is and tried again on this
+        connection, after a short jittered wait, without a reconnect or a warm-up;
+        anything else, or a transaction fault past TRANSACTION_RETRIES in a row, loses
+        the connection.
         Asked only on a failure: nothing of it runs for a write that goes through."""
         what = connections.transaction_fault(exc, self.conn)
         if what is None or self._transaction_retries >= TRANSACTION_RETRIES:

@@ -135,7 +135,8 @@ class OutcomeWriter:
         (an unwritten outcome would make its job run again): on the same connection
         after a transaction fault (a deadlock), else on a new one; None when the
         supervisor is gone: the leases lapse and the jobs are rescued. Each try is the
-        same statement, fenced by the jobs' leases, and a failed one wrote nothing."""
+        same write, fenced by the jobs' leases: what a failed try committed before it
+        failed (its first statement) is found by them, not written twice."""
         while True:
             try:
                 done = write(self.connection.get(for_outcome=True))
