@@ -153,6 +153,13 @@ class ProgressWriter:
             logs.event(log, logging.WARNING, "progress not written", error=_one_line(exc))
             if not isinstance(exc, psycopg.Error):
                 return  # the connection is fine
+            # Imported here, on a failure only: `import pgworkerd` loads this module.
+            from pgworkerd.storage.connections import transaction_fault
+
+            if transaction_fault(exc, self._conn) is not None:
+                # A deadlock or a lock_timeout rolled the write back and left the
+                # connection as it was: kept (the job's next report is written on it).
+                return
             if self._conn is not None:
                 with contextlib.suppress(Exception):
                     self._conn.close()

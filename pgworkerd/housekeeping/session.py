@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,12 @@ T = TypeVar("T")
 # renewal that still answers spares a job a needless kill (a loop that ran late, a
 # frozen host waking up), and one that does not delays the kill by this much only.
 MIN_ROUND_TRIP_FRACTION = 0.05  # of lease_ttl
+# A round trip whose transaction alone failed (DatabaseSession._work) is run again at
+# once, this many times at most, after a wait of about TRANSACTION_RETRY_S, then twice
+# that: a few milliseconds of a loop that also renews leases, not the reconnect's
+# quarter second or more.
+TRANSACTION_RETRIES = 2
+TRANSACTION_RETRY_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +108,7 @@ class DatabaseSession:
                 if conn is None:
                     return Failure(what, None)
                 self.queried_since_drain = True
-                value = work(conn)
+                value = self._work(what, work, conn, deadline)
         except (psycopg.Error, RoundTripTimeout) as exc:
             # When the deadline fired, the error that surfaced is its doing: say so.
             error = deadline.error() if deadline.fired else exc
@@ -113,6 +120,46 @@ class DatabaseSession:
             logs.event(log, logging.INFO, "database reachable again")
             self._outage_logged = False
         return Answer(value)
+
+    def _work(
+        self,
+        what: str,
+        work: Callable[[psycopg.Connection[Any]], T],
+        conn: psycopg.Connection[Any],
+        deadline: Deadline,
+    ) -> T:
+        """`work(conn)`, run again on the same connection, after a short jittered wait,
+        when it failed with a transaction fault that left the connection idle (a
+        deadlock, a serialization failure, a lock_timeout: see transaction_fault), up to
+        TRANSACTION_RETRIES times; what else it raised, or the last fault, is raised.
+        Each work is one transaction or statements that are fenced or idempotent, which
+        the next tick would run again after a failure anyway; running it again now
+        spares the connection (its LISTEN) and the reconnect backoff. Not after the
+        deadline fired (the connection is gone), nor for a statement_timeout: ours is
+        the round trip's cap, whose time a retry would not have."""
+        tries = 0
+        while True:
+            try:
+                return work(conn)
+            except psycopg.Error as exc:
+                fault = None
+                if not isinstance(exc, psycopg.errors.QueryCanceled) and not deadline.fired:
+                    fault = connections.transaction_fault(exc, conn)
+                if fault is None or tries >= TRANSACTION_RETRIES:
+                    raise
+                tries += 1
+                wait_s = TRANSACTION_RETRY_S * tries * random.uniform(0.5, 1.5)
+                logs.event(
+                    log,
+                    logging.WARNING,
+                    f"{fault} in supervisor; retrying on the same connection",
+                    during=what,
+                    sqlstate=exc.sqlstate,
+                    error=connections.describe_error(exc, self.database_url),
+                    retry=tries,
+                    retry_in_s=round(wait_s, 3),
+                )
+                time.sleep(wait_s)
 
     def take_fresh_listen(self) -> bool:
         """Whether a new LISTEN ran since the last call: what was notified before it

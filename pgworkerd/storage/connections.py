@@ -115,6 +115,36 @@ class Cursor(psycopg.Cursor[Any]):
         return super().execute(query, params, prepare=prepare, binary=binary)
 
 
+# Errors that end one transaction and leave its connection as it was: the server rolled
+# the transaction back, and the session is idle and usable (psycopg makes each an
+# OperationalError, as it does a lost connection). What each is, in a few words:
+TRANSACTION_FAULTS: dict[type[BaseException], str] = {
+    # 40P01: a worker's outcome statement releases workflow dependents in its triggers,
+    # which an application transaction that cancels or completes jobs may hold while it
+    # waits for the job's row (docs/workflows.md): PostgreSQL rolls one of the two back.
+    psycopg.errors.DeadlockDetected: "deadlock detected",
+    # 40001: a database or role whose default isolation is serializable.
+    psycopg.errors.SerializationFailure: "serialization failure",
+    # 55P03: a lock_timeout (a role's or database's, or the supervisor's settlements'):
+    # the lock was another transaction's.
+    psycopg.errors.LockNotAvailable: "lock wait timed out (lock_timeout)",
+    # 57014: a statement_timeout, or an operator's pg_cancel_backend.
+    psycopg.errors.QueryCanceled: "statement canceled (statement_timeout or a cancel)",
+}
+
+
+def transaction_fault(exc: BaseException, conn: psycopg.Connection[Any] | None) -> str | None:
+    """What `exc` is, in a few words, if it ended only the transaction on `conn` and left
+    the connection idle (open, no transaction: autocommit, or a `with
+    conn.transaction()` that rolled back); None for anything else, a lost connection
+    among them. An error of the transaction whose connection broke as well (UNKNOWN, or
+    closed) is not one."""
+    what = TRANSACTION_FAULTS.get(type(exc))
+    if what is None or conn is None or conn.info.transaction_status != TransactionStatus.IDLE:
+        return None
+    return what
+
+
 def bound_transaction(
     conn: psycopg.Connection[Any], *, statement_timeout_ms: int, lock_timeout_ms: int
 ) -> None:

@@ -13,7 +13,6 @@ hard limit.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
 import logging
@@ -248,9 +247,10 @@ class BaseWorker:
 
     def _claim_failed(self, successes: list[Success], exc: BaseException) -> None:
         """A claim failed on its connection: neither its write of `successes` nor the
-        claim happened (they are still to be written)."""
+        claim happened (they are still to be written). The next claim writes them, on
+        this connection after a transaction fault, else on a new one."""
         self.outcomes.successes.put_back(successes)
-        self.connection.lost(exc)
+        self.connection.failed(exc, "the claim and the outcomes it writes")
 
     def _claim_answered(
         self, claim: ClaimRequest, kept: set[int], batch: list[Job], full: bool
@@ -348,8 +348,22 @@ class BaseWorker:
     def _release(self, jobs: list[Job]) -> None:
         if not jobs:
             return
-        with contextlib.suppress(*CONNECTION_FAULTS):
-            self.store.release(self.connection.get(), [job.lease for job in jobs])
+        leases = [job.lease for job in jobs]
+        while True:
+            try:
+                self.store.release(self.connection.get(), leases)
+            except CONNECTION_FAULTS as exc:
+                # A transaction fault (a deadlock) left the connection as it was: the
+                # release, fenced by the leases, is tried again on it (failed() bounds
+                # the tries). Any other fault is left to the connection's next use.
+                conn = self.connection.conn
+                if connections.transaction_fault(exc, conn) is None:
+                    break
+                self.connection.failed(exc, "the give-back of claimed jobs")
+                if self.connection.conn is not conn:
+                    break
+            else:
+                break
         # Said either way: if the release did not reach the database, the supervisor's
         # renewals stop and the leases expire into a rescue.
         self._say_released(tuple(job.id for job in jobs))
@@ -395,11 +409,16 @@ class BaseWorker:
         conn = self.connection.conn
         if conn is None:
             return
-        try:
-            released = self.store.release_cancelled(conn, leases)
-        except CONNECTION_FAULTS as exc:
-            self.connection.lost(exc)
-            return
+        while True:
+            try:
+                released = self.store.release_cancelled(conn, leases)
+            except CONNECTION_FAULTS as exc:
+                # Fenced by each lease: tried again as it is, while the connection stays.
+                self.connection.failed(exc, "the release of skipped jobs")
+                if self.connection.conn is not conn:
+                    return
+            else:
+                break
         self._skipped_released(released)
 
     def _skipped_released(self, released: set[int]) -> None:
@@ -413,15 +432,15 @@ class BaseWorker:
 
     def _idle_wait_s(self) -> float | None:
         """How long to wait for work when there is nothing to run: until the next
-        scheduled job, at most the poll interval; None when the connection is lost (not
-        worth waiting: reconnect)."""
+        scheduled job, at most the poll interval; None when the look failed (not worth
+        waiting: claim again, or reconnect if the connection is lost)."""
         conn = self.connection.conn
         if conn is None:
             return None
         try:
             next_in = self.store.next_run_in(conn, self.spec.queues)
         except CONNECTION_FAULTS as exc:
-            self.connection.lost(exc)
+            self.connection.failed(exc, "the look for work")
             return None
         timeout = self.spec.poll_interval_s
         return timeout if next_in is None else min(timeout, max(0.0, next_in))

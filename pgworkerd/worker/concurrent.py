@@ -176,10 +176,11 @@ class ConcurrentWorker(BaseWorker):
             answer = self.database.answer()
         except CONNECTION_FAULTS as exc:
             if isinstance(sent, SkippedRelease):
-                self.skipped[:0] = sent.leases  # sent again, on the next connection
-                self.connection.lost(exc)
+                self.skipped[:0] = sent.leases  # sent again (on a new connection if lost)
+                self.connection.failed(exc, "the release of skipped jobs")
                 return
-            # Neither the write nor the claim happened: the successes are written again.
+            # Neither the write nor the claim happened: the successes are written again
+            # (BaseWorker._claim_failed).
             self._claim_failed(
                 sent.successes if isinstance(sent, ClaimRequest) else sent or [], exc
             )

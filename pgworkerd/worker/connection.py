@@ -42,6 +42,17 @@ WORKER_OPTIONS = f"-c plan_cache_mode={WORKER_PLAN_CACHE_MODE} -c enable_seqscan
 # is charged, we reconnect (with backoff) until a writable server answers
 # (docs/faults.md, "Read-only database after failover").
 CONNECTION_FAULTS = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
+# Of CONNECTION_FAULTS, those that end one transaction only (connections.
+# transaction_fault: a deadlock, a serialization failure, a lock_timeout or a
+# statement_timeout) are tried again on the same connection (WorkerConnection.failed):
+# taken for a lost connection, each cost a reconnect and a warm-up and logged a network
+# fault there was not. Up to TRANSACTION_RETRIES in a row, before the connection is
+# dropped and reopened as for any fault (whatever in the session makes them fail again,
+# none known, goes with it); the first waits about TRANSACTION_RETRY_S, each next one
+# twice as long, jittered: workers that crossed the same transaction do not all come
+# back at the same moment.
+TRANSACTION_RETRIES = 5
+TRANSACTION_RETRY_S = 0.02
 
 
 class WorkerConnection:
@@ -60,6 +71,8 @@ class WorkerConnection:
         # Set when a connect was refused for a read-only server, cleared by one that
         # went through: the cause is told once a fault, not at every retry of it.
         self._told_read_only = False
+        # Transaction faults retried on this connection since a write last went through.
+        self._transaction_retries = 0
 
     def get(self, *, for_outcome: bool = False) -> psycopg.Connection[Any]:
         """The open connection, or a new one after jittered backoff. Gives up (raises)
@@ -83,6 +96,7 @@ class WorkerConnection:
                 self.store.warm(self.conn, limit=self.spec.batch_size, **self.spec.claim_scope())
                 self.epoch += 1
                 self._told_read_only = False
+                self._transaction_retries = 0
                 return self.conn
             except CONNECTION_FAULTS as exc:
                 self._close()
@@ -113,8 +127,39 @@ class WorkerConnection:
         )
 
     def succeeded(self) -> None:
-        """A write went through: the next read-only fault starts its backoff afresh."""
+        """A write went through: the next read-only fault starts its backoff afresh, and
+        the next transaction fault its retries."""
         self._read_only_delay_s = 0.0
+        self._transaction_retries = 0
+
+    def failed(self, exc: BaseException, retrying: str) -> None:
+        """A statement on our connection raised one of CONNECTION_FAULTS, and the caller
+        tries `retrying` again as it did after a lost connection (the same write, fenced
+        by the leases: a write whose commit went through before the failure is found
+        by them, docs/faults.md "Outcome committed, reply lost"; or the next claim,
+        with the same successes). A transaction fault (connections.transaction_fault)
+        that left the connection idle is said as what it is and tried again on this
+        connection, after a short jittered wait, without a reconnect or a warm-up;
+        anything else, or a transaction fault past TRANSACTION_RETRIES in a row, loses
+        the connection.
+        Asked only on a failure: nothing of it runs for a write that goes through."""
+        what = connections.transaction_fault(exc, self.conn)
+        if what is None or self._transaction_retries >= TRANSACTION_RETRIES:
+            self.lost(exc)
+            return
+        self._transaction_retries += 1
+        wait_s = TRANSACTION_RETRY_S * 2 ** (self._transaction_retries - 1)
+        wait_s *= random.uniform(0.5, 1.5)
+        logs.event(
+            log,
+            logging.WARNING,
+            f"{what}; retrying {retrying} on the same connection",
+            sqlstate=getattr(exc, "sqlstate", None),
+            error=connections.describe_error(exc, self.spec.database_url),
+            retry=self._transaction_retries,
+            retry_in_s=round(wait_s, 3),
+        )
+        sleep_interruptibly(self.wake_fd, wait_s)
 
     def lost(self, exc: BaseException) -> None:
         logs.event(

@@ -131,14 +131,17 @@ class OutcomeWriter:
         self.status.send(Done((job.id,), ((written, duration_ms / 1000),)))
 
     def _until_written(self, write: Callable[[psycopg.Connection[Any]], T]) -> T | None:
-        """What `write` returned once it went through, reconnecting as often as it takes
-        (an unwritten outcome would make its job run again); None when the supervisor
-        is gone: the leases lapse and the jobs are rescued."""
+        """What `write` returned once it went through, tried again as often as it takes
+        (an unwritten outcome would make its job run again): on the same connection
+        after a transaction fault (a deadlock), else on a new one; None when the
+        supervisor is gone: the leases lapse and the jobs are rescued. Each try is the
+        same write, fenced by the jobs' leases: what a failed try committed before it
+        failed (its first statement) is found by them, not written twice."""
         while True:
             try:
                 done = write(self.connection.get(for_outcome=True))
             except CONNECTION_FAULTS as exc:
-                self.connection.lost(exc)
+                self.connection.failed(exc, "the outcomes")
                 if self.connection.orphaned():
                     return None
             else:

@@ -4,8 +4,15 @@ at the server's statement_timeout), after which the session connects afresh."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from typing import Any
 
+import psycopg
+import pytest
+
+import pgworkerd
 from pgworkerd.housekeeping import Answer, DatabaseSession, Failure
 
 LEASE_TTL_S = 6.0  # round trips capped at 2 s (statement_timeout too), never under 0.3 s
@@ -59,3 +66,63 @@ def test_a_round_trip_past_its_deadline_fails_then_the_session_reconnects(db_dsn
     finally:
         session.close()
         session.close()  # safe twice
+
+
+def _blocked(conn: psycopg.Connection[Any], pid: int) -> bool:
+    row = conn.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", [pid]).fetchone()
+    return bool(row and row[0])
+
+
+def test_a_round_trip_a_deadlock_rolled_back_runs_again_on_the_same_connection(
+    db_dsn: str, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The supervisor's work locks a, then b; an application transaction holds b, then
+    # waits for a. The supervisor's backend finds the deadlock (the application's would
+    # only after a minute), so its transaction is the one rolled back.
+    a, b = pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": i} for i in range(2)])
+    session = DatabaseSession(database_url=db_dsn, lease_ttl_s=LEASE_TTL_S)
+    runs: list[int] = []
+
+    def work(c: psycopg.Connection[Any]) -> int:
+        runs.append(c.info.backend_pid)
+        with c.transaction():
+            for job in (a, b):
+                c.execute("SELECT FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", [job])
+        return c.info.backend_pid
+
+    with psycopg.connect(db_dsn) as application:
+        application.execute("SET deadlock_timeout = '1min'")
+        application.execute("SELECT FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", [b])
+        try:
+            first = session.attempt("set", lambda c: c.execute("SET deadlock_timeout = '300ms'"))
+            assert first.ok and session.conn is not None
+            pid = session.conn.info.backend_pid
+
+            def close_the_cycle() -> None:
+                deadline = time.monotonic() + 10
+                while not _blocked(conn, pid) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                # Waits until the supervisor's transaction is rolled back; its second
+                # run then waits for this one's commit.
+                application.execute("SELECT FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", [a])
+                time.sleep(0.1)
+                application.commit()
+
+            closing = threading.Thread(target=close_the_cycle)
+            closing.start()
+            with caplog.at_level(logging.WARNING, logger="pgworkerd.supervisor"):
+                # In this thread: the round trip's deadline is a SIGALRM.
+                result = session.attempt("lock two jobs", work)
+            closing.join(10)
+            assert result == Answer(pid), "answered, on the same backend"
+            assert runs == [pid, pid]
+            assert session.conn is not None and not session.conn.closed
+        finally:
+            session.close()
+    # One line that says what happened, not "database error in supervisor".
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        (logging.WARNING, "deadlock detected in supervisor; retrying on the same connection")
+    ]
+    fields = caplog.records[0].pgworkerd_fields
+    assert fields["sqlstate"] == "40P01" and fields["during"] == "lock two jobs"

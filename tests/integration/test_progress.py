@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import psycopg
+import pytest
 
 import pgworkerd
 from pgworkerd import progress
@@ -107,3 +108,40 @@ def test_a_tight_loop_of_reports_from_threads_is_throttled_and_the_last_value_ke
     elapsed = max(elapsed, time.monotonic() - started)
     # 80,004 reports; one write per interval at most (plus the first), for all 4 jobs.
     assert CountingConnection.statements <= elapsed / 0.2 + 2, (CountingConnection.statements,)
+
+
+def test_a_write_a_lock_timeout_rolled_back_keeps_the_connection(
+    conn: Conn, store: JobStore, db_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The progress connection waits 50 ms at most for a row lock; an application
+    # transaction holds the job's row. The write fails (55P03) and is said; the
+    # connection was fine and is kept: the next report is written on it.
+    [job_id] = [pgworkerd.enqueue(conn, "k", {})]
+    [job] = claim(store, conn)
+    connects: list[psycopg.Connection[Any]] = []
+
+    def connect() -> psycopg.Connection[Any]:
+        connection = psycopg.connect(db_dsn, autocommit=True)
+        connection.execute("SET lock_timeout = '50ms'")
+        connects.append(connection)
+        return connection
+
+    writer = progress.ProgressWriter(connect, "pgworkerd", interval_s=0.05)
+    try:
+        with psycopg.connect(db_dsn) as application:
+            application.execute("SELECT FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", [job_id])
+            assert job.lease_token is not None
+            writer.report(job_id, job.lease_token, 10.0, "held")
+            wait_until(
+                lambda: [r for r in caplog.records if r.getMessage() == "progress not written"],
+                what="the write to fail",
+            )
+            application.commit()
+        assert "lock timeout" in caplog.records[-1].pgworkerd_fields["error"]
+        assert progress_of(conn, job_id)[0] is None
+        writer.report(job_id, job.lease_token, 20.0, "free")
+        wait_until(lambda: progress_of(conn, job_id)[0] == 20.0, what="the next report")
+        assert len(connects) == 1 and not connects[0].closed
+    finally:
+        for connection in connects:
+            connection.close()

@@ -205,3 +205,57 @@ def test_json_logs_and_no_password_in_titles_or_logs(start_daemon, history_conn,
         assert {"ts", "level", "pid", "duration_ms", "kind"} <= set(succeeded[0])
     finally:
         json_daemon.kill_everything()
+
+
+def _blocked_worker_backend(conn: psycopg.Connection) -> int | None:
+    row = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND application_name LIKE 'pgworkerd worker%%'"
+        " AND cardinality(pg_blocking_pids(pid)) > 0"
+    ).fetchone()
+    return row[0] if row else None
+
+
+def test_a_worker_whose_outcome_a_deadlock_rolled_back_writes_it_again_without_reconnecting(
+    start_daemon, history_conn, db_dsn
+):
+    # The worker's completion of `parent` releases `dependent` in a trigger; an
+    # application transaction holds `dependent`, then waits for `parent`: a deadlock,
+    # which the worker's backend finds first (300 ms; the application's: a minute), so
+    # the worker's statement is rolled back. Taken for a lost connection, it was
+    # logged as one, and the worker reconnected and warmed up before writing again.
+    database = history_conn.info.dbname
+    history_conn.execute(f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '300ms'")
+    try:
+        parent = pgworkerd.enqueue(history_conn, "record", {})
+        dependent = pgworkerd.enqueue(history_conn, "record", {}, after=[parent])
+        with psycopg.connect(db_dsn) as application:
+            application.execute("SET deadlock_timeout = '1min'")
+            application.execute("SELECT FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", [dependent])
+            daemon = start_daemon(workers=ONE_WORKER, poll_interval="100ms")
+            worker_pid = wait_until(
+                lambda: _blocked_worker_backend(history_conn),
+                what="the worker's outcome waiting for the dependent's row",
+            )
+            # Returns once the worker's statement is rolled back; its next try then
+            # waits for this transaction's end.
+            application.execute("SELECT FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", [parent])
+            time.sleep(0.2)
+            application.commit()
+        wait_until(job_in_state(history_conn, dependent, "succeeded"), what="the dependent ran")
+        assert job(history_conn, parent)["state"] == "succeeded"
+        assert [row[:3] for row in history(history_conn)] == [
+            (parent, 1, "start"),
+            (dependent, 1, "start"),
+        ], "each ran once"
+        log = daemon.log()
+        assert "deadlock detected; retrying" in log and "sqlstate=40P01" in log
+        assert "database connection lost" not in log
+        still = history_conn.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE pid = %s", [worker_pid]
+        ).fetchone()
+        assert still is not None and still[0].startswith("pgworkerd worker"), "no reconnect"
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait() == 0
+    finally:
+        history_conn.execute(f'ALTER DATABASE "{database}" RESET deadlock_timeout')
