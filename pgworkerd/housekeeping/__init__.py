@@ -130,10 +130,16 @@ class Housekeeper:
         now: float,
         leases: Callable[[], Sequence[Lease]],
         info: Callable[[], dict[str, Any]],
+        spared: Callable[[], Sequence[Lease]] = lambda: (),
     ) -> Renewal | None:
         """Run each duty due at `now` (monotonic), in the order of `duties` (the
         renewal of `leases()`, with `info()` in the heartbeat, first); then write
-        pending settlements. The Renewal when a renewal ran and answered, else None."""
+        pending settlements, or before the rescue when it is due. The rescue leaves
+        alone the leases `spared()` names (those our children hold, and of jobs they
+        were told not to start, not given back yet) and those of the settlements that
+        give a job back uncharged: a lease that lapsed while the database was away is
+        not charged for a start never made. The Renewal when a renewal ran and
+        answered, else None."""
         config = self.config()
         if config is not self._configured:
             self._configured = config
@@ -146,9 +152,19 @@ class Housekeeper:
             and not self.settlements.due(now)
         ):
             return None  # the loop's usual turn: nothing due, nothing to settle
-        round_ = Round(now, self.session, self.store, leases, info)
+        settlements = self.settlements
+
+        def all_spared() -> list[Lease]:
+            return [*spared(), *settlements.uncharged()]
+
+        round_ = Round(now, self.session, self.store, leases, info, all_spared)
         renewed = False
         for duty in self.duties:
+            if duty is self.rescue and settlements.due(now) and duty.due(now):
+                # The give-backs first: when the database answers again after an
+                # outage, what we give back uncharged is written before any rescue
+                # of ours runs (the rescue spares them anyway, until written).
+                self.flush_settlements()
             if duty.due(now):
                 duty.perform(round_)
                 self._interval_due = None

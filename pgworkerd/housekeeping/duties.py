@@ -89,11 +89,12 @@ def renew(
     return Renewal(frozenset(renewed), sent_at, frozenset(cancelled), frozenset(locked))
 
 
-def rescue(session: DatabaseSession, store: JobStore) -> Result[int]:
-    """Retry or dead-letter jobs whose lease expired; how many."""
+def rescue(session: DatabaseSession, store: JobStore, spared: Sequence[Lease] = ()) -> Result[int]:
+    """Retry or dead-letter jobs whose lease expired, but those under `spared`; how
+    many."""
 
     def work(conn: psycopg.Connection[Any]) -> int:
-        rescued = store.rescue(conn)
+        rescued = store.rescue(conn, spared=spared)
         for failed in rescued:
             # A cancelled row here was not rescued: it stays cancelled and is not run
             # again; only the place its lease held under a limit is given back.
@@ -205,11 +206,19 @@ class RenewalDuty(IntervalDuty):
 
 
 class RescueDuty(IntervalDuty):
+    """Rescues the expired leases of every daemon but the ones this daemon spares:
+    those its live workers hold (it renews them, or settles them when a worker dies),
+    among them those of jobs claimed and never started whose renewals failed (the
+    database down, or out of reach, for longer than the lease). Those starts were never
+    made, so they are not charged (docs/design.md, "Leases that lapse while the
+    database is away"): this daemon gives them back uncharged, and its own rescue must
+    not win that race when the database answers again."""
+
     def __init__(self, *, lease_ttl_s: float) -> None:
         super().__init__(rescue_interval_s(lease_ttl_s))
 
     def work(self, round_: Round) -> None:
-        rescue(round_.session, round_.store)
+        rescue(round_.session, round_.store, round_.spared())
 
 
 class QueueSampling(IntervalDuty):

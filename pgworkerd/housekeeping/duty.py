@@ -28,6 +28,9 @@ class Round:
     store: JobStore  # the running config's: the supervisor swaps it on reload
     leases: Callable[[], Sequence[Lease]]  # the leases of the jobs our children hold
     info: Callable[[], dict[str, Any]]  # what the heartbeat says of this daemon
+    # The leases our rescue leaves alone though they expired: those our live children
+    # hold, and of jobs never started that we give back uncharged (Housekeeper.run_due).
+    spared: Callable[[], Sequence[Lease]] = lambda: ()
 
 
 class Duty(Protocol):

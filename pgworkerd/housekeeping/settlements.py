@@ -58,6 +58,10 @@ class PendingSettlements:
         self._queue.extend(settlements)
         self._retry_at = 0.0
 
+    def uncharged(self) -> list[Lease]:
+        """The leases of the jobs to give back uncharged: our rescue spares them."""
+        return [item.lease for item in self._queue if item.charge_error is None]
+
     def due(self, now: float) -> bool:
         """Whether there are settlements to try at `now` (monotonic)."""
         return bool(self._queue) and now >= self._retry_at

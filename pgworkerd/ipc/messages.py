@@ -75,9 +75,13 @@ class Released:
 @dataclass(frozen=True, slots=True)
 class Skipping:
     """Claimed, not started, and never to be: the child has read their `skip` lines, so
-    its decision step skips them when it comes to them. Said by a one-thread child
-    whose handler runs while jobs after it in its batch are cancelled: the supervisor
-    releases the leases their cancelled rows hold now, not when the child gets there."""
+    its decision step skips them when it comes to them, or it has just skipped them.
+    Said by a one-thread child whose handler runs while jobs after it in its batch are
+    cancelled (the supervisor releases the leases their cancelled rows hold now, not
+    when the child gets there), and by any child for the jobs it skips or sets aside:
+    the supervisor gives back uncharged those whose leases it let lapse (the database
+    away), which only this word makes safe (a start decided before the skip came would
+    be posted after it)."""
 
     ids: tuple[int, ...]
 

@@ -668,11 +668,23 @@ class JobStore:
             (held if state == "running" else cancelled).add(job_id)
         return held, cancelled
 
-    def rescue(self, conn: psycopg.Connection[Any], *, limit: int = 1000) -> list[FailedAttempt]:
-        """Retry or dead-letter up to `limit` jobs whose lease expired, and release the
-        leases, expired too, of up to `limit` jobs cancelled while they ran (their
-        holder never said the handler ended): those stay `cancelled`."""
-        params = {"limit": limit, "wake_queues": self._wake_on_settle, **self._backoff_params()}
+    def rescue(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        limit: int = 1000,
+        spared: Iterable[Lease] = (),
+    ) -> list[FailedAttempt]:
+        """Retry or dead-letter up to `limit` jobs whose lease expired, but those held
+        under the `spared` leases, and release the leases, expired too, of up to `limit`
+        jobs cancelled while they ran (their holder never said the handler ended):
+        those stay `cancelled`."""
+        params = {
+            "limit": limit,
+            "spared": [lease.token for lease in spared],
+            "wake_queues": self._wake_on_settle,
+            **self._backoff_params(),
+        }
         rows = conn.execute(self._sql["jobs_rescue"], params).fetchall()
         released = conn.execute(self._sql["jobs_rescue_cancelled"], {"limit": limit}).fetchall()
         return [FailedAttempt(*row[:4]) for row in [*rows, *released]]

@@ -211,17 +211,20 @@ class Supervisor:
                 self._release_skipping(child, message.ids)
 
     def _release_skipping(self, child: ChildProcess, ids: Iterable[int]) -> None:
-        """Jobs claimed, cancelled, and never to start: the child has read their skips
-        (see ChildProcess.give_up) while a handler of its runs. Their cancelled rows'
-        leases are released as a dead child's would be: fenced by the token, and retried
-        until written; the child's own release when it comes to them, later, finds
-        nothing left to release."""
+        """Jobs claimed, given up, and never to start: the child has read their skips
+        (see ChildProcess.give_up) while a handler of its runs, or skipped them. Their
+        leases are released as a dead child's would be: fenced by the token, and
+        retried until written. A cancelled row's lease is let go (the child's own
+        release, when it comes to it, finds nothing left); a job given up as its lease
+        was lapsing goes back to `queued` uncharged, unless a rescue came first."""
         jobs = child.ledger.skipping(ids)
         for job in jobs:
             logs.event(
                 log,
                 logging.INFO,
-                "releasing the lease of a cancelled job its worker will not start",
+                "releasing the lease of a cancelled job its worker will not start"
+                if job.cancelled_at is not None
+                else "giving back uncharged a job its worker skipped: its lease was not renewed",
                 job=job.id,
                 queue=job.queue,
                 worker=child.name,
@@ -452,7 +455,9 @@ class Supervisor:
         keeper = self.housekeeper
         if keeper is None:
             return
-        renewal = keeper.run_due(time.monotonic(), self._leases_to_renew, self._heartbeat)
+        renewal = keeper.run_due(
+            time.monotonic(), self._leases_to_renew, self._heartbeat, self._spared_leases
+        )
         if renewal is not None:
             self._after_renewal(renewal)
         # A notification that came while the connection ran a housekeeping query was
@@ -467,6 +472,16 @@ class Supervisor:
             child: child.ledger.claimed_through for child in self.children.values()
         }
         return [lease for leases in self._renewing.values() for lease in leases]
+
+    def _spared_leases(self) -> list[Lease]:
+        """The leases our rescue leaves alone: those our live children hold, which we
+        renew, settle when they die, or see given back; among them, of the jobs our
+        children were told not to start as their leases lapsed (the database was
+        away). A child gives those back itself, uncharged, when it reconnects or comes
+        to them (it says `skipping`, and we do); at its death we do
+        (ledger.settlements). Charging them would count a start never made
+        (docs/design.md, "Leases that lapse while the database is away")."""
+        return [lease for child in self.children.values() for lease in child.ledger.spared()]
 
     def jobs_running(self) -> int:
         """Jobs whose handlers run in this daemon's workers now."""

@@ -451,17 +451,18 @@ class ChildLedger:
     released = done  # given back by the child: the database has them queued again
 
     def skipping(self, ids: Iterable[int]) -> list[LedgerJob]:
-        """The child says it will not start these (it read their skips): those given
-        up by a cancel are returned, their leases for the caller to release (their
-        cancelled rows hold them: HELD), and forgotten; the others, given up because
-        their leases are gone or lapsing, are left as they are (nothing to release)."""
-        cancelled = []
+        """The child says it will not start these (it read their skips, or skipped
+        them): those given up are returned, their leases for the caller to release
+        uncharged, and forgotten. A cancelled row holds its lease (HELD) until then; a
+        job given up as its lease was lapsing is still `running` under it, unless a
+        rescue came first (the release, fenced by the token, then finds nothing)."""
+        skipped = []
         for job_id in ids:
             job = self._jobs.get(job_id)  # a job given up has its record
-            if job is not None and job.state is JobState.GIVEN_UP and job.cancelled_at is not None:
-                cancelled.append(job)
+            if job is not None and job.state is JobState.GIVEN_UP:
+                skipped.append(job)
                 self._forget(job_id)
-        return cancelled
+        return skipped
 
     def release_unstarted(self) -> list[LedgerJob]:
         """The child will start nothing more: its unstarted jobs are ours to give back."""
@@ -542,6 +543,19 @@ class ChildLedger:
 
     # -- reading --------------------------------------------------------------------------
 
+    def spared(self) -> list[Lease]:
+        """The leases our rescue leaves alone, expired or not: those we renew (after an
+        outage the rescue may run before the renewal: a handler that returned would
+        lose its outcome to it), and those of the jobs given up unstarted, not
+        cancelled (their leases were lapsing, or are gone), whose give-back is still
+        to come: the child's own when it comes to them or reconnects, or ours when it
+        says `skipping` or dies."""
+        return [
+            job.lease
+            for job in self.jobs.values()
+            if job.state in HELD or (job.state is JobState.GIVEN_UP and job.cancelled_at is None)
+        ]
+
     def in_state(self, state: JobState) -> list[LedgerJob]:
         return [job for job in self.jobs.values() if job.state is state]
 
@@ -619,6 +633,12 @@ class ChildLedger:
                 # Cancelled under our lease, which its row still holds (HELD): the
                 # handler is over now, so the release gives the place up (the row is
                 # cancelled: it stays so, nothing is charged).
+                settled.append(Settlement(job.lease, None))
+            elif job.state is JobState.GIVEN_UP and job.number >= self._next_start:
+                # Given up as its lease lapsed, and never started: no start of it, nor
+                # of any job claimed after it, was posted, and none will be now. Given
+                # back uncharged, fenced by the token: a lease rescued meanwhile (by
+                # another daemon) is left as the rescue left it.
                 settled.append(Settlement(job.lease, None))
         return settled
 

@@ -34,6 +34,7 @@ from pgworkerd.ipc import (
     Claimed,
     ControlReader,
     Released,
+    Skipping,
     StartBoard,
     StatusWriter,
     Stopping,
@@ -306,9 +307,13 @@ class BaseWorker:
             if give_up is not None and give_up():
                 return NoStart.STOP
             if self.control.is_skipped(job.id, job.lease_token):
-                # Cancelled or rescued before it started: not ours to run. Its lease,
-                # if its row was cancelled under it, is released at our next write.
+                # Cancelled or rescued before it started, or its lease lapsed unrenewed
+                # (the database away): not ours to run. Its lease, if its row was
+                # cancelled under it, is released at our next write; a lapsed one is
+                # given back uncharged by the supervisor, told here that this job will
+                # never start (it was waiting for that word: docs/design.md).
                 self.skipped.append(job.lease)
+                self.status.send(Skipping((job.id,)))
                 return NoStart.SKIP
             paused = self.control.paused_keys  # read by is_skipped just now; mostly empty
             if paused and job.key in paused:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from setproctitle import setproctitle
 
-from pgworkerd.ipc import ControlReader, ExitCode, Idle, StartBoard, StatusWriter
+from pgworkerd.ipc import ControlReader, ExitCode, Idle, Skipping, StartBoard, StatusWriter
 from pgworkerd.job import Job, JobCancelled, JobTimeout, Lease
 from pgworkerd.worker.base import BaseWorker, ClaimRequest, NoStart
 from pgworkerd.worker.connection import CONNECTION_FAULTS
@@ -300,12 +300,17 @@ class ConcurrentWorker(BaseWorker):
         (its row keeps our lease) until we release it, which the next turn sends."""
         self.control.new_skips = False
         waiting: deque[Job] = deque()
+        skipping: list[int] = []
         for job in self.backlog:
             if self.control.is_skipped(job.id, job.lease_token):
                 self.skipped.append(job.lease)
+                skipping.append(job.id)
             else:
                 waiting.append(job)
         self.backlog = waiting
+        if skipping:
+            # Never to start: the supervisor gives back those whose leases lapsed.
+            self.status.send(Skipping(tuple(skipping)))
 
     def _wait_for_running(self) -> None:
         """Draining or recycling: every slot finishes; their outcomes are written."""

@@ -283,6 +283,18 @@ def test_rescue_leaves_live_leases_alone(conn, store):
     )
 
 
+def test_rescue_spares_the_expired_leases_it_is_told_to(conn, store):
+    """A daemon's rescue spares the leases of jobs its own workers never started (it
+    gives them back uncharged itself); the other expired leases are rescued."""
+    pgworkerd.enqueue_many(conn, [{"kind": "k", "payload": {}}] * 2)
+    spared, other = claim(store, conn, limit=2)
+    expire_leases(conn)
+    assert [o.job_id for o in store.rescue(conn, spared=[spared.lease])] == [other.id]
+    assert store.release(conn, [spared.lease]) == {spared.id}
+    row = store.get(conn, spared.id)
+    assert (row["state"], row["attempt"]) == ("queued", 0), "given back uncharged"
+
+
 def test_rescue_skips_a_row_locked_by_a_completion_in_flight(conn, store, db_dsn):
     job_id = pgworkerd.enqueue(conn, "k", {})
     (job,) = claim(store, conn)

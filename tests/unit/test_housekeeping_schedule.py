@@ -67,8 +67,9 @@ class FakeStore:
     def unrenewed_among(self, conn: Any, leases: list[Lease]) -> tuple[set[int], set[int]]:
         return set(), set()  # of the leases a renewal missed, none was locked or cancelled
 
-    def rescue(self, conn: Any) -> list[Any]:
+    def rescue(self, conn: Any, *, spared: list[Lease]) -> list[Any]:
         self.calls.append("rescue")
+        self.spared = list(spared)
         return []
 
     def prune_stale_daemons(self, conn: Any, stale_after_s: float) -> int:
@@ -261,6 +262,31 @@ def test_pending_settlements_are_written_on_every_turn_in_order(
     run(keeper, calls, T0 + 2, Loop([]))  # no duty due: the settlements go anyway
     assert calls == ["release 7", "charge 8"]
     assert keeper.pending == 0 and not keeper.pending
+
+
+def test_after_an_outage_the_give_backs_are_written_before_the_rescue_which_spares_them(
+    keeper: Housekeeper, calls: list[str], session: FakeSession
+) -> None:
+    """Jobs never started whose leases lapsed while the database was away: their
+    uncharged give-backs go before our rescue, and the rescue spares them (and what the
+    supervisor names: leases its live children hold) while one is still unwritten."""
+    store = keeper.store
+    run(keeper, calls, T0, Loop([]))
+    session.down = True
+    keeper.settle([Settlement(lease(7), None), Settlement(lease(8), "worker killed")])
+    assert run(keeper, calls, T0 + 5, Loop([])) is None  # the rescue's turn: it fails
+    session.down = False
+    held = lease(9)
+    calls.clear()
+    keeper.run_due(T0 + 10, lambda: [held], Loop([]).info, lambda: [held])
+    assert calls[:5] == ["heartbeat", "renew", "release 7", "charge 8", "rescue"]
+    assert store.spared == [held]  # type: ignore[attr-defined]
+    session.down = True
+    keeper.settle([Settlement(lease(10), None), Settlement(lease(11), "worker killed")])
+    session.down = False
+    keeper.settlements.flush = lambda session, store: None  # type: ignore[method-assign]
+    keeper.run_due(T0 + 15, lambda: [], Loop([]).info, lambda: [held])
+    assert [lease.job_id for lease in store.spared] == [9, 10]  # type: ignore[attr-defined]
 
 
 def test_queried_since_drain_follows_the_session(

@@ -196,8 +196,9 @@ def _settled(ledger: ChildLedger, reason: KillReason | None) -> dict[int, str | 
 
 def test_a_child_that_died_by_itself_charges_every_started_job() -> None:
     settled = _settled(_ledger_in_every_state(), None)
-    assert settled.keys() == {1, 2, 3, 4}  # lost and given-up jobs are not ours
+    assert settled.keys() == {1, 2, 3, 4, 6}  # a lost job is not ours
     assert settled[1] is None  # unstarted: released uncharged
+    assert settled[6] is None  # given up, never started (nothing after it was): likewise
     assert "after the job's handler returned" in (settled[2] or "")
     assert settled[3] == settled[4] == "worker process how while running the job"
 
@@ -292,7 +293,7 @@ def test_a_cancel_kill_spares_every_other_job_of_the_child() -> None:
     ledger.blame([ledger.jobs[3]])
     settled = _settled(ledger, KillReason.CANCELLED)
     # cancelled already: its held lease is released, nothing is charged
-    assert settled == {1: None, 2: None, 3: None, 4: None}
+    assert settled == {1: None, 2: None, 3: None, 4: None, 6: None}
 
 
 def test_a_job_cancelled_as_it_started_is_interrupted_not_killed() -> None:
@@ -311,26 +312,41 @@ def test_a_job_cancelled_as_it_started_is_interrupted_not_killed() -> None:
     assert ledger.moments().next_runtime == T0 + 2 + CANCEL_GRACE_S
 
 
-def test_skipping_gives_the_cancelled_jobs_leases_to_release_and_forgets_them() -> None:
-    """The child will not start 7 (cancelled), 8 (given up to a rescue) nor 9 (no skip
-    of ours: still CLAIMED, a message that cannot be, changes nothing): only 7's lease
-    is for the supervisor to release; 8 stays as it was, out of the settlements."""
+def test_skipping_gives_the_given_up_jobs_leases_to_release_and_forgets_them() -> None:
+    """The child will not start 7 (cancelled), 8 (given up: its lease lapsing, or gone
+    to a rescue) nor 9 (no skip of ours: still CLAIMED, a message that cannot be,
+    changes nothing): 7's and 8's leases are for the supervisor to release, uncharged
+    and fenced (8's finds nothing if a rescue took it first)."""
     ledger = ChildLedger()
     claim(ledger, [6, 7, 8, 9])
     ledger.observe_starts([StartRecord(0, 1, T0)])
     ledger.give_up(ledger.jobs[7], cancelled_at=T0 + 1)
     ledger.give_up(ledger.jobs[8])
-    lease = ledger.jobs[7].lease
-    assert [job.lease for job in ledger.skipping([7, 8, 9, 99])] == [lease]
-    assert states(ledger) == {
-        6: JobState.RUNNING,
-        8: JobState.GIVEN_UP,
-        9: JobState.CLAIMED,
-    }
-    assert ledger.skipping([7]) == []  # said twice: released once
-    assert lease not in {s.lease for s in ledger.settlements(None, "killed by SIGKILL")}
+    leases = [ledger.jobs[7].lease, ledger.jobs[8].lease]
+    assert [job.lease for job in ledger.skipping([7, 8, 9, 99])] == leases
+    assert states(ledger) == {6: JobState.RUNNING, 9: JobState.CLAIMED}
+    assert ledger.skipping([7, 8]) == []  # said twice: released once
+    assert not set(leases) & {s.lease for s in ledger.settlements(None, "killed by SIGKILL")}
     ledger.released([7])  # the child's own release, later: nothing left to forget
     assert 7 not in ledger.jobs
+
+
+def test_jobs_given_up_unstarted_are_spared_and_given_back_uncharged_at_the_childs_death() -> None:
+    """Renewals failed (the database away): 8 and 9 were given up before they started.
+    Our rescue spares them, and the leases we renew, until they are given back: by the
+    child, by us when it says `skipping`, or by us when it dies, uncharged. Not 7,
+    cancelled (its row is not `running`), nor a job passed by a later start (it may
+    have started: left to the rescue, which charges it)."""
+    ledger = ChildLedger()
+    claim(ledger, [6, 7, 8, 9])
+    ledger.observe_starts([StartRecord(0, 1, T0)])
+    for job_id in (7, 8, 9):
+        ledger.give_up(ledger.jobs[job_id], cancelled_at=T0 + 1 if job_id == 7 else None)
+    assert ledger.spared() == [ledger.jobs[i].lease for i in (6, 8, 9)]
+    settled = {s.lease.job_id: s.charge_error for s in ledger.settlements(None, "killed")}
+    assert settled == {6: "worker process killed while running the job", 7: None, 8: None, 9: None}
+    ledger.observe_starts([StartRecord(0, 4, T0 + 2)])  # 9 started: 8 may have, too
+    assert 8 not in {s.lease.job_id for s in ledger.settlements(None, "killed")}
 
 
 def test_a_renewal_marks_an_unstarted_cancelled_job_for_interruption() -> None:

@@ -1220,7 +1220,10 @@ WITH target AS (
 -- Jobs whose lease expired (their holder crashed, froze or lost the database): the
 -- start stays charged, then each is retried with backoff or dead-lettered. SKIP LOCKED
 -- and the lease predicate rechecked under the row lock mean a job that is being
--- completed, or was renewed or claimed afresh meanwhile, is left alone.
+-- completed, or was renewed or claimed afresh meanwhile, is left alone. The leases
+-- `spared` (their tokens) are left alone too: the rescuing daemon's own, which its
+-- live workers hold, or of jobs they never started and it gives back uncharged itself
+-- (jobs_release) once the database answers (housekeeping/duties.py, RescueDuty).
 WITH target AS (
     SELECT j.id, j.attempt,
            pg_catalog.format('lease expired: worker %%s stopped renewing it during attempt %%s',
@@ -1230,6 +1233,7 @@ WITH target AS (
                             %(backoff_base_s)s::float8 * power(2::float8, (j.attempt::int - 1)::float8)) AS delay_s
     FROM {schema}.jobs AS j
     WHERE j.state = 'running' AND j.lease_expires_at < now()
+      AND j.lease_token <> ALL(%(spared)s::uuid[])
     ORDER BY j.lease_expires_at
     LIMIT %(limit)s::bigint
     FOR UPDATE SKIP LOCKED
