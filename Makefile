@@ -30,7 +30,8 @@ $(DJANGO_STAMP): pyproject.toml | $(STAMP)
 	$(DJANGO_VENV)/bin/pip install --quiet -e '.[django]' 'pytest>=8' 'pytest-timeout>=2.3'
 	touch $(DJANGO_STAMP)
 
-# Best effort, never fails: libfaketime for the clock-skew test (which skips without it).
+# Best effort, never fails itself: libfaketime, chromium, systemd-analyze and unshare,
+# with apt-get as root. A test whose tool is still missing fails (tests/tools.py).
 test-deps:
 	@bash scripts/install-test-deps
 

@@ -276,7 +276,13 @@ def proxy(pg_admin_dsn: str):
     params = conninfo_to_dict(pg_admin_dsn)
     host = str(params.get("host") or "")
     if not host or host.startswith("/"):
-        pytest.skip("the test server listens on a Unix socket only: nothing to proxy")
+        from tests.tools import missing
+
+        missing(
+            "the test server (PGWORKERD_TEST_DSN) listens on a Unix socket only: nothing to proxy",
+            "give PGWORKERD_TEST_DSN a TCP host, or unset it: the suite's own server "
+            "listens on 127.0.0.1",
+        )
     started = Proxy(int(params.get("port") or 5432), host).start()
     yield started
     started.close()

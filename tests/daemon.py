@@ -46,6 +46,7 @@ BASE_CONFIG: dict[str, Any] = {
         "fail_then_succeed": "tests.handlers:fail_then_succeed",
         "discard": "tests.handlers:discard",
         "sleep": "tests.handlers:sleep",
+        "until_file": "tests.handlers:until_file",
         "tick": "tests.handlers:tick",
         "block_in_c": "tests.handlers:block_in_c",
         "catch_timeout": "tests.handlers:catch_timeout",

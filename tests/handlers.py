@@ -246,6 +246,19 @@ def spawn_then_die(job: pgworkerd.Job) -> str:
     return "no grandchild this time"
 
 
+def until_file(job: pgworkerd.Job) -> str:
+    """Runs until the file at payload["path"] exists (the test creates it when it has
+    seen what it waited for), at most payload["seconds"] (default a minute); records
+    start and end. A job as long as the test needs, no sleep sized to a guess."""
+    _record(job, "start")
+    path = job.payload["path"]
+    deadline = time.monotonic() + job.payload.get("seconds", 60)
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        _pause(0.05)
+    _record(job, "end")
+    return "file seen"
+
+
 def until_cancelled(job: pgworkerd.Job) -> str:
     """Runs Python in short sleeps for payload["seconds"] (default an hour); records
     "cancelled" when JobCancelled reaches it. With payload["stubborn"], it records that

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pgworkerd.config import Config
+from tests.tools import missing
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "pgworkerd.service"
@@ -20,9 +21,14 @@ UNIT = REPO / "systemd" / "pgworkerd.service"
 # parse: it only warns ("..., ignoring") and still exits 0.
 COMPLAINT = re.compile(r"unknown|invalid|failed to parse|ignoring|not executable", re.I)
 
-needs_analyze = pytest.mark.skipif(
-    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed"
-)
+
+@pytest.fixture
+def _systemd_analyze() -> None:
+    if shutil.which("systemd-analyze") is None:
+        missing("systemd-analyze is not installed (Debian: apt-get install systemd)")
+
+
+needs_analyze = pytest.mark.usefixtures("_systemd_analyze")
 
 
 def verify(unit_text: str, directory: Path) -> tuple[int, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import datetime
 from typing import Any
@@ -33,3 +34,20 @@ def expire_leases(conn: Conn) -> None:
 
 def stale(lease: Lease) -> Lease:
     return Lease(lease.job_id, uuid.uuid4())
+
+
+def blocked(conn: Conn, session: Conn) -> bool:
+    """Whether `session` is waiting for a lock another session holds."""
+    row = conn.execute(
+        "SELECT cardinality(pg_blocking_pids(%s::int)) > 0", [session.info.backend_pid]
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def wait_blocked(conn: Conn, session: Conn, what: str) -> None:
+    """Until `session` waits for a lock (seen by `conn`): `what` fails the test if it
+    never does within 10 s."""
+    deadline = time.monotonic() + 10
+    while not blocked(conn, session):
+        assert time.monotonic() < deadline, f"{what} never waited for a lock"
+        time.sleep(0.02)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Any
 
 import psycopg
 import pytest
@@ -17,19 +16,21 @@ import pgworkerd
 from tests.conftest import FreshDatabases
 from tests.daemon import wait_until
 
-# Written by the first test of the pair below, read by the second (pytest runs a
-# module's tests in order).
-_SEEN: dict[str, Any] = {}
 
-
-def test_a_row_written_in_one_test_(conn):
-    _SEEN["database"] = conn.info.dbname
+def test_a_row_written_in_one_tests_database_is_absent_from_the_next_ones(
+    conn, pg_admin_dsn, _fresh_databases
+):
+    """What the next test gets, taken here from the same session's FreshDatabases that
+    gave this test its database: another database, without the row written here."""
     pgworkerd.enqueue(conn, "k", {"left": "behind"})
-
-
-def test_is_absent_from_the_next(conn):
-    assert conn.info.dbname != _SEEN.get("database")
-    assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 1
+    following = _fresh_databases.take()
+    try:
+        assert following != conn.info.dbname
+        with psycopg.connect(make_conninfo(pg_admin_dsn, dbname=following)) as other:
+            assert other.execute("SELECT count(*) FROM pgworkerd.jobs").fetchone()[0] == 0
+    finally:
+        _fresh_databases.give_back(following)
 
 
 def test_each_take_is_a_new_copy_of_the_template_with_nothing_of_the_ones_before(

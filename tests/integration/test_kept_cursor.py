@@ -84,9 +84,18 @@ def test_two_threads_on_one_connection_each_get_their_own_ids(db_dsn, conn):
 
 def test_tasks_on_one_async_connection_each_get_their_own_ids(db_dsn, conn):
     # psycopg 3.3's AsyncCursor.execute returns with no await between the query's
-    # result and the read of the id, so the tasks of one thread cannot interleave
-    # there: this guards against a wrong cache (a cursor shared by the tasks) only
-    # with a psycopg that would await in that window. It checks each task's ids.
+    # result and the read of the id, so unaided the tasks of one thread never
+    # interleave there and a cursor shared by them would go unseen. Its execute here
+    # yields once after the real result (on the real database), as a psycopg that
+    # awaited there would: another task's execute then runs in that window, and on a
+    # shared cursor the first task would read the other's id.
+    real_execute = psycopg.AsyncCursor.execute
+
+    async def execute_then_yield(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await real_execute(self, *args, **kwargs)
+        await asyncio.sleep(0)
+        return result
+
     calls: dict[int, tuple[str, int]] = {}
 
     async def enqueue(aconn: psycopg.AsyncConnection[Any], kind: str) -> None:
@@ -97,8 +106,9 @@ def test_tasks_on_one_async_connection_each_get_their_own_ids(db_dsn, conn):
         async with await psycopg.AsyncConnection.connect(db_dsn, autocommit=True) as aconn:
             await asyncio.gather(*(enqueue(aconn, f"task{i}") for i in range(TASKS)))
 
-    asyncio.run(main())
-    assert len(calls) == TASKS * (CALLS // 4)
+    with mock.patch.object(psycopg.AsyncCursor, "execute", execute_then_yield):
+        asyncio.run(main())
+    assert len(calls) == TASKS * (CALLS // 4)  # no id returned twice
     _check_each_id(conn, calls)
 
 

@@ -15,23 +15,9 @@ import psycopg
 
 import pgworkerd
 from pgworkerd.storage.store import JobStore
-from tests.integration.store_helpers import claim
+from tests.integration.store_helpers import blocked, claim, wait_blocked
 
 Conn = psycopg.Connection[Any]
-
-
-def _blocked(conn: Conn, session: Conn) -> bool:
-    row = conn.execute(
-        "SELECT cardinality(pg_blocking_pids(%s::int)) > 0", [session.info.backend_pid]
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def _wait_blocked(conn: Conn, session: Conn, what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not _blocked(conn, session):
-        assert time.monotonic() < deadline, f"{what} never waited for a lock"
-        time.sleep(0.02)
 
 
 class _Sessions:
@@ -102,7 +88,7 @@ def test_an_enqueue_after_a_waiting_and_a_running_job_never_deadlocks_with_their
         # Before: the producer has locked W and waits for Z. Now: it waits for Z (not
         # waiting, so before W), holding nothing of this test's.
         run.start("producer", producer, lambda c: pgworkerd.enqueue(c, "k", {}, after=[w, z, r]))
-        _wait_blocked(conn, producer, "the producer")
+        wait_blocked(conn, producer, "the producer")
         # The batch locks A and R; its release then needs W. Before: held by the
         # producer, so it waits. Now it is free and the batch commits.
         run.start(
@@ -110,7 +96,7 @@ def test_an_enqueue_after_a_waiting_and_a_running_job_never_deadlocks_with_their
         )
         deadline = time.monotonic() + 10
         while "worker" not in run.results and "worker" not in run.errors:
-            if _blocked(conn, worker):
+            if blocked(conn, worker):
                 break
             assert time.monotonic() < deadline, "the batch neither ended nor waited"
             time.sleep(0.02)
@@ -167,9 +153,9 @@ def _cancel_cascading_across(
         holder, cancelling, releasing = run.session(), run.session(), run.session()
         holder.execute("SELECT FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", [h])
         run.start("cancel", cancelling, lambda c: pgworkerd.cancel(c, r))
-        _wait_blocked(conn, cancelling, "the cancel")
+        wait_blocked(conn, cancelling, "the cancel")
         run.start("other", releasing, other)
-        _wait_blocked(conn, releasing, "the other release")
+        wait_blocked(conn, releasing, "the other release")
         holder.rollback()
         run.join()
     finally:
@@ -233,7 +219,7 @@ def test_two_cancels_in_each_of_two_transactions_may_deadlock_and_a_rerun_succee
         assert pgworkerd.cancel(first, a)  # D locked until `first` ends
         assert pgworkerd.cancel(second, b)  # F locked until `second` ends
         run.start("first", first, lambda s: pgworkerd.cancel(s, e))  # waits for F
-        _wait_blocked(conn, first, "the first transaction")
+        wait_blocked(conn, first, "the first transaction")
         run.start("second", second, lambda s: pgworkerd.cancel(s, c))  # waits for D: a cycle
         run.join()
         assert list(run.errors.values()) == ["DeadlockDetected"]

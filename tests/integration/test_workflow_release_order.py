@@ -7,7 +7,6 @@ ordinary load (two daemons, no-op jobs) and one batch was rolled back."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,23 +14,9 @@ import psycopg
 
 import pgworkerd
 from pgworkerd.storage.store import JobStore
-from tests.integration.store_helpers import claim
+from tests.integration.store_helpers import claim, wait_blocked
 
 Conn = psycopg.Connection[Any]
-
-
-def _blocked(conn: Conn, session: Conn) -> bool:
-    row = conn.execute(
-        "SELECT cardinality(pg_blocking_pids(%s::int)) > 0", [session.info.backend_pid]
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def _wait_blocked(conn: Conn, session: Conn, what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not _blocked(conn, session):
-        assert time.monotonic() < deadline, f"{what} never waited for a lock"
-        time.sleep(0.02)
 
 
 def test_batches_crossing_shared_dependents_complete_without_a_deadlock(
@@ -75,11 +60,11 @@ def test_batches_crossing_shared_dependents_complete_without_a_deadlock(
         holder.execute("SELECT FROM pgworkerd.jobs WHERE id = %s FOR UPDATE", [z])
         one = threading.Thread(target=complete("first", first, [c, e, d]))
         one.start()
-        _wait_blocked(conn, first, "the first batch")
+        wait_blocked(conn, first, "the first batch")
         # The second batch locks X (a's), then waits for Y (b's), which the first holds.
         two = threading.Thread(target=complete("second", second, [a, b]))
         two.start()
-        _wait_blocked(conn, second, "the second batch")
+        wait_blocked(conn, second, "the second batch")
         # Z free: the first goes on to X, held by the second, which waits for Y: a
         # cycle, unless the first took X and Y before it ever waited for Z.
         holder.rollback()

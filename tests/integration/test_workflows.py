@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import psycopg
@@ -16,7 +15,7 @@ import pytest
 
 import pgworkerd
 from pgworkerd.storage.store import JobStore
-from tests.integration.store_helpers import claim, expire_leases
+from tests.integration.store_helpers import claim, expire_leases, wait_blocked
 
 Conn = psycopg.Connection[Any]
 
@@ -148,8 +147,7 @@ def test_an_insert_racing_the_outcome_counts_it_exactly_once(
             b = pgworkerd.enqueue(producer, "k", {}, after=[a])
             done = threading.Thread(target=lambda: store.complete(finisher, [(job.lease, None)]))
             done.start()
-            time.sleep(0.3)
-            assert done.is_alive(), "the outcome waits for the insert's lock"
+            wait_blocked(conn, finisher, "the outcome (behind the insert's lock)")
             producer.commit()
             done.join()
             finisher.commit()
@@ -160,8 +158,7 @@ def test_an_insert_racing_the_outcome_counts_it_exactly_once(
                 target=lambda: box.append(pgworkerd.enqueue(producer, "k", {}, after=[a]))
             )
             ins.start()
-            time.sleep(0.3)
-            assert ins.is_alive(), "the insert waits for the outcome's lock"
+            wait_blocked(conn, producer, "the insert (behind the outcome's lock)")
             finisher.commit()
             ins.join()
             producer.commit()

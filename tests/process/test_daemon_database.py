@@ -11,6 +11,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgworkerd
+from pgworkerd.housekeeping.duties import renewal_interval_s
 from tests.daemon import history, job, job_in_state, states, wait_until
 
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
@@ -121,13 +122,21 @@ def test_a_row_lock_on_one_running_job_stops_that_job_alone(start_daemon, histor
     assert daemon.wait() == 0
 
 
+# Long enough that one skipped renewal (two renewal intervals without one, 10 s) stays
+# well short of the worker's own stop at 80 % of lease_ttl unrenewed (12 s) on a busy
+# machine: with 6 s the margin was 0.8 s.
+SKIPPED_LEASE_TTL_S = 15.0
+
+
 def test_a_lease_skipped_while_its_row_was_locked_is_renewed_once_the_lock_goes(
-    start_daemon, history_conn, db_dsn
+    start_daemon, history_conn, db_dsn, tmp_path
 ):
     """A row lock shorter than the lease: the renewals that found the row locked skip
     it, the next one renews it, and the job runs on to its end, once."""
-    held = pgworkerd.enqueue(history_conn, "sleep", {"seconds": 8})
-    daemon = start_daemon(workers=ONE_WORKER, lease_ttl="6s")
+    renewal_s = renewal_interval_s(SKIPPED_LEASE_TTL_S)
+    done = tmp_path / "done"  # the job runs until the test has seen both renewals
+    held = pgworkerd.enqueue(history_conn, "until_file", {"path": str(done)})
+    daemon = start_daemon(workers=ONE_WORKER, lease_ttl=f"{SKIPPED_LEASE_TTL_S:g}s")
     daemon.worker_running(held, started_in=history_conn)
     with psycopg.connect(db_dsn) as blocker:
         blocker.execute("SELECT 1 FROM pgworkerd.jobs WHERE id = %s FOR SHARE", (held,))
@@ -139,16 +148,17 @@ def test_a_lease_skipped_while_its_row_was_locked_is_renewed_once_the_lock_goes(
             lambda: history_conn.execute(
                 "SELECT max(heartbeat_at) > %s FROM pgworkerd.daemons", (locked_at,)
             ).fetchone()[0],
-            timeout_s=3,
+            timeout_s=2 * renewal_s,
             what="a renewal to answer while the row is locked",
         )
         assert job(history_conn, held)["lease_expires_at"] == expires, "skipped, not renewed"
         blocker.rollback()
     wait_until(
         lambda: job(history_conn, held)["lease_expires_at"] > expires,
-        timeout_s=3,
+        timeout_s=2 * renewal_s,
         what="the next renewal to renew the lease",
     )
+    done.touch()
     wait_until(job_in_state(history_conn, held, "succeeded"), what="the job to end")
     assert job(history_conn, held)["attempt"] == 1
     assert [event for _, _, event, _, _ in history(history_conn, held)] == ["start", "end"]

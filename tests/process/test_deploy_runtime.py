@@ -21,6 +21,7 @@ import pytest
 
 import pgworkerd
 from tests.daemon import BASE_CONFIG, daemon_env, job, job_in_state, wait_until, write_config
+from tests.tools import missing
 
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 
@@ -140,10 +141,11 @@ def _can_unshare() -> bool:
     return subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
 
 
-@pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare(1) for a PID namespace")
 def test_as_pid_1_the_supervisor_reaps_orphaned_grandchildren_and_drains_on_term(
     db_dsn, history_conn, tmp_path
 ):
+    if not _can_unshare():
+        missing("a PID namespace needs root and unshare(1) (Debian: util-linux)")
     config = write_config(
         tmp_path / "pid1.yaml",
         handlers={**BASE_CONFIG["handlers"], "orphan": "tests.handlers:orphan"},

@@ -16,6 +16,7 @@ import pytest
 import pgworkerd
 from tests import invariants
 from tests.daemon import job, job_in_state, wait_until
+from tests.tools import missing
 
 # Where Debian's libfaketime puts it; scripts/install-test-deps (run by `make test`)
 # installs it where it can and looks for it with the same pattern.
@@ -23,11 +24,11 @@ LIBFAKETIME = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
 ONE_WORKER = [{"queues": ["default"], "concurrency": 1}]
 LEASE_TTL_S = 1.0
 
-pytestmark = pytest.mark.skipif(
-    not LIBFAKETIME,
-    reason="libfaketime is not installed (scripts/install-test-deps, or Debian: "
-    "apt-get install libfaketime)",
-)
+
+@pytest.fixture(autouse=True, scope="module")
+def _libfaketime() -> None:
+    if not LIBFAKETIME:
+        missing("libfaketime is not installed (Debian: apt-get install libfaketime)")
 
 
 def skewed(offset: str) -> dict[str, str]:

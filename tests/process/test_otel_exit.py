@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +90,12 @@ def test_an_export_that_hangs_does_not_hold_the_drain_past_its_deadline(
         },
     )
     wait_until(lambda: succeeded(history_conn, ids), what="the job to succeed")
-    signalled = time.monotonic()
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0, daemon.log()
-    took = time.monotonic() - signalled
     log = daemon.log()
-    assert took < 2.0, (took, log)
+    # No timing: a worker still flushing at the deadline is killed by the supervisor,
+    # which logs that it reached the shutdown timeout; one that gave up in time
+    # exits drained by itself.
     assert "shutdown timeout reached" not in log, log
     assert re.search(r"worker exited .*how=\"exited with status 0\" reason=drained", log), log
     assert log.count("OpenTelemetry spans not exported before the worker exited") == 1, log

@@ -19,11 +19,16 @@ from pgworkerd.storage.migrations import migrate
 from pgworkerd.storage.store import DEFAULT_SCHEMA
 from tests.daemon import HISTORY_TABLE, wait_until
 from tests.process.test_faults_clock import LIBFAKETIME
+from tests.tools import missing
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not LIBFAKETIME, reason="libfaketime is not installed"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _libfaketime() -> None:
+    if not LIBFAKETIME:
+        missing("libfaketime is not installed (Debian: apt-get install libfaketime)")
+
 
 # 02:30 does not exist in Berlin that night; the entry runs at 03:00 CEST instead.
 NIGHTLY = {"kind": "noop", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}

@@ -4,9 +4,10 @@ against a real one is covered by the daemon, fault and wake-up tests)."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from typing import Any
 
@@ -15,7 +16,9 @@ import pytest
 from pgworkerd.config import Config
 from pgworkerd.housekeeping import Answer, Failure, Housekeeper, Renewal, Settlement
 from pgworkerd.housekeeping.schedule import Every
+from pgworkerd.housekeeping.session import DatabaseSession
 from pgworkerd.job import Lease
+from pgworkerd.storage.store import JobStore
 
 LEASE_TTL_S = 30.0  # renewal every 10 s, rescue every 5 s, prune every 60 s
 T0 = 1000.0  # the fake clock's first reading
@@ -57,17 +60,19 @@ class FakeStore:
     def __init__(self, calls: list[str]) -> None:
         self.calls = calls
 
-    def heartbeat(self, conn: Any, **fields: Any) -> None:
+    def heartbeat(
+        self, conn: Any, *, daemon_id: str, hostname: str, pid: int, info: str = "{}"
+    ) -> None:
         self.calls.append("heartbeat")
 
-    def renew(self, conn: Any, leases: list[Lease], lease_ttl_s: float) -> set[int]:
+    def renew(self, conn: Any, leases: Iterable[Lease], lease_ttl_s: float) -> set[int]:
         self.calls.append("renew")
         return {lease.job_id for lease in leases if lease.job_id % 2}  # odd ids still ours
 
-    def unrenewed_among(self, conn: Any, leases: list[Lease]) -> tuple[set[int], set[int]]:
+    def unrenewed_among(self, conn: Any, leases: Iterable[Lease]) -> tuple[set[int], set[int]]:
         return set(), set()  # of the leases a renewal missed, none was locked or cancelled
 
-    def rescue(self, conn: Any, *, spared: list[Lease]) -> list[Any]:
+    def rescue(self, conn: Any, *, limit: int = 1000, spared: Iterable[Lease] = ()) -> list[Any]:
         self.calls.append("rescue")
         self.spared = list(spared)
         return []
@@ -76,11 +81,11 @@ class FakeStore:
         self.calls.append("prune daemons")
         return 0
 
-    def release(self, conn: Any, leases: list[Lease]) -> set[int]:
-        self.calls.append(f"release {leases[0].job_id}")
+    def release(self, conn: Any, leases: Iterable[Lease]) -> set[int]:
+        self.calls.append(f"release {next(iter(leases)).job_id}")
         return set()
 
-    def fail(self, conn: Any, lease: Lease, error: str) -> None:
+    def fail(self, conn: Any, lease: Lease, error: str, *, discard: bool = False) -> None:
         self.calls.append(f"charge {lease.job_id}")
 
     def limit_lock_wait(self, conn: Any, ms: int) -> None:
@@ -129,6 +134,25 @@ class FakeSession:
 
     def close(self) -> None:
         pass
+
+
+def _parameters(function: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
+    """Names, kinds and defaults: what a caller's arguments must fit."""
+    parameters = inspect.signature(function).parameters.values()
+    return [(p.name, p.kind, p.default) for p in parameters]
+
+
+@pytest.mark.parametrize(("fake", "real"), [(FakeStore, JobStore), (FakeSession, DatabaseSession)])
+def test_the_fakes_are_called_as_the_real_ones_are(fake: type, real: type) -> None:
+    # They stand in for JobStore and DatabaseSession past the type check (the
+    # `type: ignore[arg-type]` below): a method of theirs that no longer takes what the
+    # real one takes would let the duties call it in a way the real one refuses.
+    methods = [n for n, v in vars(fake).items() if callable(v) and not n.startswith("_")]
+    assert methods
+    for name in methods:
+        assert hasattr(real, name), f"{real.__name__} has no {name}"
+        wanted = _parameters(getattr(real, name))
+        assert _parameters(getattr(fake, name)) == wanted, f"{fake.__name__}.{name}"
 
 
 class Loop:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import threading
 import time
 from collections.abc import Iterator
 
@@ -49,11 +50,6 @@ def sleeper(job: Job) -> int:
     return job.id
 
 
-async def awaiter(job: Job) -> int:
-    await asyncio.sleep(0.3)
-    return job.id
-
-
 def spinner(job: Job) -> None:
     while True:
         time.sleep(0.01)
@@ -64,13 +60,27 @@ async def forever(job: Job) -> None:
 
 
 def test_jobs_run_at_once_and_give_their_slots_back(pool: SlotPool) -> None:
-    started = time.monotonic()
-    for n, handler in enumerate([sleeper, sleeper, awaiter, awaiter]):
+    # All four wait at one barrier: it opens only when the two threads and the two
+    # tasks are running at the same time, else each fails with BrokenBarrierError
+    # at its timeout. The tasks wait for it off the event loop, so that one task
+    # waiting does not stop the other from coming to it.
+    together = threading.Barrier(4, timeout=10)
+
+    def meets(job: Job) -> int:
+        together.wait()
+        return job.id
+
+    async def meets_async(job: Job) -> int:
+        await asyncio.to_thread(together.wait)
+        return job.id
+
+    for n, handler in enumerate([meets, meets, meets_async, meets_async]):
         pool.start(job(n), handler, pool.take_slot())
     assert (pool.busy, pool.free) == (4, 0)
-    done = wait_finished(pool, 4)
-    assert time.monotonic() - started < 1.0, "four 0.3 s jobs ran at once"
-    assert sorted(f.outcome.result_json for f in done) == ["0", "1", "2", "3"]  # type: ignore[type-var]
+    done = wait_finished(pool, 4, timeout_s=30)
+    assert [f.outcome.kind for f in done] == ["succeeded"] * 4, [f.outcome for f in done]
+    results = [f.outcome.result_json for f in done]
+    assert sorted(results) == ["0", "1", "2", "3"], [f.outcome for f in done]  # type: ignore[type-var]
     assert sorted(f.slot for f in done) == [0, 1, 2, 3]
     assert (pool.busy, pool.free) == (0, 4)
     assert pool.take_slot() == 0, "the lowest free slot first"
