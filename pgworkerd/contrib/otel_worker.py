@@ -186,8 +186,10 @@ def _flush(
     force_flush: Callable[[int], object], timeout_ms: int, outcome: list[BaseException | None]
 ) -> None:
     try:
-        force_flush(timeout_ms)
+        flushed = force_flush(timeout_ms)
     except Exception as exc:  # the exporter's: the worker exits all the same
         outcome.append(exc)
     else:
-        outcome.append(None)
+        # False: the SDK gave up within its own timeout (an exporter that answered
+        # late, a processor that could not empty its queue): spans were dropped.
+        outcome.append(TimeoutError("force_flush gave up") if flushed is False else None)
