@@ -106,7 +106,7 @@ class Supervisor:
         self.selector.register(self.signals.fd, selectors.EVENT_READ, _SIGNALS)
         self.http = operating.start(self)  # None: no `http.listen` in the config
         self.workforce.staff(self.config)
-        self.code_files = module_files()
+        self.code_files = module_files(self.config)
         osutil.freeze_start_up_heap()  # before the forks: the children share it frozen
         self.workforce.spawn_due()  # forks first: no connection of ours exists to inherit
         self.housekeeper = self._housekeeper()

@@ -26,8 +26,9 @@ none left no job ran while the health checks said all was well. A later load of 
 config that names the stuck module waits on its lock, and is refused in its turn
 after its own reload_timeout.
 
-`module_files` stamps the files of the imported modules, so that a HUP of an unchanged
-config over unchanged code replaces nothing (core.py, _apply_reload).
+`module_files` stamps the files of the imported modules and of the packages that hold
+the config's handlers, so that a HUP of an unchanged config over unchanged code replaces
+nothing (core.py, _apply_reload).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from pgworkerd.config import Config, ConfigError
 from pgworkerd.errors import mask_passwords
 from pgworkerd.handlers import Handler, HandlerError
 
-Stamps = dict[str, tuple[int, int]]  # module file path -> (mtime in ns, size)
+Stamps = dict[str, tuple[int, int]]  # module file path -> (ctime in ns, size)
 
 
 @dataclass
@@ -103,27 +104,59 @@ class Loading:
             problem = f"cannot load the config: {type(exc).__name__}: {exc}"
             self.problems = [mask_passwords(problem)]  # it is logged
         else:
-            self.files = module_files()
+            self.files = module_files(new_config)
             self.loaded = (new_config, registry)
 
 
-def module_files() -> Stamps:
-    """(mtime in ns, size) of the file of every imported module, by path; (-1, -1) for
-    a file gone. A deploy may change the code under an unchanged config: the reload
-    that follows must not take it for "nothing changed". Read from each module's
-    __dict__, never getattr: a lazy module's __getattr__ would import in this thread."""
+def module_files(config: Config) -> Stamps:
+    """(ctime in ns, size) by path of the file of every imported module, and of every
+    .py file under the packages that hold `config`'s handlers and task modules (their
+    top-level packages, imported or not); (-1, -1) for a file gone. A deploy may change
+    the code under an unchanged config: the reload that follows must not take it for
+    "nothing changed". A handler may import its helpers inside its function, after the
+    fork, where this process never sees them: new workers import them afresh, so a
+    change there is one the reload must apply, and those files are found by walking
+    the package. The ctime, not the mtime: a deploy that keeps the files' times (rsync
+    -a, tar, a Nix store) still changes their ctime, which no tool sets. Read from
+    each module's __dict__, never getattr: a lazy module's __getattr__ would import in
+    this thread. A helper outside those packages, imported only after the fork, is
+    not seen (docs/configuration.md, "Reloading")."""
     stamps: Stamps = {}
     for module in list(sys.modules.values()):
         path = module.__dict__.get("__file__") if isinstance(module, types.ModuleType) else None
-        if not isinstance(path, str) or path in stamps:
-            continue
-        try:
-            stat = os.stat(path)
-        except OSError:
-            stamps[path] = (-1, -1)
-        else:
-            stamps[path] = (stat.st_mtime_ns, stat.st_size)
+        if isinstance(path, str) and path not in stamps:
+            stamps[path] = _stamp(path)
+    for folder in _handler_packages(config):
+        for root, dirs, files in os.walk(folder):
+            dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+            for name in files:
+                path = os.path.join(root, name)
+                if name.endswith(".py") and path not in stamps:
+                    stamps[path] = _stamp(path)
     return stamps
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (stat.st_ctime_ns, stat.st_size)
+
+
+def _handler_packages(config: Config) -> list[str]:
+    """The folders of the imported top-level packages that hold the config's handlers
+    and task modules (a top-level module that is one file has its own stamp)."""
+    names = [path.partition(":")[0] for path in config.handlers.values()]
+    names += config.task_modules
+    folders: list[str] = []
+    for top in sorted({name.partition(".")[0] for name in names}):
+        module = sys.modules.get(top)
+        paths = module.__dict__.get("__path__") if module is not None else None
+        for folder in list(paths or []):
+            if isinstance(folder, str) and folder not in folders:
+                folders.append(folder)
+    return folders
 
 
 def changed_files(before: Stamps, after: Stamps) -> list[str]:

@@ -5,6 +5,7 @@ start-up-only setting says so."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -93,6 +94,39 @@ def test_a_hup_that_changes_nothing_replaces_no_worker(start_daemon, history_con
     assert [p.pid for p in daemon.workers()] == [worker.pid]
     assert "replacing workers" not in daemon.log()
     wait_until(job_in_state(history_conn, running, "succeeded"), what="the running job")
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait() == 0
+
+
+def test_a_hup_after_a_change_to_a_helper_imported_after_the_fork_replaces_the_workers(
+    start_daemon, history_conn, tmp_path
+):
+    """A handler that imports its helper inside its function: the supervisor never
+    imports the helper, only the workers do, after the fork. A deploy that changes only
+    the helper (same size, its mtime kept as rsync -a and tar keep it) and a HUP must
+    replace the workers, which import it afresh: the reload had taken it for "nothing
+    changed" (only the supervisor's own modules were stamped, by mtime)."""
+    package = tmp_path / "lazypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "jobs.py").write_text(
+        "def fn(job):\n    from lazypkg import helper\n\n    return helper.VALUE\n"
+    )
+    helper = package / "helper.py"
+    helper.write_text("VALUE = 1\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PYTHONDONTWRITEBYTECODE": "1"}
+    handlers = {**BASE_CONFIG["handlers"], "lazy": "lazypkg.jobs:fn"}
+    daemon = start_daemon(env=env, workers=ONE_WORKER, handlers=handlers)
+    (worker,) = daemon.wait_for_workers(1)
+    before = helper.stat()
+    helper.write_text("VALUE = 2\n")  # the same size
+    os.utime(helper, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the same mtime
+    daemon.signal(signal.SIGHUP)
+    wait_until(lambda: "replacing workers" in daemon.log(), 20, "the workers' replacement")
+    assert "reload: nothing changed" not in daemon.log()
+    assert "helper.py" in daemon.log()
+    replaced = wait_until(lambda: other_worker(daemon, worker.pid), 40, "a new worker")
+    assert replaced is not None
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
 
