@@ -660,11 +660,8 @@ class JobStore:
         cancelled: set[int] = set()
         if not leases:
             return held, cancelled
-        params = {
-            "ids": [lease.job_id for lease in leases],
-            "tokens": [lease.token for lease in leases],
-        }
-        for job_id, state in execute(conn, self._sql["jobs_unrenewed_among"], params):
+        rows = execute(conn, self._sql["jobs_unrenewed_among"], _lease_params(leases))
+        for job_id, state in rows:
             (held if state == "running" else cancelled).add(job_id)
         return held, cancelled
 
@@ -878,15 +875,20 @@ class JobStore:
         leases = list(leases)
         if not leases:
             return set()
-        params = {
-            "ids": [lease.job_id for lease in leases],
-            "tokens": [lease.token for lease in leases],
-            **extra,
-        }
+        params = {**_lease_params(leases), **extra}
         return {row[0] for row in execute(conn, self._sql[statement], params)}
 
     def _backoff_params(self) -> dict[str, float]:
         return {"backoff_base_s": self.backoff.base_s, "backoff_max_s": self.backoff.max_s}
+
+
+def _lease_params(leases: list[Lease]) -> dict[str, list[Any]]:
+    """The leases as the statements that take leases read them: `ids` and `tokens`, in
+    step."""
+    return {
+        "ids": [lease.job_id for lease in leases],
+        "tokens": [lease.token for lease in leases],
+    }
 
 
 # Kept: a worker asks with the same arguments every time, and the literals need not be
