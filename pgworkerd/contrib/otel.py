@@ -97,7 +97,7 @@ def tracing() -> bool:
     try:
         provider = trace.get_tracer_provider()
     except Exception as exc:  # the environment's provider failed to load
-        _give_up(f"the TracerProvider of that name failed to load ({one_line(exc)})")
+        _give_up(_failed_to_load(exc))
         return False
     return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
@@ -152,6 +152,10 @@ def _set_problem(why: str) -> None:
     )
 
 
+def _failed_to_load(exc: BaseException) -> str:
+    return f"the TracerProvider of that name failed to load ({one_line(exc)})"
+
+
 def _set_in_code() -> bool:
     trace: Any = _modules.get(TRACE_MODULE)
     return trace is not None and getattr(trace, "_TRACER_PROVIDER", None) is not None
@@ -170,7 +174,7 @@ def _load_env_provider() -> None:
     try:
         trace.get_tracer_provider()
     except Exception as exc:
-        _set_problem(f"the TracerProvider of that name failed to load ({one_line(exc)})")
+        _set_problem(_failed_to_load(exc))
     finally:
         api_log.disabled = disabled
 
